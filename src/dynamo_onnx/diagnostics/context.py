@@ -1,0 +1,218 @@
+"""DiagnosticContext: the one place where every pass records what it found.
+
+The exporter creates one context per export and hands it to every pass explicitly. Each pass
+runs inside ``with ctx.pass_(name):``, which times it and turns any exception that no
+finding explains yet into an ERROR finding of that pass's rule, so no failure, in any pass,
+leaves an empty log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from dynamo_onnx.diagnostics.findings import Finding, Level, Location, first_user_frame
+from dynamo_onnx.diagnostics.options import DiagnosticOptions
+from dynamo_onnx.rules import Rule, catalog
+
+__all__ = ["DiagnosticContext", "PassRecord", "exception_summary", "mark_recorded"]
+
+#: Marks an exception whose findings are already in the context.
+RECORDED_ATTR = "_dynamo_onnx_recorded"
+
+
+@dataclasses.dataclass
+class PassRecord:
+    """When a pass ran, how long it took, and how it ended (``ok`` or ``failed``)."""
+
+    name: str
+    started: datetime.datetime
+    duration_s: float = 0.0
+    outcome: str = "running"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def exception_summary(exc: BaseException) -> str:
+    """``Type: first line`` of the root cause: the sentence a user needs first."""
+    root = exc
+    while root.__cause__ is not None and not getattr(root, RECORDED_ATTR, False):
+        root = root.__cause__
+    text = str(root).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(root).__name__}: {first}" if first else type(root).__name__
+
+
+class DiagnosticContext:
+    """Records findings and pass timings for one export.
+
+    Args:
+        options: verbosity and warnings-as-errors; they affect rendering only.
+        source_root: the directory SARIF paths are relative to (default: the working
+            directory).
+        call_site: the user's line that called the exporter; findings with no user frame
+            of their own are anchored there.
+        library_prefixes: path prefixes of code that is not the user's (torch, this
+            package, the standard library); stack frames under them are never primary.
+        arguments: the command line or call, recorded in the SARIF invocation.
+        versions: versions of the tools involved, recorded in both renderings.
+    """
+
+    def __init__(
+        self,
+        options: DiagnosticOptions | None = None,
+        *,
+        source_root: str | os.PathLike[str] | None = None,
+        call_site: Location | None = None,
+        library_prefixes: Sequence[str] = (),
+        arguments: Sequence[str] = (),
+        versions: dict[str, str] | None = None,
+    ) -> None:
+        self.options = options or DiagnosticOptions()
+        self.source_root = os.path.abspath(source_root or os.getcwd())
+        self.call_site = call_site
+        self.library_prefixes = tuple(library_prefixes)
+        self.arguments = list(arguments)
+        self.versions = dict(versions or {})
+        self.findings: list[Finding] = []
+        self.passes: list[PassRecord] = []
+        #: Plain tables for the reports: "inputs", "outputs", "operators", ...
+        self.summary: dict[str, Any] = {}
+        self.started = _now()
+        self.finished: datetime.datetime | None = None
+        self.success: bool | None = None
+        self.exception: BaseException | None = None
+        self._current_pass = "export"
+
+    # -- recording ---------------------------------------------------------------------
+
+    def record(
+        self,
+        rule: Rule | str,
+        *,
+        level: Level | None = None,
+        locations: Iterable[Location | None] = (),
+        stack: Iterable[Location] = (),
+        related: Iterable[Location] = (),
+        properties: dict[str, Any] | None = None,
+        markdown: str | None = None,
+        **fields: object,
+    ) -> Finding:
+        """Record a finding of ``rule`` whose message is the rule's template filled with ``fields``."""
+        if isinstance(rule, str):
+            rule = catalog().get(rule)
+        finding = Finding(
+            rule=rule,
+            level=level if level is not None else Level.from_name(rule.level),
+            message=rule.format_message(**fields),
+            pass_name=self._current_pass,
+            locations=[loc for loc in locations if loc is not None],
+            stack=list(stack),
+            related=list(related),
+            properties={**fields, **(properties or {})},
+            markdown=markdown,
+        )
+        self.findings.append(finding)
+        return finding
+
+    def user_frame(self, frames: Sequence[Location]) -> Location | None:
+        """The innermost frame of user code among ``frames`` (innermost first)."""
+        return first_user_frame(frames, self.library_prefixes)
+
+    def record_exception(self, exc: BaseException, rule: Rule | str | None = None) -> Finding:
+        """Record ``exc`` as an ERROR finding and mark it recorded."""
+        rule = rule or catalog().for_pass(self._current_pass)
+        frames = tuple(
+            Location(fs.filename, fs.lineno or 1, fs.name)
+            for fs in reversed(traceback.extract_tb(exc.__traceback__))
+        )
+        user = self.user_frame(frames)
+        finding = self.record(
+            rule,
+            level=Level.ERROR,
+            locations=[user],
+            stack=frames,
+            properties={"exception": type(exc).__name__},
+            cause=exception_summary(exc),
+        )
+        mark_recorded(exc)
+        return finding
+
+    @contextlib.contextmanager
+    def pass_(self, name: str) -> Iterator[PassRecord]:
+        """Run a pass: time it, and turn an unexplained exception into a finding."""
+        record = PassRecord(name, _now())
+        self.passes.append(record)
+        previous, self._current_pass = self._current_pass, name
+        start = time.perf_counter()
+        try:
+            yield record
+        except BaseException as exc:
+            record.outcome = "failed"
+            if not getattr(exc, RECORDED_ATTR, False):
+                self.record_exception(exc, catalog().for_pass(name))
+            raise
+        else:
+            record.outcome = "ok"
+        finally:
+            record.duration_s = time.perf_counter() - start
+            self._current_pass = previous
+
+    def finish(self, exception: BaseException | None = None) -> None:
+        """Close the context: success is "no exception and no error finding"."""
+        self.finished = _now()
+        self.exception = exception
+        self.success = exception is None and not self.has_errors()
+
+    # -- queries -----------------------------------------------------------------------
+
+    def effective_level(self, finding: Finding) -> Level:
+        """The level a finding is rendered at: warnings become errors under warnings-as-errors."""
+        if self.options.warnings_as_errors and finding.level == Level.WARNING:
+            return Level.ERROR
+        return finding.level
+
+    def visible(self) -> list[Finding]:
+        """The findings the renderings show at the configured verbosity."""
+        threshold = self.options.verbosity_level
+        return [f for f in self.findings if self.effective_level(f) >= threshold]
+
+    def has_errors(self) -> bool:
+        """Whether any finding is an error after warnings-as-errors promotion."""
+        return any(self.effective_level(f) >= Level.ERROR for f in self.findings)
+
+    def by_rule(self, rule: str) -> list[Finding]:
+        """Findings of a rule, by id or name."""
+        target = catalog().get(rule)
+        return [f for f in self.findings if f.rule is target or f.rule.id == target.id]
+
+    def __repr__(self) -> str:
+        counts = {lvl.name: 0 for lvl in Level}
+        for f in self.findings:
+            counts[f.level.name] += 1
+        return f"DiagnosticContext(findings={counts}, passes={[p.name for p in self.passes]})"
+
+
+def mark_recorded(exc: BaseException) -> None:
+    """Mark an exception as already explained by findings in the context."""
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(exc, RECORDED_ATTR, True)
+
+
+def default_library_prefixes(*modules: Any) -> tuple[str, ...]:
+    """Directory prefixes of the given modules' packages and of the standard library."""
+    prefixes = {os.path.dirname(sys.modules["os"].__file__ or "") + os.sep}
+    for module in modules:
+        path = getattr(module, "__file__", None)
+        if path:
+            prefixes.add(os.path.dirname(os.path.abspath(path)) + os.sep)
+    return tuple(sorted(prefixes))

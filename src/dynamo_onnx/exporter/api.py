@@ -1,0 +1,181 @@
+"""export() and dynamo_export(): run the passes in order, inside one diagnostic context."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import onnx
+import torch
+
+import dynamo_onnx
+from dynamo_onnx.diagnostics import DiagnosticContext, DiagnosticOptions, Location
+from dynamo_onnx.diagnostics.context import default_library_prefixes, mark_recorded
+from dynamo_onnx.exporter import capture, decomposition, serialization, translation
+from dynamo_onnx.exporter.errors import (
+    CaptureError,
+    DecompositionError,
+    InvalidExportOptionsError,
+    OnnxExporterError,
+    SerializationError,
+    TranslationError,
+    format_message,
+)
+from dynamo_onnx.exporter.options import ExportOptions
+from dynamo_onnx.exporter.program import ONNXProgram
+from dynamo_onnx.exporter.registry import OnnxRegistry
+from dynamo_onnx.exporter.versions import tool_versions
+from dynamo_onnx.rules import catalog
+
+__all__ = ["export", "dynamo_export"]
+
+_PASS_ERRORS: dict[str, type[OnnxExporterError]] = {
+    "capture": CaptureError,
+    "decomposition": DecompositionError,
+    "translation": TranslationError,
+    "serialization": SerializationError,
+}
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(dynamo_onnx.__file__)) + os.sep
+
+
+def _call_site() -> Location | None:
+    """The user's line that called the exporter: the first frame outside this package."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE_DIR):
+            return Location(path, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def _new_context(
+    options: DiagnosticOptions | None, source_root: str | os.PathLike[str] | None, arguments: list[str]
+) -> DiagnosticContext:
+    if options is not None and not isinstance(options, DiagnosticOptions):
+        raise InvalidExportOptionsError(
+            f"diagnostic_options must be a DiagnosticOptions, got {type(options).__name__}"
+        )
+    return DiagnosticContext(
+        options,
+        source_root=source_root,
+        call_site=_call_site(),
+        library_prefixes=default_library_prefixes(torch, dynamo_onnx),
+        arguments=arguments,
+        versions=tool_versions(),
+    )
+
+
+def _wrap(ctx: DiagnosticContext, exc: BaseException) -> OnnxExporterError:
+    """An OnnxExporterError for a pass failure whose finding the context recorded."""
+    if isinstance(exc, OnnxExporterError):
+        exc.diagnostics = ctx
+        return exc
+    failed = next((p for p in reversed(ctx.passes) if p.outcome == "failed"), None)
+    pass_name = failed.name if failed else "export"
+    rule = catalog().for_pass(pass_name)
+    finding = next((f for f in reversed(ctx.findings) if f.rule is rule), None)
+    cause = finding.message if finding else str(exc)
+    error_type = _PASS_ERRORS.get(pass_name, OnnxExporterError)
+    error = error_type(
+        format_message(rule.id, rule.name, cause, rule.fix), rule_id=rule.id, diagnostics=ctx
+    )
+    mark_recorded(error)
+    return error
+
+
+def _check_opset(opset_version: int | None) -> None:
+    highest = onnx.defs.onnx_opset_version()
+    if opset_version is None:
+        return
+    if isinstance(opset_version, bool) or not isinstance(opset_version, int) or not (
+        7 <= opset_version <= highest
+    ):
+        raise InvalidExportOptionsError(
+            f"opset_version must be an int from 7 to {highest} (the newest this onnx "
+            f"knows), got {opset_version!r}; leave it None for the default, 18."
+        )
+
+
+def export(
+    model: torch.nn.Module | Callable[..., Any] | torch.export.ExportedProgram,
+    args: tuple[Any, ...] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    dynamic_shapes: Any = None,
+    opset_version: int | None = None,
+    registry: OnnxRegistry | None = None,
+    diagnostic_options: DiagnosticOptions | None = None,
+    source_root: str | os.PathLike[str] | None = None,
+) -> ONNXProgram:
+    """Export a PyTorch model to an :class:`ONNXProgram`.
+
+    Args:
+        model: an ``nn.Module``, a callable, or a ``torch.export.ExportedProgram``.
+        args: positional example inputs.
+        kwargs: keyword example inputs.
+        dynamic_shapes: torch.export dynamic shape specs.
+        opset_version: the ONNX opset of the result; default: the registry's (18).
+        registry: the ONNX functions to use; default: onnxscript's torch_lib.
+        diagnostic_options: verbosity and warnings-as-errors of the reports.
+        source_root: the directory report paths are relative to (default: cwd).
+
+    Raises:
+        OnnxExporterError: a subclass naming the rule, the cause and the fix; its
+            ``diagnostics`` hold every finding.
+    """
+    ctx = _new_context(diagnostic_options, source_root, [f"export({type(model).__name__})"])
+    _check_opset(opset_version)
+    if not isinstance(args, tuple):
+        args = (args,)
+    registry = registry if registry is not None else OnnxRegistry()
+    try:
+        with ctx.pass_("capture"):
+            program = capture.run(ctx, model, args, kwargs, dynamic_shapes)
+        with ctx.pass_("decomposition"):
+            program = decomposition.run(ctx, program, registry)
+        with ctx.pass_("translation"):
+            result = translation.run(ctx, program, registry)
+        with ctx.pass_("serialization"):
+            onnx_model = serialization.run(ctx, result.model, opset_version)
+    except Exception as exc:
+        error = _wrap(ctx, exc)
+        ctx.finish(error)
+        if error is exc:
+            raise
+        raise error from exc
+    ctx.finish()
+    return ONNXProgram(onnx_model, program, ctx)
+
+
+def dynamo_export(
+    model: torch.nn.Module | Callable[..., Any] | torch.export.ExportedProgram,
+    /,
+    *model_args: Any,
+    export_options: ExportOptions | None = None,
+    **model_kwargs: Any,
+) -> ONNXProgram:
+    """Export a model to ONNX, as ``torch.onnx.dynamo_export`` did in PyTorch 2.1-2.5.
+
+    Args:
+        model: an ``nn.Module``, a callable, or a ``torch.export.ExportedProgram``.
+        model_args: positional inputs to the model.
+        export_options: options of the export.
+        model_kwargs: keyword inputs to the model.
+    """
+    options = export_options or ExportOptions()
+    if not isinstance(options, ExportOptions):
+        raise InvalidExportOptionsError(
+            f"export_options must be an ExportOptions, got {type(options).__name__}"
+        )
+    return export(
+        model,
+        model_args,
+        model_kwargs,
+        registry=options.onnx_registry,
+        diagnostic_options=options.diagnostic_options,
+    )

@@ -1,0 +1,116 @@
+"""Capture: the model becomes a ``torch.export.ExportedProgram``.
+
+Strategies are tried in order: ``torch.export.export`` non-strict (traces with real Python,
+the most permissive), then strict (TorchDynamo). Each failure is a finding with its root
+cause; only when all fail does capture raise :class:`CaptureError`.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.diagnostics.context import exception_summary, mark_recorded
+from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.exporter.errors import CaptureError, format_message
+from dynamo_onnx.rules import get_rule
+
+__all__ = ["run", "STRATEGIES"]
+
+#: (label, strict) in the order they are tried.
+STRATEGIES: tuple[tuple[str, bool], ...] = (
+    ("torch.export.export(strict=False)", False),
+    ("torch.export.export(strict=True)", True),
+)
+
+
+class _CallableModule(torch.nn.Module):
+    """Lets torch.export capture a plain callable, which it only accepts as a module."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self._fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(*args, **kwargs)
+
+
+def _frames(exc: BaseException) -> tuple[Location, ...]:
+    """Frames of the exception's traceback and of any traceback text in its message."""
+    frames = [
+        Location(fs.filename, fs.lineno or 1, fs.name)
+        for fs in reversed(traceback.extract_tb(exc.__traceback__))
+    ]
+    # torch.export (strict) reports the user's frames in the message, not the traceback.
+    return tuple(list(parse_stack_trace(str(exc))) + frames)
+
+
+def as_module(model: Any) -> torch.nn.Module:
+    """The model as an ``nn.Module`` (a callable is wrapped)."""
+    if isinstance(model, torch.nn.Module):
+        return model
+    return _CallableModule(model)
+
+
+def run(
+    ctx: DiagnosticContext,
+    model: torch.nn.Module | Callable[..., Any] | torch.export.ExportedProgram,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+    dynamic_shapes: Any = None,
+) -> torch.export.ExportedProgram:
+    """Capture ``model`` with the first strategy that succeeds."""
+    if isinstance(model, torch.export.ExportedProgram):
+        ctx.record(
+            "capture-strategy-succeeded",
+            strategy="the given ExportedProgram",
+            nodes=len(model.graph.nodes),
+        )
+        return model
+    module = as_module(model)
+    causes: list[str] = []
+    for label, strict in STRATEGIES:
+        try:
+            program = torch.export.export(
+                module, tuple(args), kwargs=dict(kwargs or {}),
+                dynamic_shapes=dynamic_shapes, strict=strict,
+            )
+        except Exception as exc:  # noqa: BLE001 - each failure is a finding
+            frames = _frames(exc)
+            cause = exception_summary(exc)
+            causes.append(f"{label}: {cause}")
+            ctx.record(
+                "capture-strategy-failed",
+                locations=[ctx.user_frame(frames)],
+                stack=frames,
+                properties={"exception": type(exc).__name__},
+                strategy=label,
+                cause=cause,
+            )
+            continue
+        ctx.record("capture-strategy-succeeded", strategy=label, nodes=len(program.graph.nodes))
+        return program
+    rule = get_rule("capture-failed")
+    first = ctx.by_rule("capture-strategy-failed")
+    ctx.record(
+        rule,
+        locations=[first[0].primary if first else None],
+        cause=" | ".join(causes),
+    )
+    error = CaptureError(
+        format_message(
+            rule.id,
+            rule.name,
+            "the model could not be captured by any strategy:\n"
+            + "\n".join(f"  - {c}" for c in causes),
+            "make forward traceable by torch.export (see the capture-strategy-failed "
+            "findings for the line); use torch.cond for data-dependent branches.",
+        ),
+        rule_id=rule.id,
+    )
+    mark_recorded(error)
+    raise error

@@ -1,0 +1,167 @@
+"""ONNXProgram: the result of an export, callable with torch tensors."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import onnx
+import onnx_ir as ir
+import torch
+from torch.export import graph_signature as gs
+
+from dynamo_onnx.exporter import serialization
+from dynamo_onnx.exporter.options import ONNXRuntimeOptions
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+    from dynamo_onnx.diagnostics import DiagnosticContext
+
+__all__ = ["ONNXProgram"]
+
+
+def _default_session(model: str | bytes, options: ONNXRuntimeOptions | None = None) -> Any:
+    import onnxruntime as ort
+
+    options = options or ONNXRuntimeOptions()
+    session_options = options.session_options
+    if isinstance(session_options, Sequence):
+        session_options = session_options[0] if session_options else None
+    providers = options.execution_providers or ["CPUExecutionProvider"]
+    return ort.InferenceSession(
+        model,
+        sess_options=session_options,
+        providers=providers,
+        provider_options=options.execution_provider_options,
+    )
+
+
+def _flatten(obj: Any) -> list[Any]:
+    """Leaves of nested tuples, lists and dicts, in torch.export's order."""
+    if obj is None:
+        return []
+    if isinstance(obj, (list, tuple)):
+        return [leaf for item in obj for leaf in _flatten(item)]
+    if isinstance(obj, dict):
+        return [leaf for item in obj.values() for leaf in _flatten(item)]
+    return [obj]
+
+
+class ONNXProgram:
+    """A class to represent an ONNX program that is callable with torch tensors.
+
+    Attributes:
+        model: the ``onnx_ir.Model``.
+        exported_program: the decomposed ``torch.export.ExportedProgram`` it came from.
+        diagnostics: the diagnostic context of the export (``.findings``...).
+    """
+
+    def __init__(
+        self,
+        model: ir.Model,
+        exported_program: torch.export.ExportedProgram | None,
+        diagnostics: DiagnosticContext | None = None,
+    ) -> None:
+        self.model = model
+        self.exported_program = exported_program
+        self.diagnostics = diagnostics
+        self._session: Any = None
+        self._session_initializer: Callable[..., Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"ONNXProgram(model=<{len(self.model.graph)} nodes>, diagnostics={self.diagnostics!r})"
+
+    # -- the model -------------------------------------------------------------------------
+
+    @property
+    def model_proto(self) -> onnx.ModelProto:
+        """Return the ONNX ``ModelProto`` object."""
+        return serialization.to_proto(self.model)
+
+    def save(
+        self,
+        destination: str | os.PathLike[str],
+        *,
+        include_initializers: bool = True,
+        keep_initializers_as_inputs: bool = False,
+        external_data: bool | None = None,
+    ) -> None:
+        """Save the ONNX model to ``destination``, atomically.
+
+        When ``external_data`` is True, or the weights exceed 2 GB, they are saved in
+        ``<destination>.data`` beside the model.
+
+        Raises:
+            TypeError: if ``external_data`` is True and destination is not a file path.
+        """
+        if not isinstance(destination, (str, os.PathLike)):
+            if external_data:
+                raise TypeError(
+                    "external_data=True needs a file path destination, "
+                    f"got {type(destination).__name__}"
+                )
+            raise TypeError(f"destination must be a file path, got {type(destination).__name__}")
+        serialization.save(
+            self.model,
+            destination,
+            include_initializers=include_initializers,
+            keep_initializers_as_inputs=keep_initializers_as_inputs,
+            external_data=external_data,
+        )
+
+    # -- running it ------------------------------------------------------------------------
+
+    def initialize_inference_session(
+        self, initializer: Callable[[str | bytes], Any] = _default_session
+    ) -> None:
+        """Create the ONNX Runtime session with ``initializer(model_path_or_bytes)``."""
+        self.release()
+        weights = serialization.weights_nbytes(self.model)
+        if weights < serialization.TWO_GB // 2:
+            self._session = initializer(self.model_proto.SerializeToString())
+            return
+        with tempfile.TemporaryDirectory(prefix="dynamo_onnx_session_") as tmp:
+            path = os.path.join(tmp, "model.onnx")
+            self.save(path, external_data=True)
+            self._session = initializer(path)
+
+    def release(self) -> None:
+        """Release the inference session and the memory it holds."""
+        self._session = None
+
+    def _onnx_inputs(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+        """The leaves of (args, kwargs) that are ONNX graph inputs, in graph order."""
+        ep = self.exported_program
+        if ep is None:
+            return [a for a in _flatten((tuple(args), dict(kwargs))) if isinstance(a, torch.Tensor)]
+        spec = ep.call_spec.in_spec
+        if kwargs and spec is not None and spec.num_children == 2:
+            order = list(spec.child(1).context or [])
+            kwargs = {k: kwargs[k] for k in order if k in kwargs}
+        leaves = _flatten((tuple(args), dict(kwargs)))
+        user_specs = [
+            s for s in ep.graph_signature.input_specs if s.kind == gs.InputKind.USER_INPUT
+        ]
+        if len(leaves) != len(user_specs):
+            raise TypeError(
+                f"The ONNX program takes {len(user_specs)} input leaves, got {len(leaves)}"
+            )
+        return [
+            leaf for leaf, s in zip(leaves, user_specs) if isinstance(s.arg, gs.TensorArgument)
+        ]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        """Run the model in ONNX Runtime with torch tensors; returns the outputs as tensors."""
+        if self._session is None:
+            self.initialize_inference_session()
+        inputs = self._onnx_inputs(args, kwargs)
+        names = [i.name for i in self._session.get_inputs()]
+        feed = {
+            name: (t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t)
+            for name, t in zip(names, inputs)
+        }
+        outputs = self._session.run(None, feed)
+        return [torch.from_numpy(o) for o in outputs]

@@ -1,0 +1,285 @@
+"""An onnxscript evaluator that records the ONNX nodes a torch_lib function emits.
+
+torch_lib functions are Python functions of onnxscript ops (``op.Add(x, y)``). Run under
+this evaluator, each op call becomes an ``onnx_ir.Node`` appended to ``nodes`` instead of
+being computed. Python constants passed where ONNX expects tensors become ``Constant``
+nodes whose dtype is bound through the op's type constraints, so ``op.Add(x, 1)`` adds a
+constant of ``x``'s dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+import onnxscript
+
+__all__ = ["NodeRecorder", "ConstantCache"]
+
+ConstantCache = dict[tuple[Any, ir.DataType], ir.Value]
+
+_SCALAR_DTYPES: tuple[tuple[type, ir.DataType], ...] = (
+    (bool, ir.DataType.BOOL),  # before int: bool is an int
+    (int, ir.DataType.INT64),
+    (float, ir.DataType.FLOAT),
+    (str, ir.DataType.STRING),
+)
+
+
+def _python_dtype(value: Any) -> ir.DataType | None:
+    for py_type, dtype in _SCALAR_DTYPES:
+        if isinstance(value, py_type):
+            return dtype
+    return None
+
+
+def _is_sequence_type(param: ir.schemas.Parameter) -> bool:
+    return all(isinstance(t, ir.SequenceType) for t in param.type_constraint.allowed_types)
+
+
+class NodeRecorder:
+    """Records nodes for onnxscript op and function calls (the ``Evaluator`` protocol).
+
+    Args:
+        opset_version: the default ONNX opset of recorded nodes.
+        constants: a cache of Constant values shared by every node of one graph, so a
+            constant used by many nodes is emitted once.
+    """
+
+    def __init__(self, opset_version: int, constants: ConstantCache) -> None:
+        self.opset_version = opset_version
+        self.constants = constants
+        self.nodes: list[ir.Node] = []
+        #: onnxscript functions called as ONNX functions (not traced), by identifier.
+        self.functions: dict[ir.OperatorIdentifier, onnxscript.OnnxFunction] = {}
+
+    # -- the Evaluator protocol ------------------------------------------------------------
+
+    def eval_op(self, op: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        signature = op.op_signature
+        if signature is None:
+            raise ValueError(f"ONNX op {op.name!r} of opset {op.opset} has no schema")
+        return self._emit(signature, args, kwargs, version=signature.since_version)
+
+    def eval_function(self, function: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        signature = function.op_signature
+        if signature is None:
+            raise ValueError(f"onnxscript function {function.name!r} has no signature")
+        domain = function.function_ir.domain
+        self.functions[(domain, function.name, "")] = function
+        return self._emit(signature, args, kwargs, version=None)
+
+    # -- building nodes --------------------------------------------------------------------
+
+    def _emit(
+        self,
+        signature: ir.schemas.OpSignature,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        version: int | None,
+    ) -> Any:
+        inputs, attrs = _bind(signature, args, kwargs)
+        bindings = _type_bindings(signature, inputs)
+        flat_inputs: list[ir.Value | None] = []
+        for name, arg in inputs.items():
+            param = signature.params_map[name]
+            assert isinstance(param, ir.schemas.Parameter)
+            converted = self._to_values(param, arg, bindings)
+            if isinstance(converted, list):
+                flat_inputs.extend(converted)
+            else:
+                flat_inputs.append(converted)
+        while flat_inputs and flat_inputs[-1] is None:
+            flat_inputs.pop()
+        attributes = [
+            attr
+            for attr in ir.convenience.convert_attributes(
+                {k: v for k, v in attrs.items() if v is not None}
+            )
+        ]
+        node = ir.Node(
+            signature.domain,
+            signature.name,
+            flat_inputs,
+            attributes=attributes,
+            num_outputs=_num_outputs(signature, attrs),
+            version=version,
+        )
+        self.nodes.append(node)
+        if len(node.outputs) == 1:
+            return node.outputs[0]
+        return tuple(node.outputs)
+
+    def _constant(self, value: Any, dtype: ir.DataType) -> ir.Value:
+        """A Constant node for a Python value, shared through the cache."""
+        key_value = tuple(value) if isinstance(value, list) else value
+        key = (key_value, dtype)
+        try:
+            cached = self.constants.get(key)
+        except TypeError:  # unhashable
+            cached, key = None, None
+        if cached is not None:
+            return cached
+        tensor = value if isinstance(value, ir.TensorProtocol) else ir.tensor(value, dtype=dtype)
+        node = ir.Node(
+            "",
+            "Constant",
+            [],
+            attributes=[ir.AttrTensor("value", tensor)],
+            version=self.opset_version,
+        )
+        self.nodes.append(node)
+        output = node.outputs[0]
+        output.dtype = tensor.dtype
+        output.shape = ir.Shape(tensor.shape)
+        if key is not None:
+            self.constants[key] = output
+        return output
+
+    def _to_values(
+        self,
+        param: ir.schemas.Parameter,
+        arg: Any,
+        bindings: Mapping[str, ir.TypeProtocol],
+    ) -> ir.Value | None | list[ir.Value | None]:
+        """Turn one argument into the ONNX input value(s) of ``param``."""
+        if arg is None or isinstance(arg, ir.Value):
+            return arg
+        if isinstance(arg, (list, tuple)):
+            items = list(arg)
+            if param.variadic:
+                dtype = _dtype_for(param, items, bindings)
+                return [v if isinstance(v, ir.Value) else self._constant(v, dtype) for v in items]
+            if _is_sequence_type(param):
+                return self._sequence(items, param, bindings)
+            if any(isinstance(v, ir.Value) for v in items):
+                return self._concat(items, _dtype_for(param, items, bindings))
+            return self._constant(items, _dtype_for(param, items, bindings))
+        if isinstance(arg, complex):
+            return self._constant([arg.real, arg.imag], _dtype_for(param, 0.0, bindings))
+        return self._constant(arg, _dtype_for(param, arg, bindings))
+
+    def _sequence(
+        self, items: list[Any], param: ir.schemas.Parameter, bindings: Mapping[str, ir.TypeProtocol]
+    ) -> ir.Value:
+        dtype = _dtype_for(param, items, bindings)
+        values = [v if isinstance(v, ir.Value) else self._constant(v, dtype) for v in items]
+        node = ir.Node("", "SequenceConstruct", values, version=self.opset_version)
+        self.nodes.append(node)
+        return node.outputs[0]
+
+    def _concat(self, items: list[Any], dtype: ir.DataType) -> ir.Value:
+        """``[value, 3]`` for an INT64 input: Concat of 1-D pieces (a shape built of parts)."""
+        shape_1d = self._constant([-1], ir.DataType.INT64)
+        pieces = []
+        for item in items:
+            if isinstance(item, ir.Value):
+                node = ir.Node("", "Reshape", [item, shape_1d], version=self.opset_version)
+                self.nodes.append(node)
+                pieces.append(node.outputs[0])
+            elif item is not None:
+                pieces.append(self._constant([item], dtype))
+        node = ir.Node(
+            "", "Concat", pieces, attributes=[ir.AttrInt64("axis", 0)], version=self.opset_version
+        )
+        self.nodes.append(node)
+        return node.outputs[0]
+
+
+def _bind(
+    signature: ir.schemas.OpSignature, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Match positional and keyword arguments to the signature's inputs and attributes."""
+    inputs: dict[str, Any] = {}
+    attrs: dict[str, Any] = {}
+    remaining = list(args)
+    for param in signature.params:
+        if isinstance(param, ir.schemas.Parameter):
+            if remaining:
+                if param.variadic:
+                    inputs[param.name] = list(remaining)
+                    remaining.clear()
+                else:
+                    inputs[param.name] = remaining.pop(0)
+            elif param.name in kwargs:
+                inputs[param.name] = kwargs[param.name]
+            elif param.required and not param.has_default():
+                raise TypeError(
+                    f"Required input {param.name!r} of {signature.domain}::{signature.name} "
+                    "was not provided"
+                )
+            else:
+                inputs[param.name] = param.default if param.has_default() else None
+        else:
+            if remaining:
+                value = remaining.pop(0)
+            elif param.name in kwargs:
+                value = kwargs[param.name]
+            else:
+                value = None
+            if value is None:
+                if param.required:
+                    raise TypeError(
+                        f"Required attribute {param.name!r} of "
+                        f"{signature.domain}::{signature.name} was not provided"
+                    )
+                continue
+            if isinstance(value, ir.Attr):
+                value = value.value
+            if param.type == ir.AttributeType.FLOAT and isinstance(value, int):
+                value = float(value)
+            attrs[param.name] = value
+    return inputs, attrs
+
+
+def _type_bindings(
+    signature: ir.schemas.OpSignature, inputs: Mapping[str, Any]
+) -> dict[str, ir.TypeProtocol]:
+    """Type-constraint name -> type, from the inputs that are values with a known type."""
+    bindings: dict[str, ir.TypeProtocol] = {}
+    for name, arg in inputs.items():
+        param = signature.params_map[name]
+        values = arg if isinstance(arg, (list, tuple)) else [arg]
+        for value in values:
+            if isinstance(value, ir.Value) and value.type is not None:
+                bindings.setdefault(param.type_constraint.name, value.type)  # type: ignore[union-attr]
+                break
+    return bindings
+
+
+def _dtype_for(
+    param: ir.schemas.Parameter, arg: Any, bindings: Mapping[str, ir.TypeProtocol]
+) -> ir.DataType:
+    """The dtype a Python constant takes for ``param``."""
+    bound = bindings.get(param.type_constraint.name)
+    if bound is not None:
+        return bound.dtype
+    allowed = param.type_constraint.allowed_types
+    if len(allowed) == 1:
+        return next(iter(allowed)).dtype
+    items = arg if isinstance(arg, (list, tuple)) else [arg]
+    for item in items:
+        if isinstance(item, ir.Value) and item.dtype is not None:
+            return item.dtype
+    if not items:
+        return ir.DataType.INT64  # an empty list is almost always a shape
+    if isinstance(arg, ir.TensorProtocol):
+        return arg.dtype
+    found = [_python_dtype(item) for item in items if item is not None]
+    if ir.DataType.FLOAT in found:
+        return ir.DataType.FLOAT
+    if found:
+        return found[0]  # type: ignore[return-value]
+    raise TypeError(f"Cannot determine the dtype of {arg!r} for input {param.name!r}")
+
+
+def _num_outputs(signature: ir.schemas.OpSignature, attrs: Mapping[str, Any]) -> int:
+    """Outputs of a node; a few ONNX ops have a variable count decided by attributes."""
+    if signature.domain == "":
+        if signature.name == "Split" and isinstance(attrs.get("num_outputs"), int):
+            return attrs["num_outputs"]
+        if signature.name == "BatchNormalization" and not attrs.get("training_mode", 0):
+            return 1
+    return len(signature.outputs)

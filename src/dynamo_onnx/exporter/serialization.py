@@ -1,0 +1,132 @@
+"""Serialization: the onnx_ir model as a ModelProto or a file, written atomically.
+
+Every write goes to a temporary file in the destination's directory and is renamed over the
+destination only when complete, so a failed or interrupted save never leaves a half-written
+file and never destroys an earlier one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import tempfile
+from collections.abc import Iterator
+
+import onnx
+import onnx_ir as ir
+import onnxscript.version_converter
+
+from dynamo_onnx.diagnostics import DiagnosticContext
+
+__all__ = ["run", "to_proto", "save", "atomic_write_text", "TWO_GB"]
+
+#: Protobuf cannot hold more than this; larger models must use external data.
+TWO_GB = 2**31
+
+
+def weights_nbytes(model: ir.Model) -> int:
+    """Bytes of initializer data (fake or missing weights count as zero)."""
+    total = 0
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if tensor is not None:
+            total += tensor.nbytes
+    return total
+
+
+@contextlib.contextmanager
+def initializers_layout(
+    model: ir.Model, *, include_initializers: bool, keep_initializers_as_inputs: bool
+) -> Iterator[ir.Model]:
+    """Temporarily lay the initializers out as the four ``save`` combinations ask."""
+    graph = model.graph
+    saved_inputs = list(graph.inputs)
+    saved_initializers = dict(graph.initializers)
+    try:
+        if keep_initializers_as_inputs:
+            present = {id(v) for v in graph.inputs}
+            graph.inputs.extend(v for v in saved_initializers.values() if id(v) not in present)
+        if not include_initializers:
+            graph.initializers.clear()
+        yield model
+    finally:
+        graph.inputs.clear()
+        graph.inputs.extend(saved_inputs)
+        graph.initializers.clear()
+        for name, value in saved_initializers.items():
+            graph.initializers[name] = value
+
+
+def to_proto(model: ir.Model) -> onnx.ModelProto:
+    """The model as an ``onnx.ModelProto`` (weights are copied into it)."""
+    return ir.to_proto(model)
+
+
+def save(
+    model: ir.Model,
+    destination: str | os.PathLike[str],
+    *,
+    include_initializers: bool = True,
+    keep_initializers_as_inputs: bool = False,
+    external_data: bool | None = None,
+) -> None:
+    """Write the model to ``destination`` atomically.
+
+    With external data (asked for, or automatic above 2 GB of weights) the weights go to
+    ``<destination>.data`` beside it, written and renamed the same way.
+    """
+    destination = pathlib.Path(os.fspath(destination))
+    directory = destination.parent
+    if external_data is None:
+        external_data = include_initializers and weights_nbytes(model) >= TWO_GB
+    with initializers_layout(
+        model,
+        include_initializers=include_initializers,
+        keep_initializers_as_inputs=keep_initializers_as_inputs,
+    ), tempfile.TemporaryDirectory(dir=directory, prefix=f".{destination.name}.") as tmp:
+        staged = pathlib.Path(tmp) / destination.name
+        if external_data:
+            data_name = f"{destination.name}.data"
+            ir.save(model, staged, external_data=data_name)
+            os.replace(pathlib.Path(tmp) / data_name, directory / data_name)
+        else:
+            ir.save(model, staged)
+        os.replace(staged, destination)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write a text file atomically (temporary file in the same directory, then rename)."""
+    path = pathlib.Path(os.fspath(path))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def run(ctx: DiagnosticContext, model: ir.Model, opset_version: int | None = None) -> ir.Model:
+    """Convert to the requested opset, and describe the model (inputs, outputs, size)."""
+    if opset_version is not None and opset_version != model.opset_imports.get(""):
+        onnxscript.version_converter.convert_version(model, opset_version, fallback=True)
+    graph = model.graph
+    ctx.summary["model"] = {
+        "nodes": len(graph),
+        "initializers": len(graph.initializers),
+        "weights_bytes": weights_nbytes(model),
+        "functions": len(model.functions),
+        "opsets": dict(sorted(model.opset_imports.items())),
+    }
+    ctx.summary["inputs"] = [_describe(v) for v in graph.inputs]
+    ctx.summary["outputs"] = [_describe(v) for v in graph.outputs]
+    return model
+
+
+def _describe(value: ir.Value) -> dict[str, str]:
+    dims = [str(d) for d in value.shape] if value.shape is not None else ["?"]
+    dtype = value.dtype.name.lower() if value.dtype is not None else "?"
+    return {"name": value.name or "", "dtype": dtype, "shape": "[" + ", ".join(dims) + "]"}

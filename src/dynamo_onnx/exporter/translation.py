@@ -1,0 +1,404 @@
+"""Translation: the decomposed FX graph becomes an ``onnx_ir`` model.
+
+Each ``call_function`` node is dispatched to an ONNX function, which is run under a
+:class:`NodeRecorder` to collect the ONNX nodes it emits. Every ONNX node keeps its origin
+in ``metadata_props``: the FX node, the module path and the source stack trace.
+
+Translation collects all it can: a node with no ONNX function, or whose function fails, is
+recorded as a finding and translation goes on, so one run reports every problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import onnx_ir as ir
+import onnxscript.evaluator
+import torch
+import torch.fx
+from torch.export import graph_signature as gs
+
+from dynamo_onnx.exporter.versions import package_version
+from dynamo_onnx.diagnostics import DiagnosticContext, Level, Location
+from dynamo_onnx.diagnostics.context import mark_recorded
+from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.exporter.dispatch import dispatch
+from dynamo_onnx.exporter.errors import TranslationError, UnsupportedOperatorError, format_message
+from dynamo_onnx.exporter.recorder import ConstantCache, NodeRecorder
+from dynamo_onnx.exporter.registry import OnnxRegistry, target_name
+from dynamo_onnx.exporter.tensors import TORCH_TO_ONNX_DTYPE, torch_tensor_to_ir
+from dynamo_onnx.rules import get_rule
+
+__all__ = ["run", "TranslationResult", "META_PREFIX"]
+
+#: Prefix of the metadata_props keys that record each ONNX node's origin.
+META_PREFIX = "pkg.dynamo_onnx."
+
+# Nodes that only assert facts torch already checked at capture; they compute nothing.
+_ASSERTIONS = {
+    torch.ops.aten._assert_async.default,
+    torch.ops.aten._assert_async.msg,
+    torch.ops.aten._assert_scalar.default,
+    torch.ops.aten._assert_tensor_metadata.default,
+    torch.ops.aten.sym_constrain_range_for_size.default,
+    torch.ops.aten.sym_constrain_range.default,
+}
+
+
+@dataclasses.dataclass
+class TranslationResult:
+    """The ONNX model and what translation learned about the operators."""
+
+    model: ir.Model
+    #: operator -> (count, ONNX function name or None)
+    operators: dict[str, tuple[int, str | None]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """Where an FX node came from in the user's code."""
+
+    frames: tuple[Location, ...]
+    primary: Location | None
+    module_path: str
+    stack_trace: str
+
+    def display(self, root: str) -> str:
+        if self.primary is None:
+            return "an unknown location"
+        path = self.primary.path
+        if path.startswith(root + os.sep):
+            path = os.path.relpath(path, root)
+        return f"{path}:{self.primary.line}"
+
+
+def _node_source(ctx: DiagnosticContext, node: torch.fx.Node) -> _Source:
+    trace = node.meta.get("stack_trace") or ""
+    frames = parse_stack_trace(trace)
+    stack = node.meta.get("nn_module_stack") or {}
+    module_path = ""
+    if stack:
+        module_path = list(stack.values())[-1][0]
+    return _Source(frames, ctx.user_frame(frames), module_path, trace)
+
+
+def _set_type_and_shape(value: ir.Value, meta: Any) -> None:
+    """Type and shape an ONNX value from an FX ``meta["val"]`` (complex -> [..., 2] floats)."""
+    if isinstance(meta, torch.Tensor):
+        dims: list[int | str] = [d if isinstance(d, int) else str(d) for d in meta.shape]
+        dtype = meta.dtype
+        if dtype.is_complex:
+            dtype = dtype.to_real()
+            dims.append(2)
+        value.dtype = TORCH_TO_ONNX_DTYPE[dtype]
+        value.shape = ir.Shape(dims)
+    elif isinstance(meta, (bool, torch.SymBool)):
+        value.dtype, value.shape = ir.DataType.BOOL, ir.Shape([])
+    elif isinstance(meta, (int, torch.SymInt)):
+        value.dtype, value.shape = ir.DataType.INT64, ir.Shape([])
+    elif isinstance(meta, (float, torch.SymFloat)):
+        value.dtype, value.shape = ir.DataType.FLOAT, ir.Shape([])
+
+
+class _GraphTranslator:
+    """Translates the nodes of one FX graph into one ONNX graph."""
+
+    def __init__(
+        self, ctx: DiagnosticContext, registry: OnnxRegistry, model: ir.Model, graph: ir.Graph
+    ) -> None:
+        self.ctx = ctx
+        self.registry = registry
+        self.model = model
+        self.graph = graph
+        self.values: dict[str, ir.Value | tuple[ir.Value, ...]] = {}
+        self.constants: ConstantCache = {}
+        self.operators: dict[str, list[Any]] = {}
+        self.failed: list[str] = []
+
+    # -- arguments -------------------------------------------------------------------------
+
+    def _arg(self, arg: Any) -> Any:
+        """An FX argument as onnxscript expects it: values for nodes, ints for dtypes."""
+        if isinstance(arg, torch.fx.Node):
+            return self.values[arg.name]
+        if isinstance(arg, (list, tuple)):
+            return [self._arg(a) for a in arg]
+        if isinstance(arg, torch.dtype):
+            return TORCH_TO_ONNX_DTYPE[arg]
+        if isinstance(arg, (torch.device, torch.memory_format, torch.layout)):
+            return str(arg)
+        return arg
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def translate(self, fx_graph: torch.fx.Graph) -> None:
+        for node in fx_graph.nodes:
+            if node.op == "placeholder":
+                value = ir.Value(name=node.name)
+                _set_type_and_shape(value, node.meta.get("val"))
+                self.values[node.name] = value
+            elif node.op == "call_function":
+                self._call_function(node)
+            elif node.op == "get_attr":
+                self._get_attr(node)
+            elif node.op == "output":
+                pass  # outputs are taken from the graph signature
+            else:
+                raise TranslationError(
+                    f"FX node {node.format_node()} of kind {node.op!r} is not supported"
+                )
+
+    def _get_attr(self, node: torch.fx.Node) -> None:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise TranslationError(
+                f"get_attr node {node.name!r} does not refer to a tensor (control-flow "
+                "subgraphs are not supported yet)"
+            )
+        value = ir.Value(name=node.name, const_value=torch_tensor_to_ir(val, node.name))
+        _set_type_and_shape(value, val)
+        self.graph.initializers[node.name] = value
+        self.values[node.name] = value
+
+    def _call_function(self, node: torch.fx.Node) -> None:
+        if node.target in _ASSERTIONS:
+            return
+        if node.target is operator.getitem:
+            source = self.values.get(node.args[0].name)  # type: ignore[union-attr]
+            if isinstance(source, tuple):
+                self.values[node.name] = source[node.args[1]]  # type: ignore[index]
+                return
+        chosen = dispatch(node, self.registry)
+        entry = self.operators.setdefault(chosen.op, [0, None])
+        entry[0] += 1
+        source = _node_source(self.ctx, node)
+        if chosen.function is None:
+            self._placeholder_outputs(node)
+            self.failed.append(chosen.op)
+            self.ctx.record(
+                "unsupported-operator",
+                locations=[source.primary],
+                stack=source.frames,
+                properties={
+                    "fx_node": node.name,
+                    "module_path": source.module_path,
+                    "reason": chosen.reason,
+                    "has_decomposition": _has_decomposition(node.target),
+                },
+                op=chosen.op,
+                source=source.display(self.ctx.source_root),
+            )
+            return
+        entry[1] = chosen.function.name
+        recorder = NodeRecorder(self.registry.opset_version, self.constants)
+        args = [self._arg(a) for a in node.args]
+        kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
+        if kwargs.get("dtype", 0) is None:
+            kwargs["dtype"] = -1  # torch_lib's "no dtype given"
+        try:
+            with onnxscript.evaluator.default_as(recorder):
+                outputs = chosen.function.function(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - recorded, translation goes on
+            self._placeholder_outputs(node)
+            self.failed.append(chosen.op)
+            self.ctx.record(
+                "operator-translation-failed",
+                locations=[source.primary],
+                stack=source.frames,
+                properties={"fx_node": node.name, "module_path": source.module_path},
+                function=chosen.function.name,
+                op=chosen.op,
+                source=source.display(self.ctx.source_root),
+                cause=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+            )
+            return
+        self._adopt(node, outputs, recorder, source)
+        self.ctx.record(
+            "node-dispatched",
+            locations=[source.primary],
+            properties={"fx_node": node.name, "reason": chosen.reason},
+            op=chosen.op,
+            function=chosen.function.name,
+        )
+
+    def _placeholder_outputs(self, node: torch.fx.Node) -> None:
+        """Typed stand-in values so that later nodes can still be translated and checked."""
+        meta = node.meta.get("val")
+        if isinstance(meta, (list, tuple)):
+            values = tuple(ir.Value(name=f"{node.name}__{i}") for i in range(len(meta)))
+            for value, m in zip(values, meta):
+                _set_type_and_shape(value, m)
+            self.values[node.name] = values
+        else:
+            value = ir.Value(name=node.name)
+            _set_type_and_shape(value, meta)
+            self.values[node.name] = value
+
+    def _adopt(self, node: torch.fx.Node, outputs: Any, recorder: NodeRecorder, source: _Source) -> None:
+        """Name and type the outputs, tag the emitted nodes, and add them to the graph."""
+        meta = node.meta.get("val")
+        if isinstance(outputs, Sequence) and not isinstance(outputs, ir.Value):
+            outputs = tuple(outputs)
+            metas = meta if isinstance(meta, (list, tuple)) else [meta] * len(outputs)
+            for i, (value, m) in enumerate(zip(outputs, metas)):
+                value.name = f"{node.name}__{i}"
+                _set_type_and_shape(value, m)
+            self.values[node.name] = outputs
+        else:
+            outputs.name = node.name
+            if not isinstance(meta, (list, tuple)):
+                _set_type_and_shape(outputs, meta)
+            self.values[node.name] = outputs
+        props = {
+            f"{META_PREFIX}fx_node": node.format_node(),
+            f"{META_PREFIX}fx_node_name": node.name,
+            f"{META_PREFIX}module_path": source.module_path,
+            f"{META_PREFIX}stack_trace": source.stack_trace,
+            "namespace": source.module_path,
+        }
+        for i, onnx_node in enumerate(recorder.nodes):
+            onnx_node.name = f"{node.name}_n{i}"
+            onnx_node.metadata_props.update(props)
+        self.graph.extend(recorder.nodes)
+        for identifier, function in recorder.functions.items():
+            if identifier not in self.model.functions:
+                self.model.functions[identifier] = ir.serde.deserialize_function(
+                    function.to_function_proto()
+                )
+
+
+def _has_decomposition(target: Any) -> bool:
+    """Whether torch can decompose the operator (used in the unsupported-operator finding)."""
+    if target in torch.export.default_decompositions():
+        return True
+    return hasattr(target, "_schema") and target.has_kernel_for_dispatch_key(
+        torch._C.DispatchKey.CompositeImplicitAutograd
+    )
+
+
+def _bind_signature(
+    ep: torch.export.ExportedProgram, translator: _GraphTranslator, graph: ir.Graph
+) -> None:
+    """Inputs, initializers and outputs from the ExportedProgram's graph signature."""
+    values = translator.values
+    state = {**ep.state_dict, **ep.constants}
+    for spec in ep.graph_signature.input_specs:
+        if isinstance(spec.arg, gs.ConstantArgument) or not hasattr(spec.arg, "name"):
+            continue
+        value = values[spec.arg.name]
+        assert isinstance(value, ir.Value)
+        if spec.kind == gs.InputKind.USER_INPUT:
+            graph.inputs.append(value)
+            continue
+        tensor = state.get(spec.target) if spec.target is not None else None
+        if tensor is None:
+            raise TranslationError(f"No tensor for {spec.kind.name} {spec.target!r}")
+        if isinstance(tensor, torch.nn.Parameter):
+            tensor = tensor.data
+        value.name = spec.target
+        value.const_value = torch_tensor_to_ir(tensor, spec.target)
+        value.metadata_props[f"{META_PREFIX}fx_node_name"] = spec.arg.name
+        _set_type_and_shape(value, tensor)
+        graph.initializers[spec.target] = value
+    seen: set[int] = set()
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind != gs.OutputKind.USER_OUTPUT or not hasattr(spec.arg, "name"):
+            continue
+        value = values[spec.arg.name]
+        assert isinstance(value, ir.Value)
+        if value.is_graph_input() or value.is_initializer() or id(value) in seen:
+            # An ONNX graph output must be produced by a node of its own.
+            identity = ir.Node("", "Identity", [value], name=f"{spec.arg.name}_identity")
+            graph.append(identity)
+            out = identity.outputs[0]
+            out.name = f"{spec.arg.name}_output_{len(graph.outputs)}"
+            out.dtype, out.shape = value.dtype, value.shape
+            value = out
+        seen.add(id(value))
+        graph.outputs.append(value)
+
+
+def _add_opset_imports(model: ir.Model, opset_version: int) -> None:
+    imports = model.opset_imports
+    imports[""] = opset_version
+    for function in model.functions.values():
+        for domain, version in function.opset_imports.items():
+            imports.setdefault(domain, version)
+        imports.setdefault(function.domain, 1)
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        imports.setdefault(node.domain, node.version or 1)
+
+
+def run(
+    ctx: DiagnosticContext, ep: torch.export.ExportedProgram, registry: OnnxRegistry
+) -> TranslationResult:
+    """Translate a decomposed ExportedProgram into an ONNX model, reporting every problem."""
+    graph = ir.Graph([], [], nodes=[], name="main_graph")
+    model = ir.Model(
+        graph, ir_version=10, producer_name="dynamo-onnx", producer_version=package_version()
+    )
+    translator = _GraphTranslator(ctx, registry, model, graph)
+    translator.translate(ep.graph)
+    operators = {op: (count, fn) for op, (count, fn) in translator.operators.items()}
+    translated = sum(1 for _, fn in operators.values() if fn is not None)
+    ctx.summary["operators"] = [
+        {"op": op, "count": count, "function": fn} for op, (count, fn) in sorted(operators.items())
+    ]
+    if operators:
+        ctx.record("operator-coverage", translated=translated, total=len(operators))
+    if translator.failed:
+        _raise_for_failures(ctx, operators)
+    _bind_signature(ep, translator, graph)
+    _add_opset_imports(model, registry.opset_version)
+    ir.passes.common.NameFixPass()(model)
+    return TranslationResult(model, operators)
+
+
+def _raise_for_failures(ctx: DiagnosticContext, operators: dict[str, tuple[int, str | None]]) -> None:
+    problems = [
+        f
+        for f in ctx.findings
+        if f.rule.id in ("DO301", "DO303") and f.level >= Level.ERROR
+    ]
+    unsupported = [f for f in problems if f.rule.id == "DO301"]
+    lines = [f"  - {f.properties['op']} at {f.properties['source']}" for f in problems]
+    translated = sum(1 for _, fn in operators.values() if fn is not None)
+    coverage = f"{translated} of {len(operators)} distinct operators translated"
+    if unsupported:
+        rule = get_rule("unsupported-operator")
+        distinct = sorted({f.properties["op"] for f in unsupported})
+        cause = (
+            f"{len(distinct)} operator(s) have no ONNX function ({coverage}):\n" + "\n".join(lines)
+        )
+        error: Exception = UnsupportedOperatorError(
+            format_message(
+                rule.id,
+                rule.name,
+                cause,
+                "register an ONNX function for each with OnnxRegistry.register_op(fn, "
+                "namespace, op_name) and pass the registry to export(..., registry=...); "
+                "see the rule's help for an example.",
+            ),
+            rule_id=rule.id,
+            diagnostics=ctx,
+        )
+    else:
+        rule = get_rule("operator-translation-failed")
+        error = TranslationError(
+            format_message(
+                rule.id,
+                rule.name,
+                f"{len(problems)} node(s) failed to translate ({coverage}):\n" + "\n".join(lines)
+                + "\n" + "\n".join(f"    {f.message}" for f in problems),
+                "register an ONNX function that handles these arguments with "
+                "OnnxRegistry.register_op, or change the call in the model.",
+            ),
+            rule_id=rule.id,
+            diagnostics=ctx,
+        )
+    mark_recorded(error)
+    raise error

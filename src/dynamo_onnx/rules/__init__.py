@@ -1,0 +1,145 @@
+"""The rule catalog: every finding the exporter can record is described here.
+
+Rules are loaded from ``catalog.toml`` next to this file, the single source of truth. The
+catalog is parsed once per process and is immutable, so sharing it is safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import string
+import sys
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from types import MappingProxyType
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["Rule", "Catalog", "catalog", "get_rule", "DOCS_URL"]
+
+#: Where each rule's documentation lives; ``helpUri`` in SARIF points at its anchor.
+DOCS_URL = "https://github.com/dynamo-onnx/dynamo-onnx/blob/main/docs/rules.md"
+
+_LEVELS = ("none", "note", "warning", "error")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One rule of the catalog (see ``catalog.toml`` for the meaning of each field)."""
+
+    id: str
+    name: str
+    level: str
+    pass_name: str
+    short: str
+    full: str
+    message: str
+    help: str
+    tags: tuple[str, ...] = ()
+    deprecated: bool = False
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The named fields of the message template, in order of appearance."""
+        return tuple(
+            name for _, name, _, _ in string.Formatter().parse(self.message) if name
+        )
+
+    @property
+    def help_uri(self) -> str:
+        """The rule's anchor in the generated rules page."""
+        return f"{DOCS_URL}#{self.id.lower()}-{self.name}"
+
+    @property
+    def fix(self) -> str:
+        """The "How to fix" paragraph of the help, as one line of plain text."""
+        text = self.help
+        marker = "**How to fix.**"
+        if marker in text:
+            text = text.split(marker, 1)[1]
+        paragraph = text.strip().split("\n\n", 1)[0]
+        return " ".join(paragraph.split()).rstrip(":")
+
+    def format_message(self, **fields: object) -> str:
+        """Fill the message template; a missing field is a bug, so it raises ``KeyError``."""
+        missing = [name for name in self.fields if name not in fields]
+        if missing:
+            raise KeyError(f"rule {self.id} needs message fields {missing}")
+        return self.message.format(**fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class Catalog:
+    """All rules, reachable by id and by name, plus the failure rule of every pass."""
+
+    rules: tuple[Rule, ...]
+    pass_rules: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        by_key: dict[str, Rule] = {}
+        for rule in self.rules:
+            for key in (rule.id, rule.name):
+                if key in by_key:
+                    raise ValueError(f"duplicate rule id or name {key!r} in the catalog")
+                by_key[key] = rule
+        object.__setattr__(self, "_by_key", MappingProxyType(by_key))
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self.rules)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def get(self, id_or_name: str) -> Rule:
+        """Look a rule up by id (``DO301``) or name (``unsupported-operator``)."""
+        try:
+            return self._by_key[id_or_name]  # type: ignore[attr-defined]
+        except KeyError:
+            raise KeyError(f"no rule {id_or_name!r} in the catalog") from None
+
+    def __contains__(self, id_or_name: object) -> bool:
+        return id_or_name in self._by_key  # type: ignore[attr-defined]
+
+    def for_pass(self, pass_name: str) -> Rule:
+        """The rule recorded when ``pass_name`` fails without a more specific finding."""
+        return self.get(self.pass_rules.get(pass_name, "internal-error"))
+
+
+def _parse(text: str) -> Catalog:
+    data = tomllib.loads(text)
+    rules = []
+    for entry in data.get("rule", []):
+        level = entry["level"]
+        if level not in _LEVELS:
+            raise ValueError(f"rule {entry['id']}: level must be one of {_LEVELS}")
+        rules.append(
+            Rule(
+                id=entry["id"],
+                name=entry["name"],
+                level=level,
+                pass_name=entry["pass"],
+                short=entry["short"].strip(),
+                full=entry["full"].strip(),
+                message=entry["message"].strip(),
+                help=entry["help"].strip(),
+                tags=tuple(entry.get("tags", ())),
+                deprecated=bool(entry.get("deprecated", False)),
+            )
+        )
+    return Catalog(tuple(rules), MappingProxyType(dict(data.get("passes", {}))))
+
+
+@functools.cache
+def catalog() -> Catalog:
+    """The catalog shipped with the package, parsed once."""
+    text = resources.files(__package__).joinpath("catalog.toml").read_text("utf-8")
+    return _parse(text)
+
+
+def get_rule(id_or_name: str) -> Rule:
+    """Shorthand for ``catalog().get(id_or_name)``."""
+    return catalog().get(id_or_name)
