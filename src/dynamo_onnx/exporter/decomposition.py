@@ -39,6 +39,19 @@ _NON_PROMOTING_ARGS: dict[Any, frozenset[int]] = {
 }
 
 
+# Reductions that accumulate bool and integer inputs in int64 (ATen promotes implicitly).
+_ACCUMULATING = frozenset(
+    {
+        torch.ops.aten.cumsum.default,
+        torch.ops.aten.cumprod.default,
+        torch.ops.aten.sum.default,
+        torch.ops.aten.sum.dim_IntList,
+        torch.ops.aten.prod.default,
+        torch.ops.aten.prod.dim_int,
+    }
+)
+
+
 def decomposition_table(registry: OnnxRegistry) -> Any:
     """torch.export's default table without the operators the registry translates."""
     table = torch.export.default_decompositions()
@@ -95,17 +108,26 @@ def _insert_type_promotion(gm: torch.fx.GraphModule) -> int:
         target = node.target
         if node.op != "call_function" or not hasattr(target, "tags"):
             continue
-        if torch.Tag.pointwise not in target.tags or target in _CASTS or "dtype" in node.kwargs:
+        if target in _CASTS or node.kwargs.get("dtype") is not None:
             continue
-        skip = _NON_PROMOTING_ARGS.get(target, frozenset())
-        positions = [
-            i
-            for i, a in enumerate(node.args)
-            if i not in skip and isinstance(_val(a), torch.Tensor)
-        ]
-        if not positions or any(_val(node.args[i]).is_complex() for i in positions):
+        if target in _ACCUMULATING:
+            positions = [0]
+            out = node.meta.get("val")
+            dtype = out.dtype if isinstance(out, torch.Tensor) else None
+            if dtype is None or _val(node.args[0]).dtype == dtype:
+                continue
+        elif torch.Tag.pointwise in target.tags:
+            skip = _NON_PROMOTING_ARGS.get(target, frozenset())
+            positions = [
+                i
+                for i, a in enumerate(node.args)
+                if i not in skip and isinstance(_val(a), torch.Tensor)
+            ]
+            if not positions or any(_val(node.args[i]).is_complex() for i in positions):
+                continue
+            dtype = _promotion_dtype(node, positions)
+        else:
             continue
-        dtype = _promotion_dtype(node, positions)
         if dtype is None:
             continue
         args = list(node.args)

@@ -40,9 +40,7 @@ def _default_session(model: str | bytes, options: ONNXRuntimeOptions | None = No
 
 
 def _flatten(obj: Any) -> list[Any]:
-    """Leaves of nested tuples, lists and dicts, in torch.export's order."""
-    if obj is None:
-        return []
+    """Leaves of nested tuples, lists and dicts, in torch.export's order (None is a leaf)."""
     if isinstance(obj, (list, tuple)):
         return [leaf for item in obj for leaf in _flatten(item)]
     if isinstance(obj, dict):

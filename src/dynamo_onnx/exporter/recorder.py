@@ -9,13 +9,16 @@ constant of ``x``'s dtype.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
 import onnxscript
+import onnxscript.evaluator
+from onnxscript import opset18
 
-__all__ = ["NodeRecorder", "ConstantCache"]
+__all__ = ["NodeRecorder", "ConstantCache", "recording"]
 
 ConstantCache = dict[tuple[Any, ir.DataType], ir.Value]
 
@@ -283,3 +286,33 @@ def _num_outputs(signature: ir.schemas.OpSignature, attrs: Mapping[str, Any]) ->
         if signature.name == "BatchNormalization" and not attrs.get("training_mode", 0):
             return 1
     return len(signature.outputs)
+
+
+class _ArithmeticHandler:
+    """Lets torch_lib write ``x + 1`` on values: onnx_ir routes Value arithmetic here."""
+
+    def Add(self, lhs: Any, rhs: Any) -> Any:  # noqa: N802 - onnx_ir's protocol names
+        return opset18.Add(lhs, rhs)
+
+    def Sub(self, lhs: Any, rhs: Any) -> Any:  # noqa: N802
+        return opset18.Sub(lhs, rhs)
+
+    def Mul(self, lhs: Any, rhs: Any) -> Any:  # noqa: N802
+        return opset18.Mul(lhs, rhs)
+
+    def Div(self, lhs: Any, rhs: Any) -> Any:  # noqa: N802
+        return opset18.Div(lhs, rhs)
+
+    def Neg(self, operand: Any) -> Any:  # noqa: N802
+        return opset18.Neg(operand)
+
+
+@contextlib.contextmanager
+def recording(recorder: NodeRecorder) -> Iterator[NodeRecorder]:
+    """Route onnxscript op calls and Value arithmetic to ``recorder`` for the duration."""
+    previous = ir.set_value_magic_handler(_ArithmeticHandler())
+    try:
+        with onnxscript.evaluator.default_as(recorder):
+            yield recorder
+    finally:
+        ir.set_value_magic_handler(previous)

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
-import onnxscript.evaluator
 import torch
 import torch.fx
 from torch.export import graph_signature as gs
@@ -28,7 +27,7 @@ from dynamo_onnx.diagnostics.context import mark_recorded
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.exporter.dispatch import dispatch
 from dynamo_onnx.exporter.errors import TranslationError, UnsupportedOperatorError, format_message
-from dynamo_onnx.exporter.recorder import ConstantCache, NodeRecorder
+from dynamo_onnx.exporter.recorder import ConstantCache, NodeRecorder, recording
 from dynamo_onnx.exporter.registry import OnnxRegistry, target_name
 from dynamo_onnx.exporter.tensors import TORCH_TO_ONNX_DTYPE, torch_tensor_to_ir
 from dynamo_onnx.rules import get_rule
@@ -200,7 +199,7 @@ class _GraphTranslator:
         if kwargs.get("dtype", 0) is None:
             kwargs["dtype"] = -1  # torch_lib's "no dtype given"
         try:
-            with onnxscript.evaluator.default_as(recorder):
+            with recording(recorder):
                 outputs = chosen.function.function(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - recorded, translation goes on
             self._placeholder_outputs(node)
@@ -273,11 +272,7 @@ class _GraphTranslator:
 
 def _has_decomposition(target: Any) -> bool:
     """Whether torch can decompose the operator (used in the unsupported-operator finding)."""
-    if target in torch.export.default_decompositions():
-        return True
-    return hasattr(target, "_schema") and target.has_kernel_for_dispatch_key(
-        torch._C.DispatchKey.CompositeImplicitAutograd
-    )
+    return target in torch.export.default_decompositions()
 
 
 def _bind_signature(

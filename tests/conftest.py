@@ -1,0 +1,83 @@
+"""Shared models and helpers for the test suite: real torch models, real ONNX Runtime."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+
+import pytest
+import torch
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+class MLPModel(torch.nn.Module):
+    """The seed's MLP."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc0 = torch.nn.Linear(8, 8, bias=True)
+        self.fc1 = torch.nn.Linear(8, 4, bias=True)
+        self.fc2 = torch.nn.Linear(4, 2, bias=True)
+        self.fc3 = torch.nn.Linear(2, 2, bias=True)
+
+    def forward(self, tensor_x: torch.Tensor) -> torch.Tensor:
+        tensor_x = self.fc0(tensor_x)
+        tensor_x = torch.sigmoid(tensor_x)
+        tensor_x = self.fc1(tensor_x)
+        tensor_x = torch.sigmoid(tensor_x)
+        tensor_x = self.fc2(tensor_x)
+        tensor_x = torch.sigmoid(tensor_x)
+        return self.fc3(tensor_x)
+
+
+class SeedModel(torch.nn.Module):
+    """The seed's ``MyModel`` (Example 1 of dynamo_export)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2)
+
+    def forward(self, x, bias=None):
+        out = self.linear(x)
+        out = out + bias
+        return out
+
+
+class SmallCNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.gap = torch.nn.AdaptiveAvgPool2d(1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(torch.relu(self.bn(self.conv(x))))
+        return self.fc(torch.flatten(self.gap(x), 1))
+
+
+def line_of(func, marker: str) -> int:
+    """The line number of the first line of ``func``'s source that contains ``marker``."""
+    lines, start = inspect.getsourcelines(func)
+    for offset, text in enumerate(lines):
+        if marker in text:
+            return start + offset
+    raise AssertionError(f"{marker!r} not in the source of {func}")
+
+
+def first_output(out):
+    """The first tensor of a model output (a tensor, a tuple, or a transformers output)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    return out[0]
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

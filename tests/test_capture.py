@@ -1,0 +1,46 @@
+"""Capture: strategies in order, each failure a finding, a CaptureError when all fail."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import line_of
+
+import dynamo_onnx
+
+
+class Raises(torch.nn.Module):
+    def forward(self, x):
+        y = x + 1
+        raise ValueError("the model refuses")  # marker: raise
+
+
+def test_all_strategies_failing_gives_capture_error_with_every_cause():
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(Raises(), (torch.randn(2),))
+    error = info.value
+    lines = str(error).splitlines()
+    assert lines[0].startswith("[DO100 capture-failed]")
+    causes = [line for line in lines if line.startswith("  - ")]
+    assert len(causes) == 2
+    assert "strict=False" in causes[0] and "strict=True" in causes[1]
+    assert all("the model refuses" in c for c in causes)
+    assert lines[-1].startswith("Fix:")
+    strategy_findings = error.diagnostics.by_rule("capture-strategy-failed")
+    assert len(strategy_findings) == 2
+    line = line_of(Raises.forward, "marker: raise")
+    assert strategy_findings[0].primary.line == line
+    assert error.diagnostics.by_rule("DO100")[0].primary.line == line
+    assert [p.outcome for p in error.diagnostics.passes] == ["failed"]
+
+
+def test_nonstrict_success_records_the_strategy():
+    program = dynamo_onnx.export(torch.nn.ReLU(), (torch.randn(2),))
+    (finding,) = program.diagnostics.by_rule("capture-strategy-succeeded")
+    assert finding.properties["strategy"] == "torch.export.export(strict=False)"
+    assert finding.properties["nodes"] >= 3
+
+
+def test_opset_out_of_range_is_rejected_up_front():
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="opset_version"):
+        dynamo_onnx.export(torch.nn.ReLU(), (torch.randn(2),), opset_version=3)

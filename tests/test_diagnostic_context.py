@@ -1,0 +1,100 @@
+"""The diagnostic context, findings and the rule catalog, without torch."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+
+from dynamo_onnx.diagnostics import DiagnosticContext, DiagnosticOptions, Level, Location
+from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.rules import catalog, get_rule
+
+
+def test_levels_are_logging_levels():
+    assert Level.NONE == logging.DEBUG
+    assert Level.NOTE == logging.INFO
+    assert Level.WARNING == logging.WARNING
+    assert Level.ERROR == logging.ERROR
+    assert Level.WARNING > logging.INFO
+
+
+def test_catalog_ids_and_names_are_unique_and_well_formed():
+    rules = list(catalog())
+    assert len({r.id for r in rules}) == len(rules)
+    for rule in rules:
+        assert re.fullmatch(r"DO\d{3}", rule.id), rule.id
+        assert re.fullmatch(r"[a-z]+(-[a-z]+)*", rule.name), rule.name
+        assert rule.short.endswith("."), rule.id
+        assert rule.help and rule.full
+    for pass_name in ("capture", "decomposition", "translation", "serialization"):
+        assert catalog().for_pass(pass_name).pass_name == pass_name
+
+
+def test_rule_message_needs_every_field():
+    rule = get_rule("unsupported-operator")
+    assert rule.fields == ("op", "source")
+    assert "`aten::foo`" in rule.format_message(op="aten::foo", source="m.py:3")
+    with pytest.raises(KeyError, match="DO301"):
+        rule.format_message(op="aten::foo")
+
+
+def test_pass_records_duration_and_turns_exceptions_into_findings():
+    ctx = DiagnosticContext()
+    with ctx.pass_("capture"):
+        pass
+    with pytest.raises(ZeroDivisionError):
+        with ctx.pass_("decomposition"):
+            1 / 0
+    assert [(p.name, p.outcome) for p in ctx.passes] == [("capture", "ok"), ("decomposition", "failed")]
+    assert all(p.duration_s >= 0 for p in ctx.passes)
+    (finding,) = ctx.findings
+    assert finding.rule.id == "DO200"
+    assert finding.level == Level.ERROR
+    assert finding.pass_name == "decomposition"
+    assert "ZeroDivisionError: division by zero" in finding.message
+    assert finding.primary is not None and finding.primary.path == __file__
+
+
+def test_an_exception_is_recorded_once():
+    ctx = DiagnosticContext()
+    with pytest.raises(ValueError):
+        with ctx.pass_("translation"):
+            try:
+                raise ValueError("inner")
+            except ValueError as exc:
+                ctx.record_exception(exc, "translation-failed")
+                raise
+    assert len(ctx.findings) == 1
+
+
+def test_verbosity_filters_rendering_not_recording():
+    ctx = DiagnosticContext(DiagnosticOptions(verbosity_level=logging.WARNING))
+    ctx.record("capture-strategy-succeeded", strategy="s", nodes=1)
+    ctx.record("unsupported-operator", level=Level.WARNING, op="x", source="y")
+    assert len(ctx.findings) == 2
+    assert [f.rule.id for f in ctx.visible()] == ["DO301"]
+
+
+def test_warnings_as_errors_promotes_in_rendering():
+    ctx = DiagnosticContext(DiagnosticOptions(warnings_as_errors=True))
+    finding = ctx.record("unsupported-operator", level=Level.WARNING, op="x", source="y")
+    assert finding.level == Level.WARNING
+    assert ctx.effective_level(finding) == Level.ERROR
+    assert ctx.has_errors()
+
+
+@pytest.mark.parametrize("bad", [5, "INFO", True, None])
+def test_invalid_verbosity_is_rejected(bad):
+    with pytest.raises(ValueError, match="verbosity_level"):
+        DiagnosticOptions(verbosity_level=bad)
+
+
+def test_stack_trace_parsing_is_innermost_first():
+    text = (
+        'File "/m/model.py", line 10, in forward\n    x = self.block(x)\n'
+        'File "/m/block.py", line 3, in forward\n    return torch.relu(x)\n'
+    )
+    frames = parse_stack_trace(text)
+    assert frames == (Location("/m/block.py", 3, "forward"), Location("/m/model.py", 10, "forward"))
