@@ -1,5 +1,7 @@
 """The seed's MLP example: export it, check it against eager, and write the artifacts."""
 
+import os
+
 import torch
 import torch.nn as nn
 
@@ -31,11 +33,14 @@ def main() -> None:
     tensor_x = torch.rand((97, 8), dtype=torch.float32)
     onnx_program = dynamo_onnx.dynamo_export(model, tensor_x)
     onnx_program.save("mlp.onnx")
+    onnx_program.save_diagnostics("mlp.sarif")  # SARIF 2.1.0: open it in VS Code's SARIF Viewer
+    onnx_program.diagnostics.save_markdown("mlp.md")  # the same findings, for people
     expected = model(tensor_x)
     (actual,) = onnx_program(tensor_x)
     diff = (expected - actual).abs().max().item()
-    print(f"wrote mlp.onnx ({len(onnx_program.model.graph)} ONNX nodes); "
-          f"max |ONNX Runtime - eager| = {diff:.2e}")
+    print(f"max |ONNX Runtime - eager| = {diff:.2e}")
+    for path in ("mlp.onnx", "mlp.sarif", "mlp.md"):
+        print(f"wrote {os.path.abspath(path)}")
 
 
 if __name__ == "__main__":

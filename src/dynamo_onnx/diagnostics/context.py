@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import json
 import os
 import sys
 import time
@@ -18,6 +19,7 @@ import traceback
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from dynamo_onnx.diagnostics.files import atomic_write_text
 from dynamo_onnx.diagnostics.findings import Finding, Level, Location, first_user_frame
 from dynamo_onnx.diagnostics.options import DiagnosticOptions
 from dynamo_onnx.rules import Rule, catalog
@@ -65,6 +67,7 @@ class DiagnosticContext:
             package, the standard library); stack frames under them are never primary.
         arguments: the command line or call, recorded in the SARIF invocation.
         versions: versions of the tools involved, recorded in both renderings.
+        subject: what is being exported (the model's class name), for titles and ids.
     """
 
     def __init__(
@@ -76,6 +79,7 @@ class DiagnosticContext:
         library_prefixes: Sequence[str] = (),
         arguments: Sequence[str] = (),
         versions: dict[str, str] | None = None,
+        subject: str = "model",
     ) -> None:
         self.options = options or DiagnosticOptions()
         self.source_root = os.path.abspath(source_root or os.getcwd())
@@ -83,6 +87,7 @@ class DiagnosticContext:
         self.library_prefixes = tuple(library_prefixes)
         self.arguments = list(arguments)
         self.versions = dict(versions or {})
+        self.subject = subject
         self.findings: list[Finding] = []
         self.passes: list[PassRecord] = []
         #: Plain tables for the reports: "inputs", "outputs", "operators", ...
@@ -194,6 +199,28 @@ class DiagnosticContext:
         """Findings of a rule, by id or name."""
         target = catalog().get(rule)
         return [f for f in self.findings if f.rule is target or f.rule.id == target.id]
+
+    # -- renderings --------------------------------------------------------------------
+
+    def to_sarif(self) -> dict[str, Any]:
+        """The findings as a SARIF 2.1.0 log, validated against the OASIS schema."""
+        from dynamo_onnx.diagnostics import sarif
+
+        return sarif.to_sarif(self)
+
+    def save_sarif(self, path: str | os.PathLike[str]) -> None:
+        """Write the SARIF log to ``path`` (atomically)."""
+        atomic_write_text(path, json.dumps(self.to_sarif(), indent=2) + "\n")
+
+    def to_markdown(self) -> str:
+        """The findings as a markdown report (rendered from the SARIF log)."""
+        from dynamo_onnx.diagnostics import markdown
+
+        return markdown.render(self.to_sarif())
+
+    def save_markdown(self, path: str | os.PathLike[str]) -> None:
+        """Write the markdown report to ``path`` (atomically)."""
+        atomic_write_text(path, self.to_markdown())
 
     def __repr__(self) -> str:
         counts = {lvl.name: 0 for lvl in Level}

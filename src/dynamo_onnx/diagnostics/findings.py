@@ -49,7 +49,9 @@ class Location:
 
     @property
     def snippet(self) -> str | None:
-        """The text of the source line, read from disk (cached by :mod:`linecache`)."""
+        """The text of the source line, read from disk (cached by :mod:`linecache`, which is
+        refreshed first: a model edited and re-exported in one session shows its new line)."""
+        linecache.checkcache(self.path)
         text = linecache.getline(self.path, self.line)
         return text.rstrip("\n") if text else None
 

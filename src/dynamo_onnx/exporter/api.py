@@ -14,7 +14,7 @@ import torch
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext, DiagnosticOptions, Location
 from dynamo_onnx.diagnostics.context import default_library_prefixes, mark_recorded
-from dynamo_onnx.exporter import capture, decomposition, serialization, translation
+from dynamo_onnx.exporter import capture, decomposition, reporting, serialization, translation
 from dynamo_onnx.exporter.errors import (
     CaptureError,
     DecompositionError,
@@ -27,7 +27,7 @@ from dynamo_onnx.exporter.errors import (
 from dynamo_onnx.exporter.options import ExportOptions
 from dynamo_onnx.exporter.program import ONNXProgram
 from dynamo_onnx.exporter.registry import OnnxRegistry
-from dynamo_onnx.exporter.versions import tool_versions
+from dynamo_onnx.exporter.versions import package_version, tool_versions
 from dynamo_onnx.rules import catalog
 
 __all__ = ["export", "dynamo_export"]
@@ -53,8 +53,20 @@ def _call_site() -> Location | None:
     return None
 
 
+def _subject(model: Any) -> str:
+    """A short name of what is exported, for report titles and file names."""
+    if isinstance(model, torch.export.ExportedProgram):
+        return "ExportedProgram"
+    if isinstance(model, torch.nn.Module):
+        return type(model).__name__
+    return getattr(model, "__name__", type(model).__name__)
+
+
 def _new_context(
-    options: DiagnosticOptions | None, source_root: str | os.PathLike[str] | None, arguments: list[str]
+    options: DiagnosticOptions | None,
+    source_root: str | os.PathLike[str] | None,
+    arguments: list[str],
+    subject: str,
 ) -> DiagnosticContext:
     if options is not None and not isinstance(options, DiagnosticOptions):
         raise InvalidExportOptionsError(
@@ -66,7 +78,8 @@ def _new_context(
         call_site=_call_site(),
         library_prefixes=default_library_prefixes(torch, dynamo_onnx),
         arguments=arguments,
-        versions=tool_versions(),
+        versions={"dynamo-onnx": package_version(), **tool_versions()},
+        subject=subject,
     )
 
 
@@ -110,6 +123,8 @@ def export(
     opset_version: int | None = None,
     registry: OnnxRegistry | None = None,
     diagnostic_options: DiagnosticOptions | None = None,
+    report: bool = False,
+    artifacts_dir: str | os.PathLike[str] = ".",
     source_root: str | os.PathLike[str] | None = None,
 ) -> ONNXProgram:
     """Export a PyTorch model to an :class:`ONNXProgram`.
@@ -122,13 +137,17 @@ def export(
         opset_version: the ONNX opset of the result; default: the registry's (18).
         registry: the ONNX functions to use; default: onnxscript's torch_lib.
         diagnostic_options: verbosity and warnings-as-errors of the reports.
-        source_root: the directory report paths are relative to (default: cwd).
+        report: write ``<artifacts_dir>/<Model>.sarif`` and ``<Model>.md``, on success and
+            on failure (then the exception message names both paths).
+        artifacts_dir: where the reports go (created if missing).
+        source_root: the directory SARIF paths are relative to (default: cwd).
 
     Raises:
         OnnxExporterError: a subclass naming the rule, the cause and the fix; its
             ``diagnostics`` hold every finding.
     """
-    ctx = _new_context(diagnostic_options, source_root, [f"export({type(model).__name__})"])
+    subject = _subject(model)
+    ctx = _new_context(diagnostic_options, source_root, [f"export({subject})"], subject)
     _check_opset(opset_version)
     if not isinstance(args, tuple):
         args = (args,)
@@ -145,11 +164,22 @@ def export(
     except Exception as exc:
         error = _wrap(ctx, exc)
         ctx.finish(error)
+        if report:
+            error.report_paths = reporting.write_reports(ctx, artifacts_dir)
         if error is exc:
             raise
         raise error from exc
-    ctx.finish()
-    return ONNXProgram(onnx_model, program, ctx)
+    onnx_program = ONNXProgram(onnx_model, program, ctx)
+    gate = reporting.warnings_as_errors(ctx)
+    ctx.finish(gate)
+    if report:
+        paths = reporting.write_reports(ctx, artifacts_dir)
+        if gate is not None:
+            gate.report_paths = paths
+    if gate is not None:
+        gate.program = onnx_program
+        raise gate
+    return onnx_program
 
 
 def dynamo_export(

@@ -77,7 +77,12 @@ class SerializationError(OnnxExporterError):
 
 
 class WarningsAsErrorsError(OnnxExporterError):
-    """The export succeeded, but produced warnings while ``warnings_as_errors=True``."""
+    """The export succeeded, but produced warnings while ``warnings_as_errors=True``.
+
+    ``program`` holds the exported :class:`ONNXProgram`, usable despite the warnings.
+    """
+
+    program: object = None
 
 
 def format_message(rule_id: str, rule_name: str, cause: str, fix: str) -> str:

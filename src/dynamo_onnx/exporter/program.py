@@ -110,6 +110,12 @@ class ONNXProgram:
             external_data=external_data,
         )
 
+    def save_diagnostics(self, destination: str | os.PathLike[str]) -> None:
+        """Save the export's diagnostics as a SARIF log, as the PyTorch 2.1-2.5 API did."""
+        if self.diagnostics is None:
+            raise ValueError("this ONNXProgram was not produced by an export: it has no diagnostics")
+        self.diagnostics.save_sarif(destination)
+
     # -- running it ------------------------------------------------------------------------
 
     def initialize_inference_session(

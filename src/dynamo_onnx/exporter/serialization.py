@@ -16,10 +16,11 @@ from collections.abc import Iterator
 import onnx
 import onnx_ir as ir
 import onnxscript.version_converter
+import torch
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 
-__all__ = ["run", "to_proto", "save", "atomic_write_text", "TWO_GB"]
+__all__ = ["run", "to_proto", "save", "TWO_GB"]
 
 #: Protobuf cannot hold more than this; larger models must use external data.
 TWO_GB = 2**31
@@ -95,25 +96,12 @@ def save(
         os.replace(staged, destination)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write a text file atomically (temporary file in the same directory, then rename)."""
-    path = pathlib.Path(os.fspath(path))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def run(ctx: DiagnosticContext, model: ir.Model, opset_version: int | None = None) -> ir.Model:
     """Convert to the requested opset, and describe the model (inputs, outputs, size)."""
     if opset_version is not None and opset_version != model.opset_imports.get(""):
         onnxscript.version_converter.convert_version(model, opset_version, fallback=True)
     graph = model.graph
+    _check_weights(ctx, model)
     ctx.summary["model"] = {
         "nodes": len(graph),
         "initializers": len(graph.initializers),
@@ -124,6 +112,22 @@ def run(ctx: DiagnosticContext, model: ir.Model, opset_version: int | None = Non
     ctx.summary["inputs"] = [_describe(v) for v in graph.inputs]
     ctx.summary["outputs"] = [_describe(v) for v in graph.outputs]
     return model
+
+
+def _check_weights(ctx: DiagnosticContext, model: ir.Model) -> None:
+    """A warning for every weight holding NaN or inf (fake and meta weights are skipped)."""
+    for name, value in model.graph.initializers.items():
+        tensor = getattr(value.const_value, "raw", None)
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            continue
+        if tensor.device.type == "meta":
+            continue
+        try:
+            bad = int((~torch.isfinite(tensor)).sum())
+        except (RuntimeError, TypeError):  # fake tensors hold no values
+            continue
+        if bad:
+            ctx.record("non-finite-weights", name=name, count=bad, total=tensor.numel())
 
 
 def _describe(value: ir.Value) -> dict[str, str]:

