@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
 import onnx
+import onnx_ir as ir
 import pytest
 import torch
 from conftest import MLPModel, SeedModel, SmallCNN, first_output
@@ -91,3 +94,33 @@ def test_nodes_keep_their_origin_in_metadata():
     assert props["pkg.dynamo_onnx.fx_node_name"].startswith("linear")
     assert "conftest.py" in props["pkg.dynamo_onnx.stack_trace"]
     assert "aten.linear" in props["pkg.dynamo_onnx.fx_node"]
+
+
+def test_export_options_dynamic_shapes_true_makes_the_batch_dynamic():
+    model = MLPModel()
+    options = dynamo_onnx.ExportOptions(dynamic_shapes=True)
+    program = dynamo_onnx.dynamo_export(model, torch.rand(97, 8), export_options=options)
+    (graph_input,) = program.model.graph.inputs
+    assert isinstance(graph_input.shape[0], ir.SymbolicDim)
+    assert graph_input.shape[1] == 8  # required by fc0: kept static
+    for batch in (1, 3, 64):
+        x = torch.rand(batch, 8)
+        torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_export_options_diagnostic_options_reach_the_context():
+    options = dynamo_onnx.ExportOptions(
+        diagnostic_options=dynamo_onnx.DiagnosticOptions(verbosity_level=logging.WARNING)
+    )
+    program = dynamo_onnx.dynamo_export(MLPModel(), torch.rand(3, 8), export_options=options)
+    assert program.diagnostics.options.verbosity_level == logging.WARNING
+    assert program.diagnostics.visible() == []
+
+
+def test_unsupported_export_options_are_rejected_not_ignored():
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="fake_context"):
+        dynamo_onnx.dynamo_export(
+            MLPModel(), torch.rand(3, 8), export_options=dynamo_onnx.ExportOptions(fake_context=object())
+        )
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="export_options"):
+        dynamo_onnx.dynamo_export(MLPModel(), torch.rand(3, 8), export_options={"dynamic_shapes": True})

@@ -202,10 +202,19 @@ def dynamo_export(
         raise InvalidExportOptionsError(
             f"export_options must be an ExportOptions, got {type(options).__name__}"
         )
+    if options.fake_context is not None:
+        raise InvalidExportOptionsError(
+            "ExportOptions(fake_context=...) is not supported by this version of dynamo-onnx "
+            "yet; export the model with real (or meta-initialized) weights instead."
+        )
+    dynamic_shapes = None
+    if options.dynamic_shapes and not isinstance(model, torch.export.ExportedProgram):
+        dynamic_shapes = capture.all_dimensions_dynamic(model, model_args, model_kwargs)
     return export(
         model,
         model_args,
         model_kwargs,
+        dynamic_shapes=dynamic_shapes,
         registry=options.onnx_registry,
         diagnostic_options=options.diagnostic_options,
     )

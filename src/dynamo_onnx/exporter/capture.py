@@ -7,6 +7,7 @@ cause; only when all fail does capture raise :class:`CaptureError`.
 
 from __future__ import annotations
 
+import inspect
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,7 +20,7 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.exporter.errors import CaptureError, format_message
 from dynamo_onnx.rules import get_rule
 
-__all__ = ["run", "STRATEGIES"]
+__all__ = ["run", "STRATEGIES", "all_dimensions_dynamic"]
 
 #: (label, strict) in the order they are tried.
 STRATEGIES: tuple[tuple[str, bool], ...] = (
@@ -54,6 +55,28 @@ def as_module(model: Any) -> torch.nn.Module:
     if isinstance(model, torch.nn.Module):
         return model
     return _CallableModule(model)
+
+
+def _auto_spec(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return {dim: torch.export.Dim.AUTO for dim in range(value.dim())} or None
+    if isinstance(value, (list, tuple)):
+        return type(value)(_auto_spec(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _auto_spec(v) for k, v in value.items()}
+    return None
+
+
+def all_dimensions_dynamic(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """``ExportOptions(dynamic_shapes=True)``: every dimension of every tensor input dynamic.
+
+    ``Dim.AUTO`` lets torch.export keep a dimension static where the model requires it (the
+    8 input features of a Linear(8, ...)) instead of failing; the seed's "most compatible"
+    meaning.
+    """
+    forward = as_module(model).forward
+    bound = inspect.signature(forward).bind(*args, **kwargs)
+    return {name: _auto_spec(value) for name, value in bound.arguments.items()}
 
 
 def run(

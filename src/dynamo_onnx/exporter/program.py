@@ -89,8 +89,8 @@ class ONNXProgram:
     ) -> None:
         """Save the ONNX model to ``destination``, atomically.
 
-        When ``external_data`` is True, or the weights exceed 2 GB, they are saved in
-        ``<destination>.data`` beside the model.
+        When ``external_data`` is True, or the weights exceed 2 GB, tensors larger than 256
+        bytes are saved in ``<destination>.data`` beside the model (smaller ones stay inline).
 
         Raises:
             TypeError: if ``external_data`` is True and destination is not a file path.

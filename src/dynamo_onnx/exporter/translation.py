@@ -85,10 +85,16 @@ def _node_source(ctx: DiagnosticContext, node: torch.fx.Node) -> _Source:
     return _Source(frames, ctx.user_frame(frames), module_path, trace)
 
 
+def _symbolic_dim(dim: Any) -> int | str:
+    """A SymInt as an ONNX dim: its name, or its value when torch specialized it."""
+    text = str(dim)
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
 def _set_type_and_shape(value: ir.Value, meta: Any) -> None:
     """Type and shape an ONNX value from an FX ``meta["val"]`` (complex -> [..., 2] floats)."""
     if isinstance(meta, torch.Tensor):
-        dims: list[int | str] = [d if isinstance(d, int) else str(d) for d in meta.shape]
+        dims: list[int | str] = [d if isinstance(d, int) else _symbolic_dim(d) for d in meta.shape]
         dtype = meta.dtype
         if dtype.is_complex:
             dtype = dtype.to_real()

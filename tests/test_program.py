@@ -1,0 +1,82 @@
+"""ONNXProgram: saving atomically, the ModelProto, and running in ONNX Runtime."""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+import torch
+from conftest import MLPModel
+
+import dynamo_onnx
+
+
+@pytest.fixture(scope="module")
+def program():
+    return dynamo_onnx.export(MLPModel(), (torch.randn(4, 8),))
+
+
+def test_saved_model_loads_and_runs_in_onnx_runtime(program, tmp_path):
+    path = tmp_path / "m.onnx"
+    program.save(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"], "no temporary files left"
+    onnx.checker.check_model(str(path), full_check=True)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = torch.randn(4, 8)
+    (out,) = session.run(None, {"tensor_x": x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(out), program(x)[0])
+
+
+def test_failed_save_keeps_the_earlier_file_intact(program, tmp_path, monkeypatch):
+    path = tmp_path / "m.onnx"
+    program.save(path)
+    before = path.read_bytes()
+
+    def broken_save(model, destination, **kwargs):
+        with open(destination, "wb") as handle:
+            handle.write(b"half a model")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ir, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        program.save(path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"], "the partial file is cleaned up"
+
+
+def test_save_external_data_and_initializer_layouts(program, tmp_path):
+    linear = torch.nn.Linear(64, 64)
+    big = dynamo_onnx.export(linear, (torch.randn(2, 64),))
+    big.save(tmp_path / "ext.onnx", external_data=True)
+    # Tensors above 256 bytes go to the data file; the 256-byte bias stays inline.
+    assert (tmp_path / "ext.onnx.data").stat().st_size == 64 * 64 * 4
+    session = ort.InferenceSession(str(tmp_path / "ext.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.randn(2, 64)
+    (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(out), linear(x), atol=1e-5, rtol=1e-5)
+    program.save(tmp_path / "bare.onnx", include_initializers=False, keep_initializers_as_inputs=True)
+    bare = onnx.load(str(tmp_path / "bare.onnx"))
+    assert not bare.graph.initializer
+    assert {"fc0.weight", "fc3.bias"} <= {i.name for i in bare.graph.input}
+    # The in-memory model is unchanged by the temporary layouts.
+    assert len(program.model.graph.initializers) == 8
+    assert [i.name for i in program.model.graph.inputs] == ["tensor_x"]
+
+
+def test_save_rejects_non_path_destinations(program):
+    import io
+
+    with pytest.raises(TypeError, match="external_data=True"):
+        program.save(io.BytesIO(), external_data=True)
+
+
+def test_model_proto_and_session_lifecycle(program):
+    proto = program.model_proto
+    assert isinstance(proto, onnx.ModelProto)
+    assert proto.opset_import[0].version == 18
+    assert proto.producer_name == "dynamo-onnx"
+    x = torch.randn(4, 8)
+    first = program(x)[0]
+    program.release()
+    torch.testing.assert_close(program(x)[0], first)  # session recreated lazily
