@@ -4,33 +4,19 @@ from __future__ import annotations
 
 import inspect
 import os
+import pathlib
+import sys
 import warnings
 
 import pytest
 import torch
 
+# The seed's MLP is the demo's (examples/mlp.py): the tests check what `make demo` runs.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+from mlp import MLPModel  # noqa: E402
+
 warnings.filterwarnings("ignore", category=FutureWarning)
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-
-class MLPModel(torch.nn.Module):
-    """The seed's MLP."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc0 = torch.nn.Linear(8, 8, bias=True)
-        self.fc1 = torch.nn.Linear(8, 4, bias=True)
-        self.fc2 = torch.nn.Linear(4, 2, bias=True)
-        self.fc3 = torch.nn.Linear(2, 2, bias=True)
-
-    def forward(self, tensor_x: torch.Tensor) -> torch.Tensor:
-        tensor_x = self.fc0(tensor_x)
-        tensor_x = torch.sigmoid(tensor_x)
-        tensor_x = self.fc1(tensor_x)
-        tensor_x = torch.sigmoid(tensor_x)
-        tensor_x = self.fc2(tensor_x)
-        tensor_x = torch.sigmoid(tensor_x)
-        return self.fc3(tensor_x)
 
 
 class SeedModel(torch.nn.Module):

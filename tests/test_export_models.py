@@ -92,7 +92,7 @@ def test_nodes_keep_their_origin_in_metadata():
     assert gemms, "nodes of fc1 carry its module path"
     props = gemms[0].metadata_props
     assert props["pkg.dynamo_onnx.fx_node_name"].startswith("linear")
-    assert "conftest.py" in props["pkg.dynamo_onnx.stack_trace"]
+    assert "examples/mlp.py" in props["pkg.dynamo_onnx.stack_trace"]
     assert "aten.linear" in props["pkg.dynamo_onnx.fx_node"]
 
 
