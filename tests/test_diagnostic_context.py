@@ -98,3 +98,22 @@ def test_stack_trace_parsing_is_innermost_first():
     )
     frames = parse_stack_trace(text)
     assert frames == (Location("/m/block.py", 3, "forward"), Location("/m/model.py", 10, "forward"))
+
+
+def test_a_failure_outside_any_pass_is_still_an_error_result(monkeypatch):
+    import torch
+
+    import dynamo_onnx
+    from dynamo_onnx.exporter import api
+
+    def broken_registry():
+        raise RuntimeError("registry exploded")
+
+    monkeypatch.setattr(api, "OnnxRegistry", broken_registry)
+    with pytest.raises(dynamo_onnx.OnnxExporterError) as info:
+        dynamo_onnx.export(torch.nn.ReLU(), (torch.randn(2),))
+    assert str(info.value).startswith("[DO900 internal-error] RuntimeError: registry exploded")
+    log = info.value.diagnostics.to_sarif()
+    (result,) = log["runs"][0]["results"]
+    assert (result["ruleId"], result["level"]) == ("DO900", "error")
+    assert log["runs"][0]["invocations"][0]["executionSuccessful"] is False

@@ -92,7 +92,9 @@ def _wrap(ctx: DiagnosticContext, exc: BaseException) -> OnnxExporterError:
     pass_name = failed.name if failed else "export"
     rule = catalog().for_pass(pass_name)
     finding = next((f for f in reversed(ctx.findings) if f.rule is rule), None)
-    cause = finding.message if finding else str(exc)
+    if finding is None:  # raised outside any pass: record it, so the log says what happened
+        finding = ctx.record_exception(exc, rule)
+    cause = finding.message
     error_type = _PASS_ERRORS.get(pass_name, OnnxExporterError)
     error = error_type(
         format_message(rule.id, rule.name, cause, rule.fix), rule_id=rule.id, diagnostics=ctx
@@ -151,8 +153,8 @@ def export(
     _check_opset(opset_version)
     if not isinstance(args, tuple):
         args = (args,)
-    registry = registry if registry is not None else OnnxRegistry()
     try:
+        registry = registry if registry is not None else OnnxRegistry()
         with ctx.pass_("capture"):
             program = capture.run(ctx, model, args, kwargs, dynamic_shapes)
         with ctx.pass_("decomposition"):
