@@ -112,7 +112,9 @@ def test_a_failure_outside_any_pass_is_still_an_error_result(monkeypatch):
     monkeypatch.setattr(api, "OnnxRegistry", broken_registry)
     with pytest.raises(dynamo_onnx.OnnxExporterError) as info:
         dynamo_onnx.export(torch.nn.ReLU(), (torch.randn(2),))
-    assert str(info.value).startswith("[DO900 internal-error] RuntimeError: registry exploded")
+    assert str(info.value).startswith(
+        "[DO900 internal-error] Internal error: RuntimeError: registry exploded"
+    )
     log = info.value.diagnostics.to_sarif()
     (result,) = log["runs"][0]["results"]
     assert (result["ruleId"], result["level"]) == ("DO900", "error")
