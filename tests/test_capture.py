@@ -44,3 +44,23 @@ def test_nonstrict_success_records_the_strategy():
 def test_opset_out_of_range_is_rejected_up_front():
     with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="opset_version"):
         dynamo_onnx.export(torch.nn.ReLU(), (torch.randn(2),), opset_version=3)
+
+
+@pytest.mark.parametrize("opset", [20, 23])
+def test_export_at_newer_opsets_runs(opset):
+    from conftest import SmallCNN
+
+    model, x = SmallCNN().eval(), torch.randn(2, 3, 16, 16)
+    program = dynamo_onnx.export(model, (x,), opset_version=opset)
+    assert program.model_proto.opset_import[0].version == opset
+    torch.testing.assert_close(program(x)[0], model(x), atol=1e-4, rtol=1e-4)
+
+
+def test_a_downconversion_that_cannot_happen_fails_loudly():
+    from conftest import SmallCNN
+
+    with pytest.raises(dynamo_onnx.SerializationError) as info:
+        dynamo_onnx.export(SmallCNN().eval(), (torch.randn(2, 3, 16, 16),), opset_version=11)
+    assert str(info.value).startswith("[DO402 opset-conversion-failed] Could not convert the model from opset 18 to opset 11")
+    (finding,) = info.value.diagnostics.by_rule("DO402")
+    assert finding.pass_name == "serialization"

@@ -19,6 +19,9 @@ import onnxscript.version_converter
 import torch
 
 from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics.context import exception_summary, mark_recorded
+from dynamo_onnx.exporter.errors import SerializationError, format_message
+from dynamo_onnx.rules import get_rule
 
 __all__ = ["run", "to_proto", "save", "TWO_GB"]
 
@@ -99,7 +102,7 @@ def save(
 def run(ctx: DiagnosticContext, model: ir.Model, opset_version: int | None = None) -> ir.Model:
     """Convert to the requested opset, and describe the model (inputs, outputs, size)."""
     if opset_version is not None and opset_version != model.opset_imports.get(""):
-        onnxscript.version_converter.convert_version(model, opset_version, fallback=True)
+        _convert_opset(ctx, model, opset_version)
     graph = model.graph
     _check_weights(ctx, model)
     ctx.summary["model"] = {
@@ -112,6 +115,29 @@ def run(ctx: DiagnosticContext, model: ir.Model, opset_version: int | None = Non
     ctx.summary["inputs"] = [_describe(v) for v in graph.inputs]
     ctx.summary["outputs"] = [_describe(v) for v in graph.outputs]
     return model
+
+
+def _convert_opset(ctx: DiagnosticContext, model: ir.Model, target: int) -> None:
+    """Convert to ``target`` and check it happened: the converter may leave the model as is."""
+    source = model.opset_imports.get("", 0)
+    cause = "the ONNX version converter left the model unchanged"
+    try:
+        onnxscript.version_converter.convert_version(model, target, fallback=True)
+    except Exception as exc:  # noqa: BLE001 - reported as the finding's cause
+        cause = exception_summary(exc)
+    if model.opset_imports.get("") == target:
+        return
+    rule = get_rule("opset-conversion-failed")
+    ctx.record(rule, source=source, target=target, cause=cause)
+    error = SerializationError(
+        format_message(
+            rule.id, rule.name,
+            rule.format_message(source=source, target=target, cause=cause), rule.fix,
+        ),
+        rule_id=rule.id,
+    )
+    mark_recorded(error)
+    raise error
 
 
 def _check_weights(ctx: DiagnosticContext, model: ir.Model) -> None:
