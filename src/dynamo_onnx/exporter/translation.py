@@ -11,6 +11,7 @@ recorded as a finding and translation goes on, so one run reports every problem.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import os
 from collections.abc import Sequence
@@ -276,9 +277,15 @@ class _GraphTranslator:
                 )
 
 
+@functools.cache
+def _decomposable() -> frozenset[Any]:
+    """Operators torch.export's default table decomposes (built once: it has ~900 entries)."""
+    return frozenset(torch.export.default_decompositions().keys())
+
+
 def _has_decomposition(target: Any) -> bool:
     """Whether torch can decompose the operator (used in the unsupported-operator finding)."""
-    return target in torch.export.default_decompositions()
+    return target in _decomposable()
 
 
 def _bind_signature(
