@@ -64,3 +64,36 @@ def test_a_downconversion_that_cannot_happen_fails_loudly():
     assert str(info.value).startswith("[DO402 opset-conversion-failed] Could not convert the model from opset 18 to opset 11")
     (finding,) = info.value.diagnostics.by_rule("DO402")
     assert finding.pass_name == "serialization"
+
+
+class LinearModel(torch.nn.Module):
+    """The seed article's model."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = torch.nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_seed_article_call_gets_a_finding_not_a_torch_export_crash():
+    model, dummy_input = LinearModel(5, 3), torch.randn(1, 5)
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
+        dynamo_onnx.dynamo_export(  # marker: seed call
+            model, args=(dummy_input,), opset_version=11, export_params=True, verbose=True
+        )
+    text = str(info.value)
+    assert text.startswith("[DO103 inputs-do-not-match-forward] forward(x) does not accept")
+    assert "args, opset_version, export_params, verbose" in text
+    assert "dynamo_onnx.dynamo_export(model, <Tensor>)" in text
+    assert "dynamo_onnx.export(model, (<Tensor>,), opset_version=11)" in text
+    (finding,) = info.value.diagnostics.by_rule("DO103")
+    assert finding.properties["unexpected"] == ["args", "opset_version", "export_params", "verbose"]
+    assert finding.primary.line == line_of(test_seed_article_call_gets_a_finding_not_a_torch_export_crash, "marker: seed call")
+    assert not info.value.diagnostics.by_rule("capture-strategy-failed"), "stopped before torch.export"
+
+
+def test_missing_positional_input_is_named():
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="missing a required argument: 'x'"):
+        dynamo_onnx.export(LinearModel(5, 3), ())

@@ -17,7 +17,7 @@ import torch
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary, mark_recorded
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
-from dynamo_onnx.exporter.errors import CaptureError, format_message
+from dynamo_onnx.exporter.errors import CaptureError, InvalidExportOptionsError, format_message
 from dynamo_onnx.rules import get_rule
 
 __all__ = ["run", "STRATEGIES", "all_dimensions_dynamic"]
@@ -79,6 +79,79 @@ def all_dimensions_dynamic(model: Any, args: tuple[Any, ...], kwargs: Mapping[st
     return {name: _auto_spec(value) for name, value in bound.arguments.items()}
 
 
+#: torch.onnx.export's own keywords: passed to dynamo_export they reach the model.
+_EXPORT_KEYWORDS = frozenset(
+    {"args", "kwargs", "opset_version", "export_params", "verbose", "input_names",
+     "output_names", "dynamic_axes", "do_constant_folding", "dynamo", "f",
+     "training", "operator_export_type", "keep_initializers_as_inputs",
+     "custom_opsets", "export_modules_as_functions", "external_data", "report",
+     "optimize", "verify", "dynamic_shapes", "artifacts_dir"}
+)
+
+
+def _right_call(args: tuple[Any, ...], kwargs: Mapping[str, Any], unexpected: list[str]) -> str:
+    """The call the user most likely meant, written out."""
+    inputs = [f"<{type(a).__name__}>" for a in args]
+    given = kwargs.get("args")
+    if not args and given is not None:
+        given = given if isinstance(given, tuple) else (given,)
+        inputs = [f"<{type(a).__name__}>" for a in given]
+    inputs += [f"{k}=<{type(v).__name__}>" for k, v in kwargs.items() if k not in unexpected]
+    options = [f"{k}={kwargs[k]!r}" for k in ("opset_version",) if k in kwargs]
+    model_inputs = ", ".join(["model", *inputs])
+    call = f"dynamo_onnx.dynamo_export({model_inputs})"
+    if options:
+        call += f", or dynamo_onnx.export(model, ({', '.join(inputs)},), {', '.join(options)})"
+    return call
+
+
+def check_inputs(
+    ctx: DiagnosticContext, model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> None:
+    """Fail early, with the names, when the inputs do not fit ``forward``'s signature."""
+    forward = as_module(model).forward
+    try:
+        signature = inspect.signature(forward)
+    except (TypeError, ValueError):  # builtins without a signature: let torch.export judge
+        return
+    try:
+        signature.bind(*args, **kwargs)
+        return
+    except TypeError as exc:
+        reason = str(exc)
+    accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    unexpected = [] if accepts_any else [k for k in kwargs if k not in signature.parameters]
+    if unexpected:
+        names = ", ".join(unexpected)
+        problem = f"the keyword argument(s) {names}"
+        export_words = [k for k in unexpected if k in _EXPORT_KEYWORDS]
+        if export_words:
+            problem += (
+                f" ({', '.join(export_words)} are torch.onnx.export options, which "
+                "dynamo_export passes to the model)"
+            )
+    else:
+        problem = f"these inputs ({reason})"
+    rule = get_rule("inputs-do-not-match-forward")
+    fields = {
+        "signature": str(signature),
+        "problem": problem,
+        "call": _right_call(args, kwargs, unexpected),
+    }
+    ctx.record(
+        rule,
+        locations=[ctx.call_site],
+        properties={"unexpected": unexpected},
+        **fields,
+    )
+    error = InvalidExportOptionsError(
+        format_message(rule.id, rule.name, rule.format_message(**fields), rule.fix),
+        rule_id=rule.id,
+    )
+    mark_recorded(error)
+    raise error
+
+
 def run(
     ctx: DiagnosticContext,
     model: torch.nn.Module | Callable[..., Any] | torch.export.ExportedProgram,
@@ -94,6 +167,7 @@ def run(
             nodes=len(model.graph.nodes),
         )
         return model
+    check_inputs(ctx, model, args, kwargs or {})
     module = as_module(model)
     causes: list[str] = []
     for label, strict in STRATEGIES:
