@@ -71,7 +71,9 @@ class NodeRecorder:
             raise ValueError(f"onnxscript function {function.name!r} has no signature")
         domain = function.function_ir.domain
         self.functions[(domain, function.name, "")] = function
-        return self._emit(signature, args, kwargs, version=None)
+        # The signature comes from annotations, which may omit the return; the body knows.
+        outputs = len(function.graph().outputs)
+        return self._emit(signature, args, kwargs, version=None, num_outputs=outputs)
 
     # -- building nodes --------------------------------------------------------------------
 
@@ -82,6 +84,7 @@ class NodeRecorder:
         kwargs: Mapping[str, Any],
         *,
         version: int | None,
+        num_outputs: int | None = None,
     ) -> Any:
         inputs, attrs = _bind(signature, args, kwargs)
         bindings = _type_bindings(signature, inputs)
@@ -107,7 +110,7 @@ class NodeRecorder:
             signature.name,
             flat_inputs,
             attributes=attributes,
-            num_outputs=_num_outputs(signature, attrs),
+            num_outputs=num_outputs if num_outputs is not None else _num_outputs(signature, attrs),
             version=version,
         )
         self.nodes.append(node)
