@@ -59,7 +59,7 @@ def test_custom_operator_exports_and_matches_eager(function):
     (dispatched,) = [
         f for f in program.diagnostics.by_rule("node-dispatched") if f.properties["op"] == "dxreg::scaled_gelu"
     ]
-    assert dispatched.properties["reason"] == "custom function"
+    assert dispatched.properties["reason"] == "perfect match (custom function)"
 
 
 def test_custom_function_via_export_options():

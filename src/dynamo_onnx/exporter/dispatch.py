@@ -5,21 +5,95 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import onnx_ir as ir
 import torch
 import torch.fx
 
 from dynamo_onnx.exporter.registry import ONNXFunction, OnnxRegistry, target_name
+from dynamo_onnx.exporter.tensors import TORCH_TO_ONNX_DTYPE
 
 __all__ = ["Dispatch", "dispatch", "is_complex_node"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Dispatch:
-    """The outcome of dispatching one node: the chosen function (or None) and why."""
+    """The outcome of dispatching one node: the chosen function (or None) and why.
+
+    ``mismatches`` is empty for a perfect match; otherwise it says, for the nearest
+    candidate, which inputs or attributes do not fit its signature.
+    """
 
     op: str
     function: ONNXFunction | None
     reason: str
+    mismatches: tuple[str, ...] = ()
+    candidates: int = 0
+
+
+_ATTR_PY_TYPES: dict[ir.AttributeType, tuple[type, ...]] = {
+    ir.AttributeType.INT: (int, bool),
+    ir.AttributeType.FLOAT: (float, int),
+    ir.AttributeType.STRING: (str,),
+    ir.AttributeType.INTS: (list, tuple),
+    ir.AttributeType.FLOATS: (list, tuple),
+    ir.AttributeType.STRINGS: (list, tuple),
+}
+
+
+def _arg_type(arg: Any) -> ir.TypeProtocol | None:
+    """The ONNX type an FX argument will have, when it is a node (None for constants)."""
+    if not isinstance(arg, torch.fx.Node):
+        return None
+    val = arg.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        dtype = val.dtype.to_real() if val.is_complex() else val.dtype
+        return ir.TensorType(TORCH_TO_ONNX_DTYPE[dtype])
+    if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+        return ir.TensorType(ir.DataType.INT64)
+    if isinstance(val, (torch.SymBool, bool)):
+        return ir.TensorType(ir.DataType.BOOL)
+    if isinstance(val, (torch.SymFloat, float)):
+        return ir.TensorType(ir.DataType.FLOAT)
+    return None
+
+
+def _mismatches(node: torch.fx.Node, signature: ir.schemas.OpSignature) -> list[str]:
+    """What in the node's arguments does not fit the signature (empty: a perfect match)."""
+    problems: list[str] = []
+    positional = list(node.args)
+    bound: dict[str, ir.TypeProtocol] = {}
+    for param in signature.params:
+        if positional:
+            arg = positional.pop(0)
+        elif param.name in node.kwargs:
+            arg = node.kwargs[param.name]
+        else:
+            continue
+        if isinstance(param, ir.schemas.AttributeParameter):
+            allowed = _ATTR_PY_TYPES.get(param.type)
+            if arg is not None and allowed and not isinstance(arg, allowed) and not isinstance(
+                arg, (torch.dtype, torch.device, torch.layout, torch.memory_format)
+            ):
+                problems.append(
+                    f"attribute {param.name} is {type(arg).__name__}, the function takes {param.type.name}"
+                )
+            continue
+        arg_type = _arg_type(arg)
+        if arg_type is None:
+            continue
+        constraint = param.type_constraint
+        if arg_type not in constraint.allowed_types:
+            problems.append(
+                f"input {param.name} is {arg_type.dtype.name.lower()}, "
+                f"not one of the types {constraint.name} allows"
+            )
+        previous = bound.setdefault(constraint.name, arg_type)
+        if previous != arg_type:
+            problems.append(
+                f"input {param.name} is {arg_type.dtype.name.lower()} while another "
+                f"{constraint.name} input is {previous.dtype.name.lower()}"
+            )
+    return problems
 
 
 def _is_complex_arg(arg: Any) -> bool:
@@ -39,7 +113,13 @@ def is_complex_node(node: torch.fx.Node) -> bool:
 
 
 def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
-    """Pick the ONNX function for ``node``: custom functions first, complex ones for complex inputs."""
+    """Pick the ONNX function for ``node``.
+
+    Candidates are the operator's functions, custom ones first, complex-valued ones for
+    complex inputs. The first whose signature the node's dtypes and attributes fit is a
+    perfect match; when none fits, the nearest (fewest mismatches) is chosen and the
+    mismatches are returned so that translation can warn about them.
+    """
     op = target_name(node.target)
     candidates = registry.functions_for(op)
     if not candidates:
@@ -49,6 +129,17 @@ def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
     if not matching:
         kind = "complex" if complex_inputs else "real"
         return Dispatch(op, None, f"no ONNX function handles {kind}-valued inputs")
-    chosen = matching[0]
-    reason = "custom function" if chosen.is_custom else "torch_lib function"
-    return Dispatch(op, chosen, reason)
+    scored = []
+    for index, candidate in enumerate(matching):
+        signature = candidate.signature
+        problems = _mismatches(node, signature) if signature is not None else []
+        if not problems:
+            kind = "custom function" if candidate.is_custom else "torch_lib function"
+            return Dispatch(op, candidate, f"perfect match ({kind})", (), len(matching))
+        scored.append((len(problems), index, candidate, problems))
+    _, _, nearest, problems = min(scored, key=lambda item: item[:2])
+    if len(matching) == 1:
+        # No choice was made: the annotation is likely narrower than what the function handles.
+        detail = "; ".join(problems)
+        return Dispatch(op, nearest, f"only function (its annotations do not list: {detail})", (), 1)
+    return Dispatch(op, nearest, "nearest match", tuple(problems), len(matching))

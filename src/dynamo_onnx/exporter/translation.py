@@ -223,12 +223,25 @@ class _GraphTranslator:
             )
             return
         self._adopt(node, outputs, recorder, source)
+        if chosen.mismatches:
+            self.ctx.record(
+                "dispatch-nearest-match",
+                locations=[source.primary],
+                stack=source.frames,
+                properties={"fx_node": node.name, "module_path": source.module_path},
+                op=chosen.op,
+                source=source.display(self.ctx.source_root),
+                function=chosen.function.name,
+                candidates=chosen.candidates,
+                mismatches="; ".join(chosen.mismatches),
+            )
         self.ctx.record(
             "node-dispatched",
             locations=[source.primary],
-            properties={"fx_node": node.name, "reason": chosen.reason},
+            properties={"fx_node": node.name},
             op=chosen.op,
             function=chosen.function.name,
+            reason=chosen.reason,
         )
 
     def _placeholder_outputs(self, node: torch.fx.Node) -> None:
