@@ -34,8 +34,8 @@ def test_catalog_ids_and_names_are_unique_and_well_formed():
 
 def test_rule_message_needs_every_field():
     rule = get_rule("unsupported-operator")
-    assert rule.fields == ("op", "source")
-    assert "`aten::foo`" in rule.format_message(op="aten::foo", source="m.py:3")
+    assert rule.fields == ("op", "source", "decomposition")
+    assert "`aten::foo`" in rule.format_message(op="aten::foo", source="m.py:3", decomposition="d")
     with pytest.raises(KeyError, match="DO301"):
         rule.format_message(op="aten::foo")
 
@@ -72,14 +72,14 @@ def test_an_exception_is_recorded_once():
 def test_verbosity_filters_rendering_not_recording():
     ctx = DiagnosticContext(DiagnosticOptions(verbosity_level=logging.WARNING))
     ctx.record("capture-strategy-succeeded", strategy="s", nodes=1)
-    ctx.record("unsupported-operator", level=Level.WARNING, op="x", source="y")
+    ctx.record("unsupported-operator", level=Level.WARNING, op="x", source="y", decomposition="d")
     assert len(ctx.findings) == 2
     assert [f.rule.id for f in ctx.visible()] == ["DO301"]
 
 
 def test_warnings_as_errors_promotes_in_rendering():
     ctx = DiagnosticContext(DiagnosticOptions(warnings_as_errors=True))
-    finding = ctx.record("unsupported-operator", level=Level.WARNING, op="x", source="y")
+    finding = ctx.record("unsupported-operator", level=Level.WARNING, op="x", source="y", decomposition="d")
     assert finding.level == Level.WARNING
     assert ctx.effective_level(finding) == Level.ERROR
     assert ctx.has_errors()

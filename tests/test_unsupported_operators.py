@@ -80,3 +80,17 @@ def test_every_unsupported_operator_is_collected_before_failing():
     assert error.diagnostics.success is False
     failed = [p for p in error.diagnostics.passes if p.outcome == "failed"]
     assert [p.name for p in failed] == ["translation"]
+
+
+def test_unsupported_finding_says_whether_torch_decomposes_it_and_how_to_register():
+    error = _export_failure(OneCustomOp())
+    (finding,) = error.diagnostics.by_rule("DO301")
+    assert finding.properties["has_decomposition"] is False
+    assert finding.message.endswith("torch has no decomposition for it.")
+    assert "registry.register_op(dxtest_twice, 'dxtest', 'twice')" in finding.markdown
+    namespace = {}
+    code = finding.markdown.split("```python\n")[1].split("```")[0]
+    code = code.replace("program = dynamo_onnx.export(model, args, registry=registry)\n", "")
+    exec(compile(code, "<finding>", "exec"), namespace)  # it really is ready to paste
+    program = dynamo_onnx.export(OneCustomOp(), (torch.randn(3, 4),), registry=namespace["registry"])
+    assert program.diagnostics.success

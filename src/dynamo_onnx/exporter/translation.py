@@ -185,6 +185,7 @@ class _GraphTranslator:
         if chosen.function is None:
             self._placeholder_outputs(node)
             self.failed.append(chosen.op)
+            decomposable = _has_decomposition(node.target)
             self.ctx.record(
                 "unsupported-operator",
                 locations=[source.primary],
@@ -193,10 +194,17 @@ class _GraphTranslator:
                     "fx_node": node.name,
                     "module_path": source.module_path,
                     "reason": chosen.reason,
-                    "has_decomposition": _has_decomposition(node.target),
+                    "has_decomposition": decomposable,
                 },
+                markdown=_register_example(chosen.op, node),
                 op=chosen.op,
                 source=source.display(self.ctx.source_root),
+                decomposition=(
+                    "torch has a decomposition for it, but it decomposes into operators "
+                    "without ONNX functions"
+                    if decomposable
+                    else "torch has no decomposition for it"
+                ),
             )
             return
         entry[1] = chosen.function.name
@@ -288,6 +296,28 @@ class _GraphTranslator:
                 self.model.functions[identifier] = ir.serde.deserialize_function(
                     function.to_function_proto()
                 )
+
+
+def _register_example(op: str, node: torch.fx.Node) -> str:
+    """The finding's markdown: its message plus a ready-to-paste registration."""
+    namespace, _, rest = op.partition("::")
+    name, _, overload = rest.partition(".")
+    inputs = [a for a in node.args if isinstance(a, torch.fx.Node)]
+    params = ", ".join(f"x{i}" for i in range(len(inputs))) or "x0"
+    overload_arg = f", overload={overload!r}" if overload else ""
+    fn = f"{namespace}_{name}".replace(".", "_")
+    return (
+        f"No ONNX function for `{op}`. Register one (ready to paste, then write the body):\n\n"
+        "```python\n"
+        "import dynamo_onnx\n"
+        "from onnxscript import opset18 as op\n\n\n"
+        f"def {fn}({params}):\n"
+        f"    return op.Identity(x0)  # replace with the ONNX computation of {op}\n\n\n"
+        "registry = dynamo_onnx.OnnxRegistry()\n"
+        f"registry.register_op({fn}, {namespace!r}, {name!r}{overload_arg})\n"
+        "program = dynamo_onnx.export(model, args, registry=registry)\n"
+        "```"
+    )
 
 
 @functools.cache
