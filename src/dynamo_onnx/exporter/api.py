@@ -160,7 +160,10 @@ def export(
         with ctx.pass_("decomposition"):
             program = decomposition.run(ctx, program, registry)
         with ctx.pass_("translation"):
-            result = translation.run(ctx, program, registry)
+            result = translation.run(
+                ctx, program, registry,
+                decompose=lambda ep, ops: decomposition.lower(ep, registry, ops)[0],
+            )
         with ctx.pass_("serialization"):
             onnx_model = serialization.run(ctx, result.model, opset_version)
     except Exception as exc:

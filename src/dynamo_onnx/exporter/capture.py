@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import traceback
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,9 +52,24 @@ def _frames(exc: BaseException) -> tuple[Location, ...]:
 
 
 def as_module(model: Any) -> torch.nn.Module:
-    """The model as an ``nn.Module`` (a callable is wrapped)."""
+    """The model as an ``nn.Module``.
+
+    A Python function becomes the ``forward`` of a module itself (its code renamed
+    ``forward``): torch records in ``stack_trace`` only frames of functions named
+    ``forward``, so calling the function from a wrapper's forward would lose every line of
+    the user's function. Other callables are called from a wrapper.
+    """
     if isinstance(model, torch.nn.Module):
         return model
+    if isinstance(model, types.FunctionType):
+        code = model.__code__.replace(co_name="forward")
+        forward = types.FunctionType(
+            code, model.__globals__, "forward", model.__defaults__, model.__closure__
+        )
+        forward.__kwdefaults__ = model.__kwdefaults__
+        forward.__annotations__ = model.__annotations__
+        module_type = type(model.__name__, (torch.nn.Module,), {"forward": staticmethod(forward)})
+        return module_type()
     return _CallableModule(model)
 
 

@@ -15,6 +15,7 @@ Two rewrites make the result translatable:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ import torch.fx
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.exporter.registry import OnnxRegistry
 
-__all__ = ["run", "decomposition_table"]
+__all__ = ["run", "lower"]
 
 _CAST = torch.ops.prims.convert_element_type.default
 # Operators whose job is the cast itself.
@@ -50,15 +51,6 @@ _ACCUMULATING = frozenset(
         torch.ops.aten.prod.dim_int,
     }
 )
-
-
-def decomposition_table(registry: OnnxRegistry) -> Any:
-    """torch.export's default table without the operators the registry translates."""
-    table = torch.export.default_decompositions()
-    for op in list(table.keys()):
-        if registry.supports(op):
-            table.pop(op)
-    return table
 
 
 def _graph_modules(ep: torch.export.ExportedProgram) -> list[torch.fx.GraphModule]:
@@ -147,15 +139,26 @@ def _insert_type_promotion(gm: torch.fx.GraphModule) -> int:
     return count
 
 
+def lower(
+    ep: torch.export.ExportedProgram, registry: OnnxRegistry, also: Iterable[Any] = ()
+) -> tuple[torch.export.ExportedProgram, int, int]:
+    """Decompose ``ep`` (and the operators in ``also``, even if registered).
+
+    Returns the program, the number of views rewritten and of casts inserted.
+    """
+    views = _rewrite_views(ep)
+    ep = ep.run_decompositions(registry.decomposition_table(also))
+    casts = sum(_insert_type_promotion(gm) for gm in _graph_modules(ep))
+    return ep, views, casts
+
+
 def run(
     ctx: DiagnosticContext, ep: torch.export.ExportedProgram, registry: OnnxRegistry
 ) -> torch.export.ExportedProgram:
     """Decompose ``ep`` into operators the registry can translate."""
-    views = _rewrite_views(ep)
+    ep, views, casts = lower(ep, registry)
     if views:
         ctx.record("view-rewritten-as-reshape", count=views)
-    ep = ep.run_decompositions(decomposition_table(registry))
-    casts = sum(_insert_type_promotion(gm) for gm in _graph_modules(ep))
     if casts:
         ctx.record("type-promotion-inserted", count=casts)
     return ep

@@ -47,12 +47,15 @@ class NodeRecorder:
     Args:
         opset_version: the default ONNX opset of recorded nodes.
         constants: a cache of Constant values shared by every node of one graph, so a
-            constant used by many nodes is emitted once.
+            constant used by many nodes is emitted once. It is only read here: the constants
+            this recorder creates are in ``new_constants`` until :meth:`commit`, because a
+            failed translation's nodes never reach the graph.
     """
 
     def __init__(self, opset_version: int, constants: ConstantCache) -> None:
         self.opset_version = opset_version
         self.constants = constants
+        self.new_constants: ConstantCache = {}
         self.nodes: list[ir.Node] = []
         #: onnxscript functions called as ONNX functions (not traced), by identifier.
         self.functions: dict[ir.OperatorIdentifier, onnxscript.OnnxFunction] = {}
@@ -123,7 +126,7 @@ class NodeRecorder:
         key_value = tuple(value) if isinstance(value, list) else value
         key = (key_value, dtype)
         try:
-            cached = self.constants.get(key)
+            cached = self.new_constants.get(key) or self.constants.get(key)
         except TypeError:  # unhashable
             cached, key = None, None
         if cached is not None:
@@ -141,8 +144,12 @@ class NodeRecorder:
         output.dtype = tensor.dtype
         output.shape = ir.Shape(tensor.shape)
         if key is not None:
-            self.constants[key] = output
+            self.new_constants[key] = output
         return output
+
+    def commit(self) -> None:
+        """Share this recorder's constants with later nodes (its nodes are in the graph)."""
+        self.constants.update(self.new_constants)
 
     def _to_values(
         self,

@@ -182,6 +182,18 @@ class OnnxRegistry:
         entries = self._functions.get(name, [])
         return sorted(entries, key=lambda e: not e.is_custom)
 
+    def decomposition_table(self, also: Any = ()) -> Any:
+        """torch.export's default decompositions minus the operators this registry
+        translates, plus the operators in ``also`` (decomposed even though registered)."""
+        import torch
+
+        table = torch.export.default_decompositions()
+        forced = set(also)
+        for op in list(table.keys()):
+            if op not in forced and self.supports(op):
+                table.pop(op)
+        return table
+
     def supports(self, target: Any) -> bool:
         """Whether an FX node target has at least one ONNX function."""
         return target_name(target) in self._functions

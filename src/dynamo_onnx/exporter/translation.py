@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import operator
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -114,16 +114,34 @@ class _GraphTranslator:
     """Translates the nodes of one FX graph into one ONNX graph."""
 
     def __init__(
-        self, ctx: DiagnosticContext, registry: OnnxRegistry, model: ir.Model, graph: ir.Graph
+        self,
+        ctx: DiagnosticContext,
+        registry: OnnxRegistry,
+        model: ir.Model,
+        graph: ir.Graph,
+        decompose: Decompose | None = None,
     ) -> None:
         self.ctx = ctx
         self.registry = registry
         self.model = model
         self.graph = graph
+        self.decompose = decompose
         self.values: dict[str, ir.Value | tuple[ir.Value, ...]] = {}
         self.constants: ConstantCache = {}
         self.operators: dict[str, list[Any]] = {}
         self.failed: list[str] = []
+        #: Prefix of value and node names: a decomposed node's subgraph has its own names.
+        self.prefix = ""
+        #: Where findings of a decomposed node's subgraph point: the node's own source.
+        self.source_override: _Source | None = None
+
+    def _child(self, node: torch.fx.Node, source: _Source) -> _GraphTranslator:
+        """A translator for the subgraph of one decomposed node, sharing all but values."""
+        child = _GraphTranslator(self.ctx, self.registry, self.model, self.graph, self.decompose)
+        child.constants, child.operators, child.failed = self.constants, self.operators, self.failed
+        child.prefix = f"{self.prefix}{node.name}__"
+        child.source_override = source
+        return child
 
     # -- arguments -------------------------------------------------------------------------
 
@@ -165,9 +183,10 @@ class _GraphTranslator:
                 f"get_attr node {node.name!r} does not refer to a tensor (control-flow "
                 "subgraphs are not supported yet)"
             )
-        value = ir.Value(name=node.name, const_value=torch_tensor_to_ir(val, node.name))
+        name = f"{self.prefix}{node.name}"
+        value = ir.Value(name=name, const_value=torch_tensor_to_ir(val, name))
         _set_type_and_shape(value, val)
-        self.graph.initializers[node.name] = value
+        self.graph.initializers[name] = value
         self.values[node.name] = value
 
     def _call_function(self, node: torch.fx.Node) -> None:
@@ -181,55 +200,28 @@ class _GraphTranslator:
         chosen = dispatch(node, self.registry)
         entry = self.operators.setdefault(chosen.op, [0, None])
         entry[0] += 1
-        source = _node_source(self.ctx, node)
-        if chosen.function is None:
-            self._placeholder_outputs(node)
-            self.failed.append(chosen.op)
-            decomposable = _has_decomposition(node.target)
-            self.ctx.record(
-                "unsupported-operator",
-                locations=[source.primary],
-                stack=source.frames,
-                properties={
-                    "fx_node": node.name,
-                    "module_path": source.module_path,
-                    "reason": chosen.reason,
-                    "has_decomposition": decomposable,
-                },
-                markdown=_register_example(chosen.op, node),
-                op=chosen.op,
-                source=source.display(self.ctx.source_root),
-                decomposition=(
-                    "torch has a decomposition for it, but it decomposes into operators "
-                    "without ONNX functions"
-                    if decomposable
-                    else "torch has no decomposition for it"
-                ),
-            )
+        source = self.source_override or _node_source(self.ctx, node)
+        outputs: Any = None
+        failure: Exception | None = None
+        recorder = NodeRecorder(self.registry.opset_version, self.constants)
+        if chosen.function is not None:
+            args = [self._arg(a) for a in node.args]
+            kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
+            if kwargs.get("dtype", 0) is None:
+                kwargs["dtype"] = -1  # torch_lib's "no dtype given"
+            try:
+                with recording(recorder):
+                    outputs = chosen.function.function(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - a finding, or the fallback below
+                failure = exc
+        if chosen.function is None or failure is not None:
+            if self._fallback(node, source, chosen.op, failure):
+                entry[1] = "torch decomposition"
+                return
+            self._report_failure(node, source, chosen, failure)
             return
         entry[1] = chosen.function.name
-        recorder = NodeRecorder(self.registry.opset_version, self.constants)
-        args = [self._arg(a) for a in node.args]
-        kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
-        if kwargs.get("dtype", 0) is None:
-            kwargs["dtype"] = -1  # torch_lib's "no dtype given"
-        try:
-            with recording(recorder):
-                outputs = chosen.function.function(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - recorded, translation goes on
-            self._placeholder_outputs(node)
-            self.failed.append(chosen.op)
-            self.ctx.record(
-                "operator-translation-failed",
-                locations=[source.primary],
-                stack=source.frames,
-                properties={"fx_node": node.name, "module_path": source.module_path},
-                function=chosen.function.name,
-                op=chosen.op,
-                source=source.display(self.ctx.source_root),
-                cause=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
-            )
-            return
+        recorder.commit()
         self._adopt(node, outputs, recorder, source)
         if chosen.mismatches:
             self.ctx.record(
@@ -252,6 +244,90 @@ class _GraphTranslator:
             reason=chosen.reason,
         )
 
+    def _report_failure(
+        self, node: torch.fx.Node, source: _Source, chosen: Any, failure: Exception | None
+    ) -> None:
+        """Record why the node cannot be translated; stand-in outputs keep translation going."""
+        self._placeholder_outputs(node)
+        self.failed.append(chosen.op)
+        common = {
+            "locations": [source.primary],
+            "stack": source.frames,
+            "op": chosen.op,
+            "source": source.display(self.ctx.source_root),
+        }
+        if failure is not None:
+            text = str(failure).strip()
+            self.ctx.record(
+                "operator-translation-failed",
+                properties={"fx_node": node.name, "module_path": source.module_path},
+                function=chosen.function.name,
+                cause=f"{type(failure).__name__}: {text.splitlines()[0] if text else ''}",
+                **common,
+            )
+            return
+        decomposable = _has_decomposition(node.target)
+        self.ctx.record(
+            "unsupported-operator",
+            properties={
+                "fx_node": node.name,
+                "module_path": source.module_path,
+                "reason": chosen.reason,
+                "has_decomposition": decomposable,
+            },
+            markdown=_register_example(chosen.op, node),
+            decomposition=(
+                "torch has a decomposition for it, but it decomposes into operators "
+                "without ONNX functions"
+                if decomposable
+                else "torch has no decomposition for it"
+            ),
+            **common,
+        )
+
+    def _fallback(
+        self, node: torch.fx.Node, source: _Source, op: str, failure: Exception | None
+    ) -> bool:
+        """Translate the node through torch's decomposition of its operator, if it has one."""
+        if self.decompose is None or not _has_decomposition(node.target):
+            return False
+        program = _single_node_program(node, self.decompose)
+        if program is None:
+            return False
+        child = self._child(node, source)
+        placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+        inputs = [a for a in _flat_args(node) if isinstance(a, torch.fx.Node)]
+        for placeholder, arg in zip(placeholders, inputs):
+            child.values[placeholder.name] = self.values[arg.name]
+        failed_before = len(self.failed)
+        for sub in program.graph.nodes:
+            if sub.op == "call_function":
+                child._call_function(sub)
+            elif sub.op == "get_attr":
+                child._get_attr(sub)
+        if len(self.failed) > failed_before:
+            return True  # the subgraph's own findings say what is missing
+        (output,) = [n for n in program.graph.nodes if n.op == "output"]
+        results = [child.values[a.name] for a in output.args[0]]
+        self.values[node.name] = results[0] if len(results) == 1 else tuple(results)  # type: ignore[assignment]
+        ops = sorted(
+            {target_name(n.target) for n in program.graph.nodes if n.op == "call_function"}
+        )
+        self.ctx.record(
+            "decomposition-fallback",
+            locations=[source.primary],
+            stack=source.frames,
+            properties={"fx_node": node.name, "module_path": source.module_path},
+            op=op,
+            problem=(
+                f"its ONNX function failed ({type(failure).__name__})"
+                if failure is not None
+                else "no ONNX function"
+            ),
+            ops=", ".join(f"`{o}`" for o in ops),
+        )
+        return True
+
     def _placeholder_outputs(self, node: torch.fx.Node) -> None:
         """Typed stand-in values so that later nodes can still be translated and checked."""
         meta = node.meta.get("val")
@@ -272,11 +348,11 @@ class _GraphTranslator:
             outputs = tuple(outputs)
             metas = meta if isinstance(meta, (list, tuple)) else [meta] * len(outputs)
             for i, (value, m) in enumerate(zip(outputs, metas)):
-                value.name = f"{node.name}__{i}"
+                value.name = f"{self.prefix}{node.name}__{i}"
                 _set_type_and_shape(value, m)
             self.values[node.name] = outputs
         else:
-            outputs.name = node.name
+            outputs.name = f"{self.prefix}{node.name}"
             if not isinstance(meta, (list, tuple)):
                 _set_type_and_shape(outputs, meta)
             self.values[node.name] = outputs
@@ -288,7 +364,7 @@ class _GraphTranslator:
             "namespace": source.module_path,
         }
         for i, onnx_node in enumerate(recorder.nodes):
-            onnx_node.name = f"{node.name}_n{i}"
+            onnx_node.name = f"{self.prefix}{node.name}_n{i}"
             onnx_node.metadata_props.update(props)
         self.graph.extend(recorder.nodes)
         for identifier, function in recorder.functions.items():
@@ -296,6 +372,63 @@ class _GraphTranslator:
                 self.model.functions[identifier] = ir.serde.deserialize_function(
                     function.to_function_proto()
                 )
+
+
+#: Lowers an ExportedProgram, also decomposing the given operators (handed in by api.py).
+Decompose = Callable[[torch.export.ExportedProgram, Sequence[Any]], torch.export.ExportedProgram]
+
+
+def _flat_args(node: torch.fx.Node) -> list[Any]:
+    """The node's arguments, positional then keyword, with lists flattened."""
+    flat: list[Any] = []
+    for arg in [*node.args, *node.kwargs.values()]:
+        flat.extend(arg if isinstance(arg, (list, tuple)) else [arg])
+    return flat
+
+
+class _OneOperator(torch.nn.Module):
+    """Calls one operator with the node's arguments, tensors given as inputs."""
+
+    def __init__(self, node: torch.fx.Node) -> None:
+        super().__init__()
+        self.target = node.target
+        self.args_, self.kwargs_ = node.args, dict(node.kwargs)
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        supply = iter(tensors)
+
+        def fill(arg: Any) -> Any:
+            if isinstance(arg, torch.fx.Node):
+                return next(supply)
+            if isinstance(arg, (list, tuple)):
+                return type(arg)(fill(a) for a in arg)
+            return arg
+
+        args = [fill(a) for a in self.args_]
+        kwargs = {k: fill(v) for k, v in self.kwargs_.items()}
+        return self.target(*args, **kwargs)
+
+
+def _single_node_program(
+    node: torch.fx.Node, decompose: Decompose
+) -> torch.export.ExportedProgram | None:
+    """The node alone, captured and decomposed with its operator's torch decomposition.
+
+    Only for static shapes: example inputs are zeros of the node's input shapes.
+    """
+    examples = []
+    for arg in _flat_args(node):
+        if not isinstance(arg, torch.fx.Node):
+            continue
+        val = arg.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
+            return None
+        examples.append(torch.zeros(tuple(val.shape), dtype=val.dtype))
+    try:
+        program = torch.export.export(_OneOperator(node), tuple(examples), strict=False)
+        return decompose(program, [node.target])
+    except Exception:  # noqa: BLE001 - no fallback then; the original finding stands
+        return None
 
 
 def _register_example(op: str, node: torch.fx.Node) -> str:
@@ -385,14 +518,21 @@ def _add_opset_imports(model: ir.Model, opset_version: int) -> None:
 
 
 def run(
-    ctx: DiagnosticContext, ep: torch.export.ExportedProgram, registry: OnnxRegistry
+    ctx: DiagnosticContext,
+    ep: torch.export.ExportedProgram,
+    registry: OnnxRegistry,
+    decompose: Decompose | None = None,
 ) -> TranslationResult:
-    """Translate a decomposed ExportedProgram into an ONNX model, reporting every problem."""
+    """Translate a decomposed ExportedProgram into an ONNX model, reporting every problem.
+
+    ``decompose`` enables the fallback: a node whose operator has no working ONNX function
+    but a torch decomposition is captured alone, decomposed, and its subgraph translated.
+    """
     graph = ir.Graph([], [], nodes=[], name="main_graph")
     model = ir.Model(
         graph, ir_version=10, producer_name="dynamo-onnx", producer_version=package_version()
     )
-    translator = _GraphTranslator(ctx, registry, model, graph)
+    translator = _GraphTranslator(ctx, registry, model, graph, decompose)
     translator.translate(ep.graph)
     operators = {op: (count, fn) for op, (count, fn) in translator.operators.items()}
     translated = sum(1 for _, fn in operators.values() if fn is not None)

@@ -1,0 +1,70 @@
+"""The decomposition fallback, coverage figures, and locations inside plain functions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import line_of
+from test_unsupported_operators import twice
+
+import dynamo_onnx
+from dynamo_onnx.diagnostics import Level
+
+
+def logit_model(x):
+    return torch.logit(x, eps=1e-6) * 2  # marker: logit
+
+
+def test_operator_whose_function_fails_is_translated_through_its_decomposition():
+    x = torch.rand(3, 5)
+    program = dynamo_onnx.export(logit_model, (x,))
+    torch.testing.assert_close(program(x)[0], logit_model(x), atol=1e-5, rtol=1e-5)
+    (note,) = program.diagnostics.by_rule("decomposition-fallback")
+    assert note.level == Level.NOTE
+    assert note.properties["op"] == "aten::logit"
+    assert "its ONNX function failed" in note.message
+    assert "`aten::log" in note.message  # what it was decomposed into
+    assert note.primary.line == line_of(logit_model, "marker: logit")
+    assert not program.diagnostics.by_rule("operator-translation-failed")
+    operators = {o["op"]: o for o in program.diagnostics.summary["operators"]}
+    assert operators["aten::logit"]["function"] == "torch decomposition"
+    assert program.diagnostics.by_rule("operator-coverage")[0].message.startswith(
+        f"{len(operators)} of {len(operators)}"
+    )
+    names = [n.name for n in program.model.graph]
+    assert len(names) == len(set(names)), "subgraph node names are prefixed, never clash"
+
+
+def three_unsupported(a, b):
+    distances = torch.cdist(a, b)  # marker: cdist
+    running = torch.cummax(a, 0)[0]  # marker: cummax
+    return twice(distances).sum() + running.sum()  # marker: twice
+
+
+def test_three_distinct_unsupported_operators_give_three_findings_and_coverage():
+    args = (torch.randn(4, 3), torch.randn(5, 3))
+    with pytest.raises(dynamo_onnx.UnsupportedOperatorError) as info:
+        dynamo_onnx.export(three_unsupported, args)
+    findings = info.value.diagnostics.by_rule("unsupported-operator")
+    found = {f.properties["op"]: f.primary.line for f in findings}
+    assert found == {
+        "aten::_cdist_forward": line_of(three_unsupported, "marker: cdist"),
+        "aten::cummax": line_of(three_unsupported, "marker: cummax"),
+        "dxtest::twice": line_of(three_unsupported, "marker: twice"),
+    }
+    assert all(f.properties["has_decomposition"] is False for f in findings)
+    (coverage,) = info.value.diagnostics.by_rule("operator-coverage")
+    total = coverage.properties["total"]
+    assert coverage.properties["translated"] == total - 3
+    assert f"3 operator(s) have no ONNX function ({total - 3} of {total} distinct" in str(info.value)
+
+
+@pytest.mark.parametrize("opset", [18, 20, 23])
+def test_complex_model_at_each_opset_runs_in_onnx_runtime(opset):
+    def spectrum(x):
+        return torch.view_as_real(torch.fft.fft(x)).abs()
+
+    x = torch.randn(3, 8)
+    program = dynamo_onnx.export(spectrum, (x,), opset_version=opset)
+    assert program.model_proto.opset_import[0].version == opset
+    torch.testing.assert_close(program(x)[0], spectrum(x), atol=1e-5, rtol=1e-5)
