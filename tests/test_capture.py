@@ -56,14 +56,31 @@ def test_export_at_newer_opsets_runs(opset):
     torch.testing.assert_close(program(x)[0], model(x), atol=1e-4, rtol=1e-4)
 
 
-def test_a_downconversion_that_cannot_happen_fails_loudly():
-    from conftest import SmallCNN
+def test_a_downconversion_that_cannot_happen_names_the_blocking_operators():
+    from conftest import MLPModel
 
     with pytest.raises(dynamo_onnx.SerializationError) as info:
-        dynamo_onnx.export(SmallCNN().eval(), (torch.randn(2, 3, 16, 16),), opset_version=11)
-    assert str(info.value).startswith("[DO402 opset-conversion-failed] Could not convert the model from opset 18 to opset 11")
+        dynamo_onnx.export(MLPModel(), (torch.randn(2, 8),), opset_version=11)
+    text = str(info.value)
+    assert text.startswith(
+        "[DO402 opset-conversion-failed] Could not convert the model from opset 18 to opset 11: "
+        "blocked by Gemm (4 node(s): No Adapter From Version $13 for Gemm); "
+        "Sigmoid (3 node(s): No Adapter From Version $13 for Sigmoid)"
+    )
     (finding,) = info.value.diagnostics.by_rule("DO402")
     assert finding.pass_name == "serialization"
+    assert finding.properties["blocking_ops"] == ["Gemm", "Sigmoid"]
+    assert finding.primary.path.endswith("examples/mlp.py")  # the fc0 call in forward
+    assert "self.fc0(tensor_x)" in finding.primary.snippet
+
+
+def test_a_downconversion_the_converter_can_do_happens():
+    from conftest import MLPModel
+
+    model, x = MLPModel(), torch.randn(2, 8)
+    program = dynamo_onnx.export(model, (x,), opset_version=17)
+    assert program.model_proto.opset_import[0].version == 17
+    torch.testing.assert_close(program(x)[0], model(x), atol=1e-6, rtol=1e-6)
 
 
 class LinearModel(torch.nn.Module):
