@@ -267,7 +267,7 @@ class _GraphTranslator:
             )
             return
         decomposable = _has_decomposition(node.target)
-        self.ctx.record(
+        finding = self.ctx.record(
             "unsupported-operator",
             properties={
                 "fx_node": node.name,
@@ -275,7 +275,6 @@ class _GraphTranslator:
                 "reason": chosen.reason,
                 "has_decomposition": decomposable,
             },
-            markdown=_register_example(chosen.op, node),
             decomposition=(
                 "torch has a decomposition for it, but it decomposes into operators "
                 "without ONNX functions"
@@ -284,6 +283,7 @@ class _GraphTranslator:
             ),
             **common,
         )
+        finding.markdown = f"{finding.message}\n\n{_register_example(chosen.op, node)}"
 
     def _fallback(
         self, node: torch.fx.Node, source: _Source, op: str, failure: Exception | None
@@ -432,7 +432,7 @@ def _single_node_program(
 
 
 def _register_example(op: str, node: torch.fx.Node) -> str:
-    """The finding's markdown: its message plus a ready-to-paste registration."""
+    """A ready-to-paste registration for the operator, for the finding's markdown."""
     namespace, _, rest = op.partition("::")
     name, _, overload = rest.partition(".")
     inputs = [a for a in node.args if isinstance(a, torch.fx.Node)]
@@ -440,7 +440,7 @@ def _register_example(op: str, node: torch.fx.Node) -> str:
     overload_arg = f", overload={overload!r}" if overload else ""
     fn = f"{namespace}_{name}".replace(".", "_")
     return (
-        f"No ONNX function for `{op}`. Register one (ready to paste, then write the body):\n\n"
+        "Register one (ready to paste, then write the body):\n\n"
         "```python\n"
         "import dynamo_onnx\n"
         "from onnxscript import opset18 as op\n\n\n"
