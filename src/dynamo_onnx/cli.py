@@ -1,22 +1,231 @@
-"""The ``dynamo-onnx`` command: ``rules`` and ``report`` (``export`` and ``gate`` to come).
+"""The ``dynamo-onnx`` command: ``export``, ``rules``, ``report`` and ``gate``.
 
-Exit codes: 0 success; 1 the operation failed; 2 usage error.
+Exit codes (also in ``--help`` and docs/ci.md):
+
+* 0: success (exported; gate passed);
+* 1: the operation failed (the export failed; the gate found results at or above the level);
+* 2: usage error (bad options, a module or factory that cannot be found, an unreadable log);
+* 3: exported, but failed under ``--warnings-as-errors`` (the model is still written).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
+import logging
+import os
+import pathlib
 import sys
+import time
+import warnings
 from collections.abc import Sequence
+from typing import Any, TextIO
 
 from dynamo_onnx.diagnostics import markdown
+from dynamo_onnx.diagnostics.context import ProgressEvent
 from dynamo_onnx.diagnostics.files import atomic_write_text
 from dynamo_onnx.rules import catalog
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_WARNINGS = 0, 1, 2, 3
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0  success: exported, or the gate passed
+  1  failure: the export failed, or the gate found results at or above --fail-on
+  2  usage error: bad options, MODULE:FACTORY not found, an unreadable SARIF log
+  3  exported, but failed under --warnings-as-errors (the model is still written)
+"""
+
+_VERBOSITY = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+
+
+class UsageError(Exception):
+    """The command line cannot be carried out as written (exit code 2)."""
+
+
+# -- export ----------------------------------------------------------------------------
+
+
+def _load_attribute(spec: str) -> Any:
+    """``pkg.module:name`` or ``path/to/file.py:name`` -> the object."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageError(f"{spec!r} is not of the form MODULE:NAME (e.g. models.py:build)")
+    try:
+        if module_name.endswith(".py") or os.sep in module_name:
+            path = pathlib.Path(module_name).resolve()
+            if not path.exists():
+                raise UsageError(f"no such file: {module_name}")
+            sys.path.insert(0, str(path.parent))
+            loader_spec = importlib.util.spec_from_file_location(path.stem, path)
+            assert loader_spec is not None and loader_spec.loader is not None
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[path.stem] = module
+            loader_spec.loader.exec_module(module)
+        else:
+            sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module_name}: {exc}") from exc
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise UsageError(f"{module_name} has no attribute {attribute!r}") from None
+
+
+def _tensor_from_spec(spec: str) -> tuple[str, Any]:
+    """``NAME=2x3:float32`` -> (name, a seeded random tensor of that shape and dtype)."""
+    import torch
+
+    name, sep, rest = spec.partition("=")
+    if not sep or not name.isidentifier():
+        raise UsageError(f"--input {spec!r} is not of the form NAME=2x3:float32")
+    dims_text, _, dtype_name = rest.partition(":")
+    dtype = getattr(torch, dtype_name or "float32", None)
+    if not isinstance(dtype, torch.dtype):
+        raise UsageError(f"--input {spec!r}: unknown dtype {dtype_name!r} (e.g. float32, int64, bool)")
+    try:
+        shape = tuple(int(d) for d in dims_text.split("x")) if dims_text else ()
+    except ValueError:
+        raise UsageError(f"--input {spec!r}: dimensions must be integers joined by x") from None
+    generator = torch.Generator().manual_seed(0)
+    if dtype.is_floating_point or dtype.is_complex:
+        tensor = torch.randn(shape, generator=generator).to(dtype)
+    elif dtype == torch.bool:
+        tensor = torch.rand(shape, generator=generator) > 0.5
+    else:
+        tensor = torch.randint(0, 10, shape, generator=generator).to(dtype)
+    return name, tensor
+
+
+def _split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Example inputs as (args, kwargs): a tuple, a dict, or a (tuple, dict) pair."""
+    if isinstance(inputs, dict):
+        return (), dict(inputs)
+    if (
+        isinstance(inputs, tuple) and len(inputs) == 2
+        and isinstance(inputs[0], tuple) and isinstance(inputs[1], dict)
+    ):
+        return inputs[0], inputs[1]
+    if isinstance(inputs, tuple):
+        return inputs, {}
+    if isinstance(inputs, list):
+        return tuple(inputs), {}
+    return (inputs,), {}
+
+
+def _model_and_inputs(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    factory = _load_attribute(args.factory)
+    if not callable(factory):
+        raise UsageError(f"{args.factory} is not callable")
+    produced = factory()
+    example: Any = None
+    if isinstance(produced, tuple) and len(produced) == 2 and callable(produced[0]):
+        model, example = produced
+    else:
+        model = produced
+    if not callable(model):
+        raise UsageError(f"{args.factory} returned {type(model).__name__}, not a model")
+    if args.inputs and args.input:
+        raise UsageError("give example inputs with --inputs or --input, not both")
+    if args.inputs:
+        example = _load_attribute(args.inputs)()
+    elif args.input:
+        example = dict(_tensor_from_spec(spec) for spec in args.input)
+    if example is None:
+        raise UsageError(
+            f"{args.factory} returned only a model: give example inputs with "
+            "--inputs MODULE:FN or --input NAME=2x3:float32"
+        )
+    positional, keywords = _split_inputs(example)
+    return model, positional, keywords
+
+
+class _Progress:
+    """Each pass as it runs, with its time, and a node counter during translation."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if event.kind == "start":
+            self.stream.write(f"  {event.pass_name} ...")
+        elif event.kind == "progress":
+            self.stream.write(f"\r  {event.pass_name} ... {event.done}/{event.total} nodes")
+        else:
+            mark = "done" if event.outcome == "ok" else event.outcome
+            self.stream.write(f"\r  {event.pass_name}: {mark} in {event.duration_s:.2f} s\033[K\n")
+        self.stream.flush()
+
+
+def _write_reports(ctx: Any, args: argparse.Namespace) -> list[str]:
+    written = []
+    if args.sarif:
+        ctx.save_sarif(args.sarif)
+        written.append(f"SARIF {args.sarif}")
+    if args.report:
+        ctx.save_markdown(args.report)
+        written.append(f"report {args.report}")
+    return written
+
+
+def _summary(ctx: Any) -> str:
+    levels = {"ERROR": 0, "WARNING": 0}
+    for finding in ctx.findings:
+        level = ctx.effective_level(finding).name
+        if level in levels:
+            levels[level] += 1
+    return f"{levels['ERROR']} error(s), {levels['WARNING']} warning(s)"
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    import dynamo_onnx
+    from dynamo_onnx.exporter import capture
+
+    model, positional, keywords = _model_and_inputs(args)
+    dynamic = capture.all_dimensions_dynamic(model, positional, keywords) if args.dynamic else None
+    show_progress = not args.quiet and sys.stderr.isatty()
+    options = dynamo_onnx.DiagnosticOptions(
+        verbosity_level=_VERBOSITY[args.verbosity], warnings_as_errors=args.warnings_as_errors
+    )
+    start = time.perf_counter()
+    program = None
+    code = EXIT_OK
+    try:
+        program = dynamo_onnx.export(
+            model, positional, keywords,
+            dynamic_shapes=dynamic, opset_version=args.opset, diagnostic_options=options,
+            source_root=args.source_root,
+            progress=_Progress(sys.stderr) if show_progress else None,
+        )
+        ctx = program.diagnostics
+    except dynamo_onnx.WarningsAsErrorsError as error:
+        program, ctx, code = error.program, error.diagnostics, EXIT_WARNINGS  # type: ignore[assignment]
+        failure = str(error).splitlines()[0]
+    except dynamo_onnx.OnnxExporterError as error:
+        ctx, code = error.diagnostics, EXIT_FAILED
+        failure = str(error)
+    written = []
+    if program is not None:
+        program.save(args.output)
+        written.append(f"model {args.output}")
+    written += _write_reports(ctx, args)
+    elapsed = time.perf_counter() - start
+    where = "; wrote " + ", ".join(written) if written else ""
+    if code == EXIT_OK:
+        print(f"exported {ctx.subject} in {elapsed:.1f} s: {_summary(ctx)}{where}")
+    elif code == EXIT_WARNINGS:
+        print(f"exported {ctx.subject}, but warnings are errors: {_summary(ctx)}{where}\n{failure}")
+    else:
+        print(f"export of {ctx.subject} failed: {_summary(ctx)}{where}\n{failure}")
+    return code
+
+
+# -- rules, report -----------------------------------------------------------------------
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
@@ -27,8 +236,7 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     try:
         rule = catalog().get(args.rule)
     except KeyError:
-        print(f"dynamo-onnx: no rule {args.rule!r}; `dynamo-onnx rules` lists them", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(f"no rule {args.rule!r}; `dynamo-onnx rules` lists them") from None
     print(f"{rule.id} {rule.name} ({rule.level}, pass {rule.pass_name})\n")
     print(rule.short + "\n")
     print(rule.full + "\n")
@@ -36,14 +244,18 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
+def _read_log(path: str) -> dict[str, Any]:
     try:
-        with open(args.sarif, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             log = json.load(handle)
-        text = markdown.render(log)
+        log["runs"][0]["results"]  # noqa: B018 - the shape we need
+        return log
     except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
-        print(f"dynamo-onnx report: cannot render {args.sarif}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        raise UsageError(f"cannot read the SARIF log {path}: {exc}") from exc
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    text = markdown.render(_read_log(args.sarif))
     if args.output:
         atomic_write_text(args.output, text)
         print(f"wrote {args.output}")
@@ -52,27 +264,145 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- gate --------------------------------------------------------------------------------
+
+_RANK = {"none": 0, "note": 1, "warning": 2, "error": 3}
+
+
+def _fingerprint(result: dict[str, Any]) -> str | None:
+    from dynamo_onnx.diagnostics.sarif import FINGERPRINT_KEY
+
+    return (result.get("partialFingerprints") or {}).get(FINGERPRINT_KEY)
+
+
+def _cmd_gate(args: argparse.Namespace) -> int:
+    from dynamo_onnx.diagnostics import sarif
+
+    log = _read_log(args.sarif)
+    run = log["runs"][0]
+    threshold = _RANK[args.fail_on]
+    known: set[str] = set()
+    if args.baseline:
+        baseline = _read_log(args.baseline)
+        known = {fp for r in baseline["runs"][0]["results"] if (fp := _fingerprint(r))}
+    failing = []
+    for result in run["results"]:
+        fingerprint = _fingerprint(result)
+        if args.baseline:
+            result["baselineState"] = "unchanged" if fingerprint in known else "new"
+        is_new = not args.baseline or result["baselineState"] == "new"
+        if is_new and _RANK.get(result.get("level", "warning"), 2) >= threshold:
+            failing.append(result)
+    if args.output:
+        sarif.validate(log)
+        atomic_write_text(args.output, json.dumps(log, indent=2) + "\n")
+    scope = "new " if args.baseline else ""
+    verdict = "failed" if failing else "passed"
+    lines = [f"dynamo-onnx gate {verdict}: {len(failing)} {scope}result(s) at or above {args.fail_on}"]
+    rules = run["tool"]["driver"].get("rules", [])
+    for result in failing:
+        location = result["locations"][0]["physicalLocation"]
+        rule = rules[result["ruleIndex"]] if rules else {"name": ""}
+        lines.append(
+            f"  {result['level']} {result['ruleId']} {rule.get('name', '')} "
+            f"{location['artifactLocation']['uri']}:{location['region']['startLine']}: "
+            f"{result['message']['text']}"
+        )
+    print("\n".join(lines))
+    summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_path:
+        _append_step_summary(summary_path, verdict, scope, args.fail_on, failing, rules)
+    return EXIT_FAILED if failing else EXIT_OK
+
+
+def _append_step_summary(
+    path: str, verdict: str, scope: str, level: str, failing: list[dict[str, Any]], rules: list[Any]
+) -> None:
+    """A markdown table of the failing results for the GitHub Actions job summary."""
+    icon = "❌" if failing else "✅"
+    text = [f"### {icon} dynamo-onnx gate {verdict}\n",
+            f"{len(failing)} {scope}result(s) at or above `{level}`.\n"]
+    if failing:
+        text += ["| Level | Rule | Location | Message |", "| --- | --- | --- | --- |"]
+        for result in failing:
+            location = result["locations"][0]["physicalLocation"]
+            name = rules[result["ruleIndex"]].get("name", "") if rules else ""
+            message = " ".join(result["message"]["text"].split()).replace("|", "\\|")
+            text.append(
+                f"| {result['level']} | {result['ruleId']} `{name}` | "
+                f"`{location['artifactLocation']['uri']}:{location['region']['startLine']}` | {message} |"
+            )
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("\n".join(text) + "\n\n")
+
+
+# -- the parser --------------------------------------------------------------------------
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dynamo-onnx",
         description="A diagnostics-first PyTorch to ONNX exporter.",
-        epilog="Exit codes: 0 success; 1 the operation failed; 2 usage error.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
+
+    export = commands.add_parser(
+        "export", help="export a model to ONNX", epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    export.add_argument("factory", metavar="MODULE:FACTORY",
+                        help="a function returning the model, or (model, example inputs)")
+    export.add_argument("--inputs", metavar="MODULE:FN",
+                        help="a function returning example inputs: a tuple, a dict, or (tuple, dict)")
+    export.add_argument("--input", action="append", metavar="NAME=2x3:float32",
+                        help="a random example input for forward's NAME (repeatable)")
+    export.add_argument("-o", "--output", default="model.onnx", help="the ONNX file (default: model.onnx)")
+    export.add_argument("--sarif", help="write the SARIF log here")
+    export.add_argument("--report", help="write the markdown report here")
+    export.add_argument("--opset", type=int, help="the ONNX opset (default 18)")
+    export.add_argument("--dynamic", action="store_true", help="make every input dimension dynamic")
+    export.add_argument("--verbosity", choices=sorted(_VERBOSITY), default="info",
+                        help="what the reports show (default: info)")
+    export.add_argument("--warnings-as-errors", action="store_true",
+                        help="fail (exit code 3) when the export produces warnings")
+    export.add_argument("--source-root", help="SARIF paths are relative to this (default: cwd)")
+    export.add_argument("--quiet", action="store_true", help="print only the final summary")
+    export.set_defaults(func=_cmd_export)
+
     rules = commands.add_parser("rules", help="list the rules, or print one rule's help")
     rules.add_argument("rule", nargs="?", help="a rule id (DO301) or name (unsupported-operator)")
     rules.set_defaults(func=_cmd_rules)
+
     report = commands.add_parser("report", help="render the markdown report of a saved SARIF log")
     report.add_argument("sarif", help="a SARIF log written by dynamo-onnx")
     report.add_argument("-o", "--output", help="write the markdown here instead of stdout")
     report.set_defaults(func=_cmd_report)
+
+    gate = commands.add_parser(
+        "gate", help="fail when a SARIF log has results at or above a level",
+        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    gate.add_argument("sarif", help="the SARIF log to judge")
+    gate.add_argument("--baseline", help="a previous log: only results not in it count")
+    gate.add_argument("--fail-on", choices=["error", "warning"], default="error",
+                      help="the lowest level that fails (default: error)")
+    gate.add_argument("--output", help="write the log with baselineState set here")
+    gate.set_defaults(func=_cmd_gate)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit code."""
-    args = _parser().parse_args(argv)
-    return int(args.func(args))
+    # torch's own deprecation chatter is not the user's concern on a terminal.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    args = _parser().parse_args(argv)  # exits 2 on bad options
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"dynamo-onnx {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

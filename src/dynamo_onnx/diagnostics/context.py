@@ -16,7 +16,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from dynamo_onnx.diagnostics.files import atomic_write_text
@@ -24,10 +24,22 @@ from dynamo_onnx.diagnostics.findings import Finding, Level, Location, first_use
 from dynamo_onnx.diagnostics.options import DiagnosticOptions
 from dynamo_onnx.rules import Rule, catalog
 
-__all__ = ["DiagnosticContext", "PassRecord", "exception_summary", "mark_recorded"]
+__all__ = ["DiagnosticContext", "PassRecord", "ProgressEvent", "exception_summary", "mark_recorded"]
 
 #: Marks an exception whose findings are already in the context.
 RECORDED_ATTR = "_dynamo_onnx_recorded"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgressEvent:
+    """A pass started (``start``), ended (``end``), or advanced (``progress``)."""
+
+    kind: str
+    pass_name: str
+    duration_s: float = 0.0
+    outcome: str = ""
+    done: int = 0
+    total: int = 0
 
 
 @dataclasses.dataclass
@@ -68,6 +80,8 @@ class DiagnosticContext:
         arguments: the command line or call, recorded in the SARIF invocation.
         versions: versions of the tools involved, recorded in both renderings.
         subject: what is being exported (the model's class name), for titles and ids.
+        listener: called with a :class:`ProgressEvent` when a pass starts or ends and as
+            nodes are translated (the command line's progress display); never required.
     """
 
     def __init__(
@@ -80,6 +94,7 @@ class DiagnosticContext:
         arguments: Sequence[str] = (),
         versions: dict[str, str] | None = None,
         subject: str = "model",
+        listener: Callable[[ProgressEvent], None] | None = None,
     ) -> None:
         self.options = options or DiagnosticOptions()
         self.source_root = os.path.abspath(source_root or os.getcwd())
@@ -88,6 +103,10 @@ class DiagnosticContext:
         self.arguments = list(arguments)
         self.versions = dict(versions or {})
         self.subject = subject
+        self.listener = listener
+        #: Where the model's code is (its ``forward``): the anchor of findings that have no
+        #: line of their own when the export call is outside the source root (the CLI).
+        self.model_location: Location | None = None
         self.findings: list[Finding] = []
         self.passes: list[PassRecord] = []
         #: Plain tables for the reports: "inputs", "outputs", "operators", ...
@@ -159,6 +178,7 @@ class DiagnosticContext:
         self.passes.append(record)
         previous, self._current_pass = self._current_pass, name
         start = time.perf_counter()
+        self._notify(ProgressEvent("start", name))
         try:
             yield record
         except BaseException as exc:
@@ -171,6 +191,16 @@ class DiagnosticContext:
         finally:
             record.duration_s = time.perf_counter() - start
             self._current_pass = previous
+            self._notify(ProgressEvent("end", name, record.duration_s, record.outcome))
+
+    def progress(self, done: int, total: int) -> None:
+        """Report progress within the current pass (translation reports nodes)."""
+        if self.listener is not None:
+            self._notify(ProgressEvent("progress", self._current_pass, done=done, total=total))
+
+    def _notify(self, event: ProgressEvent) -> None:
+        if self.listener is not None:
+            self.listener(event)
 
     def finish(self, exception: BaseException | None = None) -> None:
         """Close the context: success is "no exception and no error finding"."""

@@ -46,7 +46,8 @@ def _where(result: Mapping[str, Any]) -> dict[str, Any] | None:
     """Where a result points, unless it is only anchored at the export call."""
     locations = result.get("locations") or []
     properties = result.get("properties") or {}
-    if not locations or properties.get("anchor") == "call-site" and "origin" not in properties:
+    anchored = properties.get("anchor") in ("call-site", "model")
+    if not locations or anchored and "origin" not in properties:
         return None
     physical = locations[0].get("physicalLocation", {})
     uri = physical.get("artifactLocation", {}).get("uri", "")

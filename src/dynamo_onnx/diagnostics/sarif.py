@@ -144,7 +144,8 @@ class _Builder:
 
     def _primary(self, finding: Finding) -> tuple[Location | None, str]:
         """The location users land on, and what it is: their own code under the source root
-        if possible (``finding``, else a ``stack`` frame), else the ``call-site`` of export."""
+        if possible (``finding``, else a ``stack`` frame), else the ``call-site`` of export,
+        else the ``model``'s forward."""
         if self._in_root(finding.primary):
             return finding.primary, "finding"
         for frame in finding.stack:
@@ -152,6 +153,8 @@ class _Builder:
                 return frame, "stack"
         if self._in_root(self.ctx.call_site):
             return self.ctx.call_site, "call-site"
+        if self._in_root(self.ctx.model_location):
+            return self.ctx.model_location, "model"
         return finding.primary or self.ctx.call_site, "outside-source-root"
 
     def _stack(self, frames: Iterable[Location]) -> om.Stack:

@@ -13,7 +13,7 @@ import torch
 
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext, DiagnosticOptions, Location
-from dynamo_onnx.diagnostics.context import default_library_prefixes, mark_recorded
+from dynamo_onnx.diagnostics.context import ProgressEvent, default_library_prefixes, mark_recorded
 from dynamo_onnx.exporter import capture, decomposition, reporting, serialization, translation
 from dynamo_onnx.exporter.errors import (
     CaptureError,
@@ -67,6 +67,7 @@ def _new_context(
     source_root: str | os.PathLike[str] | None,
     arguments: list[str],
     subject: str,
+    progress: Callable[[ProgressEvent], None] | None,
 ) -> DiagnosticContext:
     if options is not None and not isinstance(options, DiagnosticOptions):
         raise InvalidExportOptionsError(
@@ -80,6 +81,7 @@ def _new_context(
         arguments=arguments,
         versions={"dynamo-onnx": package_version(), **tool_versions()},
         subject=subject,
+        listener=progress,
     )
 
 
@@ -128,6 +130,7 @@ def export(
     report: bool = False,
     artifacts_dir: str | os.PathLike[str] = ".",
     source_root: str | os.PathLike[str] | None = None,
+    progress: Callable[[ProgressEvent], None] | None = None,
 ) -> ONNXProgram:
     """Export a PyTorch model to an :class:`ONNXProgram`.
 
@@ -143,13 +146,14 @@ def export(
             on failure (then the exception message names both paths).
         artifacts_dir: where the reports go (created if missing).
         source_root: the directory SARIF paths are relative to (default: cwd).
+        progress: called with a ``ProgressEvent`` as passes start, end and advance.
 
     Raises:
         OnnxExporterError: a subclass naming the rule, the cause and the fix; its
             ``diagnostics`` hold every finding.
     """
     subject = _subject(model)
-    ctx = _new_context(diagnostic_options, source_root, [f"export({subject})"], subject)
+    ctx = _new_context(diagnostic_options, source_root, [f"export({subject})"], subject, progress)
     _check_opset(opset_version)
     if not isinstance(args, tuple):
         args = (args,)

@@ -121,6 +121,17 @@ def _right_call(args: tuple[Any, ...], kwargs: Mapping[str, Any], unexpected: li
     return call
 
 
+def _code_location(model: Any) -> Location | None:
+    """Where the model's code starts: its class's ``forward``, or the function itself."""
+    code_owner = type(model).forward if isinstance(model, torch.nn.Module) else model
+    try:
+        path = inspect.getsourcefile(code_owner)
+        _, line = inspect.getsourcelines(code_owner)
+    except (TypeError, OSError):
+        return None
+    return Location(path, line, getattr(code_owner, "__name__", None)) if path else None
+
+
 def check_inputs(
     ctx: DiagnosticContext, model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> None:
@@ -183,6 +194,7 @@ def run(
             nodes=len(model.graph.nodes),
         )
         return model
+    ctx.model_location = _code_location(model)
     check_inputs(ctx, model, args, kwargs or {})
     module = as_module(model)
     causes: list[str] = []

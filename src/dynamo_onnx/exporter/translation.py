@@ -160,7 +160,10 @@ class _GraphTranslator:
     # -- nodes -----------------------------------------------------------------------------
 
     def translate(self, fx_graph: torch.fx.Graph) -> None:
-        for node in fx_graph.nodes:
+        total = len(fx_graph.nodes)
+        for done, node in enumerate(fx_graph.nodes, 1):
+            if done % 64 == 0 or done == total:
+                self.ctx.progress(done, total)
             if node.op == "placeholder":
                 value = ir.Value(name=node.name)
                 _set_type_and_shape(value, node.meta.get("val"))
