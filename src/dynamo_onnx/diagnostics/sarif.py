@@ -113,7 +113,10 @@ class _Builder:
     # -- locations ---------------------------------------------------------------------
 
     def _relative(self, path: str) -> str | None:
-        """The path relative to the source root, POSIX-style, or None if outside it."""
+        """The path relative to the source root, POSIX-style, or None if outside it
+        (``<frozen runpy>``, ``<string>`` and other pseudo-files are never inside)."""
+        if path.startswith("<"):
+            return None
         absolute = os.path.abspath(path)
         if not absolute.startswith(self.root + os.sep):
             return None

@@ -43,11 +43,13 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(dynamo_onnx.__file__)) + os.sep
 
 
 def _call_site() -> Location | None:
-    """The user's line that called the exporter: the first frame outside this package."""
+    """The user's line that called the exporter: the first frame outside this package
+    that is a real file (not ``<frozen runpy>`` or ``<string>``)."""
     frame = sys._getframe(1)
     while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_PACKAGE_DIR):
+        filename = frame.f_code.co_filename
+        path = os.path.abspath(filename)
+        if not filename.startswith("<") and not path.startswith(_PACKAGE_DIR):
             return Location(path, frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back  # type: ignore[assignment]
     return None

@@ -1,0 +1,235 @@
+"""The dynamo-onnx command, run as a subprocess: every exit code, reports, gate, progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from sarif_tools import multitool_errors
+
+MODELS = textwrap.dedent(
+    """
+    import torch
+
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x)
+
+
+    class NanNet(Net):
+        def __init__(self):
+            super().__init__()
+            with torch.no_grad():
+                self.fc.weight[0, 0] = float("nan")
+
+
+    @torch.library.custom_op("dxcli::mystery", mutates_args=())
+    def mystery(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+
+    @mystery.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+
+    class Mysterious(torch.nn.Module):
+        def forward(self, x):
+            return mystery(x) + 1
+
+
+    def build():
+        return Net(), (torch.randn(3, 4),)
+
+
+    def bare():
+        return Net()
+
+
+    def inputs():
+        return (torch.randn(5, 4),)
+
+
+    def nan_net():
+        return NanNet(), (torch.randn(3, 4),)
+
+
+    def mysterious():
+        return Mysterious(), (torch.randn(3, 4),)
+
+
+    def broken():
+        raise RuntimeError("the factory itself fails")
+    """
+)
+
+
+@pytest.fixture()
+def workdir(tmp_path):
+    (tmp_path / "models.py").write_text(MODELS)
+    return tmp_path
+
+
+def run(workdir, *args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "dynamo_onnx.cli", *args],
+        cwd=workdir, capture_output=True, text=True, timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_exit_0_exports_and_writes_every_file(workdir):
+    proc = run(workdir, "export", "models.py:build", "-o", "net.onnx", "--sarif", "net.sarif",
+               "--report", "net.md")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("exported Net in ")
+    assert "0 error(s), 0 warning(s); wrote model net.onnx, SARIF net.sarif, report net.md" in proc.stdout
+    assert proc.stderr.strip() == "", "no progress and no noise when output is not a terminal"
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(workdir / "net.onnx"), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].shape == [3, 4]
+    assert (workdir / "net.md").read_text().startswith("# ✅")
+
+
+def test_inputs_function_and_input_specs(workdir):
+    proc = run(workdir, "export", "models:bare", "--inputs", "models:inputs", "-o", "a.onnx", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    proc = run(workdir, "export", "models.py:bare", "--input", "x=7x4:float32", "-o", "b.onnx", "--dynamic")
+    assert proc.returncode == 0, proc.stderr
+    import onnx
+
+    dims = onnx.load(str(workdir / "b.onnx")).graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param and dims[1].dim_value == 4
+
+
+def test_exit_1_when_the_export_fails(workdir):
+    proc = run(workdir, "export", "models.py:mysterious", "--sarif", "m.sarif", "--report", "m.md")
+    assert proc.returncode == 1
+    assert "export of Mysterious failed: 1 error(s)" in proc.stdout
+    assert "[DO301 unsupported-operator]" in proc.stdout and "dxcli::mystery at models.py:" in proc.stdout
+    assert not (workdir / "model.onnx").exists()
+    log = json.loads((workdir / "m.sarif").read_text())
+    assert log["runs"][0]["invocations"][0]["executionSuccessful"] is False
+    proc = run(workdir, "export", "models.py:broken")
+    assert proc.returncode == 1
+    assert "the factory itself fails" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["export", "models.py:nothing"], "has no attribute 'nothing'"),
+        (["export", "missing.py:build"], "no such file"),
+        (["export", "models.py:bare"], "give example inputs"),
+        (["export", "models.py:bare", "--input", "x=3y4"], "dimensions must be integers"),
+        (["export", "models.py:bare", "--input", "x=3x4:floaty"], "unknown dtype"),
+        (["export", "models.py:build", "--verbosity", "loud"], "invalid choice"),
+        (["rules", "DO999"], "no rule 'DO999'"),
+        (["gate", "missing.sarif"], "cannot read the SARIF log"),
+    ],
+)
+def test_exit_2_on_usage_errors(workdir, args, message):
+    proc = run(workdir, *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_exit_3_when_warnings_are_errors_and_the_model_is_still_written(workdir):
+    proc = run(workdir, "export", "models.py:nan_net", "--warnings-as-errors", "-o", "nan.onnx",
+               "--sarif", "nan.sarif")
+    assert proc.returncode == 3
+    assert "but warnings are errors: 1 error(s)" in proc.stdout
+    assert "[DO401 non-finite-weights]" in proc.stdout
+    assert (workdir / "nan.onnx").exists()
+    proc = run(workdir, "export", "models.py:nan_net", "-o", "nan.onnx")
+    assert proc.returncode == 0 and "0 error(s), 1 warning(s)" in proc.stdout
+
+
+def test_help_documents_the_exit_codes(workdir):
+    for args in (["--help"], ["export", "--help"], ["gate", "--help"]):
+        proc = run(workdir, *args)
+        assert proc.returncode == 0
+        assert "3  exported, but failed under --warnings-as-errors" in proc.stdout
+
+
+def test_rules_prints_one_rules_help(workdir):
+    proc = run(workdir, "rules", "unsupported-operator")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("DO301 unsupported-operator (error, pass translation)")
+    assert "registry.register_op(my_op" in proc.stdout
+    listing = run(workdir, "rules").stdout.splitlines()
+    assert any(line.startswith("DO401  non-finite-weights") for line in listing)
+
+
+def _export_nan_log(workdir, name):
+    proc = run(workdir, "export", "models.py:nan_net", "-o", f"{name}.onnx", "--sarif", f"{name}.sarif")
+    assert proc.returncode == 0, proc.stderr
+    return workdir / f"{name}.sarif"
+
+
+def test_gate_fails_on_a_new_warning_and_passes_with_a_baseline_after_lines_move(workdir, tmp_path_factory):
+    base = _export_nan_log(workdir, "base")
+    proc = run(workdir, "gate", str(base), "--fail-on", "warning")
+    assert proc.returncode == 1
+    assert "gate failed: 1 result(s) at or above warning" in proc.stdout
+    assert "DO401 non-finite-weights models.py:" in proc.stdout
+    assert run(workdir, "gate", str(base)).returncode == 0, "a warning is not an error"
+
+    # The model's lines move: the same warning is not new.
+    (workdir / "models.py").write_text("# moved\n\n\n" + MODELS)
+    head = _export_nan_log(workdir, "head")
+    summary = workdir / "summary.md"
+    proc = run(workdir, "gate", str(head), "--baseline", str(base), "--fail-on", "warning",
+               "--output", "gated.sarif", env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert proc.returncode == 0, proc.stdout
+    assert "gate passed: 0 new result(s)" in proc.stdout
+    gated = json.loads((workdir / "gated.sarif").read_text())
+    assert {r["baselineState"] for r in gated["runs"][0]["results"]} == {"unchanged"}
+    assert multitool_errors(workdir / "gated.sarif", tmp_path_factory.mktemp("v")) == []
+    assert "### ✅ dynamo-onnx gate passed" in summary.read_text()
+
+    # A baseline without the warning: it is new, and the summary lists it.
+    clean = run(workdir, "export", "models.py:build", "--sarif", "clean.sarif")
+    assert clean.returncode == 0
+    proc = run(workdir, "gate", str(head), "--baseline", "clean.sarif", "--fail-on", "warning",
+               env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert proc.returncode == 1
+    assert "1 new result(s)" in proc.stdout
+    assert "| warning | DO401 `non-finite-weights` | `models.py:" in summary.read_text()
+
+
+def test_progress_on_a_terminal(workdir):
+    master, slave = pty.openpty()
+    proc = subprocess.run(
+        [sys.executable, "-m", "dynamo_onnx.cli", "export", "models.py:build", "-o", "t.onnx"],
+        cwd=workdir, stdout=subprocess.PIPE, stderr=slave, text=True, timeout=300,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data.decode())
+    os.close(master)
+    progress = "".join(chunks)
+    assert proc.returncode == 0
+    for name in ("capture", "decomposition", "translation", "serialization"):
+        assert f"{name}: done in " in progress
+    assert "nodes" in progress  # the translation counter
+    quiet = run(workdir, "export", "models.py:build", "-o", "t.onnx", "--quiet")
+    assert quiet.stderr.strip() == ""
