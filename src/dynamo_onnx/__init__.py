@@ -10,13 +10,17 @@ from dynamo_onnx.exporter.api import dynamo_export, export
 from dynamo_onnx.exporter.errors import (
     CaptureError,
     DecompositionError,
+    FakeWeightsError,
     InvalidExportOptionsError,
     OnnxExporterError,
     SerializationError,
     TranslationError,
+    OptimizationError,
     UnsupportedOperatorError,
     WarningsAsErrorsError,
+    WeightsMismatchError,
 )
+from dynamo_onnx.exporter.fake import ONNXFakeContext, enable_fake_mode
 from dynamo_onnx.exporter.options import ExportOptions, ONNXRuntimeOptions
 from dynamo_onnx.exporter.program import ONNXProgram
 from dynamo_onnx.exporter.registry import OnnxRegistry
@@ -29,15 +33,20 @@ __all__ = [
     "DecompositionError",
     "DiagnosticOptions",
     "ExportOptions",
+    "FakeWeightsError",
     "InvalidExportOptionsError",
+    "ONNXFakeContext",
     "ONNXProgram",
     "ONNXRuntimeOptions",
     "OnnxExporterError",
     "OnnxRegistry",
+    "OptimizationError",
     "SerializationError",
     "TranslationError",
     "UnsupportedOperatorError",
     "WarningsAsErrorsError",
+    "WeightsMismatchError",
     "dynamo_export",
+    "enable_fake_mode",
     "export",
 ]

@@ -119,9 +119,18 @@ def _split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
 
 
 def _model_and_inputs(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    import dynamo_onnx
+
     factory = _load_attribute(args.factory)
     if not callable(factory):
         raise UsageError(f"{args.factory} is not callable")
+    if args.fake:  # built on the meta device: no memory for the weights
+        with dynamo_onnx.enable_fake_mode():
+            return _build(factory, args)
+    return _build(factory, args)
+
+
+def _build(factory: Any, args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     produced = factory()
     example: Any = None
     if isinstance(produced, tuple) and len(produced) == 2 and callable(produced[0]):
@@ -211,8 +220,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
         failure = str(error)
     written = []
     if program is not None:
-        program.save(args.output)
-        written.append(f"model {args.output}")
+        fake = bool(program.fake_weights())
+        # Fake weights have no data: the architecture is saved, weights as inputs.
+        program.save(args.output, include_initializers=not fake, keep_initializers_as_inputs=fake)
+        written.append(f"model {args.output}" + (" (fake weights: saved as inputs)" if fake else ""))
     written += _write_reports(ctx, args)
     elapsed = time.perf_counter() - start
     where = "; wrote " + ", ".join(written) if written else ""
@@ -363,6 +374,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--report", help="write the markdown report here")
     export.add_argument("--opset", type=int, help="the ONNX opset (default 18)")
     export.add_argument("--dynamic", action="store_true", help="make every input dimension dynamic")
+    export.add_argument("--fake", action="store_true",
+                        help="build the model in fake mode (meta device, no weight memory); the "
+                        "ONNX file then has the weights as inputs, without data")
     export.add_argument("--verbosity", choices=sorted(_VERBOSITY), default="info",
                         help="what the reports show (default: info)")
     export.add_argument("--warnings-as-errors", action="store_true",

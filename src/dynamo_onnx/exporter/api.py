@@ -24,6 +24,7 @@ from dynamo_onnx.exporter.errors import (
     TranslationError,
     format_message,
 )
+from dynamo_onnx.exporter.fake import ONNXFakeContext
 from dynamo_onnx.exporter.options import ExportOptions
 from dynamo_onnx.exporter.program import ONNXProgram
 from dynamo_onnx.exporter.registry import OnnxRegistry
@@ -213,10 +214,11 @@ def dynamo_export(
         raise InvalidExportOptionsError(
             f"export_options must be an ExportOptions, got {type(options).__name__}"
         )
-    if options.fake_context is not None:
+    if options.fake_context is not None and not isinstance(options.fake_context, ONNXFakeContext):
         raise InvalidExportOptionsError(
-            "ExportOptions(fake_context=...) is not supported by this version of dynamo-onnx "
-            "yet; export the model with real (or meta-initialized) weights instead."
+            "ExportOptions(fake_context=...) takes the context of "
+            "`with dynamo_onnx.enable_fake_mode() as fake_context:`, "
+            f"got {type(options.fake_context).__name__}"
         )
     dynamic_shapes = None
     if options.dynamic_shapes and not isinstance(model, torch.export.ExportedProgram):

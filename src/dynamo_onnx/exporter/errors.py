@@ -20,6 +20,9 @@ __all__ = [
     "UnsupportedOperatorError",
     "TranslationError",
     "SerializationError",
+    "FakeWeightsError",
+    "WeightsMismatchError",
+    "OptimizationError",
     "WarningsAsErrorsError",
 ]
 
@@ -74,6 +77,18 @@ class TranslationError(OnnxExporterError):
 
 class SerializationError(OnnxExporterError):
     """Building, converting or writing the ONNX model failed."""
+
+
+class FakeWeightsError(SerializationError):
+    """The weights are fake (meta): they cannot be saved or run before ``apply_weights``."""
+
+
+class WeightsMismatchError(OnnxExporterError):
+    """``apply_weights`` was given names, shapes or dtypes that do not match the model."""
+
+
+class OptimizationError(OnnxExporterError):
+    """The onnxscript optimizer failed on the model."""
 
 
 class WarningsAsErrorsError(OnnxExporterError):

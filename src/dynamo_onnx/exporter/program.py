@@ -12,13 +12,23 @@ import onnx_ir as ir
 import torch
 from torch.export import graph_signature as gs
 
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics.context import mark_recorded
 from dynamo_onnx.exporter import serialization
+from dynamo_onnx.exporter.errors import (
+    FakeWeightsError,
+    OnnxExporterError,
+    OptimizationError,
+    WeightsMismatchError,
+    format_message,
+)
+from dynamo_onnx.exporter.fake import is_fake
 from dynamo_onnx.exporter.options import ONNXRuntimeOptions
+from dynamo_onnx.exporter.tensors import TORCH_TO_ONNX_DTYPE, torch_tensor_to_ir
+from dynamo_onnx.rules import get_rule
 
 if TYPE_CHECKING:
     import onnxruntime
-
-    from dynamo_onnx.diagnostics import DiagnosticContext
 
 __all__ = ["ONNXProgram"]
 
@@ -37,6 +47,11 @@ def _default_session(model: str | bytes, options: ONNXRuntimeOptions | None = No
         providers=providers,
         provider_options=options.execution_provider_options,
     )
+
+
+def _count_nodes(model: ir.Model) -> int:
+    """Nodes of the main graph and of every function."""
+    return len(model.graph) + sum(len(f) for f in model.functions.values())
 
 
 def _flatten(obj: Any) -> list[Any]:
@@ -72,6 +87,109 @@ class ONNXProgram:
     def __repr__(self) -> str:
         return f"ONNXProgram(model=<{len(self.model.graph)} nodes>, diagnostics={self.diagnostics!r})"
 
+    # -- weights ---------------------------------------------------------------------------
+
+    def _context(self) -> DiagnosticContext:
+        if self.diagnostics is None:
+            self.diagnostics = DiagnosticContext()
+        return self.diagnostics
+
+    def _fail(self, error_type: type[OnnxExporterError], rule_name: str, **fields: Any) -> None:
+        """Record a finding of ``rule_name`` and raise ``error_type`` with its message."""
+        rule = get_rule(rule_name)
+        finding = self._context().record(rule, locations=[self._context().model_location], **fields)
+        error = error_type(
+            format_message(rule.id, rule.name, finding.message, rule.fix),
+            rule_id=rule.id,
+            diagnostics=self.diagnostics,
+        )
+        mark_recorded(error)
+        raise error
+
+    def fake_weights(self) -> list[str]:
+        """Names of the initializers that are fake (meta tensors, no data)."""
+        return [
+            name
+            for name, value in self.model.graph.initializers.items()
+            if is_fake(getattr(value.const_value, "raw", None))
+        ]
+
+    def _require_real_weights(self, action: str) -> None:
+        fake = self.fake_weights()
+        if fake:
+            self._fail(FakeWeightsError, "fake-weights", count=len(fake), name=fake[0], action=action)
+
+    def apply_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Replace the model's initializers with the tensors of ``state_dict``, by name.
+
+        Use it to replace fake weights or other weights. Every name must be an initializer,
+        every fake initializer must be given, and shapes and dtypes must match: otherwise a
+        ``weights-mismatch`` finding is recorded, :class:`WeightsMismatchError` raised, and
+        nothing is applied.
+        """
+        initializers = self.model.graph.initializers
+        problems = []
+        extra = [name for name in state_dict if name not in initializers]
+        if extra:
+            problems.append(f"not weights of this model: {', '.join(sorted(extra))}")
+        missing = [name for name in self.fake_weights() if name not in state_dict]
+        if missing:
+            problems.append(f"fake weights left without a value: {', '.join(sorted(missing))}")
+        for name, tensor in state_dict.items():
+            value = initializers.get(name)
+            if value is None:
+                continue
+            if not isinstance(tensor, torch.Tensor):
+                problems.append(f"{name} is a {type(tensor).__name__}, not a tensor")
+                continue
+            real = torch.view_as_real(tensor) if tensor.is_complex() else tensor
+            dtype = TORCH_TO_ONNX_DTYPE.get(real.dtype)
+            expected_shape = [int(d) if isinstance(d, int) else str(d) for d in value.shape or []]
+            if list(real.shape) != expected_shape:
+                problems.append(f"{name} has shape {list(real.shape)}, the model's is {expected_shape}")
+            if dtype != value.dtype:
+                problems.append(
+                    f"{name} has dtype {real.dtype}, the model's is {value.dtype.name.lower()}"  # type: ignore[union-attr]
+                )
+        if problems:
+            self._fail(WeightsMismatchError, "weights-mismatch", problems="; ".join(problems))
+        for name, tensor in state_dict.items():
+            initializers[name].const_value = torch_tensor_to_ir(tensor, name)
+        self.release()
+
+    def optimize(self) -> None:
+        """Optimize the ONNX model in place with the onnxscript optimizer.
+
+        Constant folding and the elimination of redundancies. Fake weights are hidden from
+        the optimizer while it runs, so it works before and after ``apply_weights``. A
+        ``model-optimized`` finding records the node counts before and after.
+        """
+        import onnxscript.optimizer
+
+        ctx = self._context()
+        before = _count_nodes(self.model)
+        hidden = {name: self.model.graph.initializers[name] for name in self.fake_weights()}
+        saved = {name: value.const_value for name, value in hidden.items()}
+        try:
+            for value in hidden.values():
+                value.const_value = None
+            with ctx.pass_("optimization"):
+                onnxscript.optimizer.optimize_ir(self.model)
+        except Exception as exc:
+            rule = get_rule("optimization-failed")
+            finding = next(f for f in reversed(ctx.findings) if f.rule is rule)
+            error = OptimizationError(
+                format_message(rule.id, rule.name, finding.message, rule.fix),
+                rule_id=rule.id, diagnostics=ctx,
+            )
+            mark_recorded(error)
+            raise error from exc
+        finally:
+            for name, value in hidden.items():
+                value.const_value = saved[name]
+        ctx.record("model-optimized", before=before, after=_count_nodes(self.model))
+        self.release()
+
     # -- the model -------------------------------------------------------------------------
 
     @property
@@ -102,6 +220,8 @@ class ONNXProgram:
                     f"got {type(destination).__name__}"
                 )
             raise TypeError(f"destination must be a file path, got {type(destination).__name__}")
+        if include_initializers:
+            self._require_real_weights("save")
         serialization.save(
             self.model,
             destination,
@@ -123,6 +243,7 @@ class ONNXProgram:
     ) -> None:
         """Create the ONNX Runtime session with ``initializer(model_path_or_bytes)``."""
         self.release()
+        self._require_real_weights("run")
         weights = serialization.weights_nbytes(self.model)
         if weights < serialization.TWO_GB // 2:
             self._session = initializer(self.model_proto.SerializeToString())
