@@ -17,6 +17,7 @@ from dynamo_onnx.exporter.errors import (
     TranslationError,
     OptimizationError,
     UnsupportedOperatorError,
+    VerificationError,
     WarningsAsErrorsError,
     WeightsMismatchError,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "SerializationError",
     "TranslationError",
     "UnsupportedOperatorError",
+    "VerificationError",
     "WarningsAsErrorsError",
     "WeightsMismatchError",
     "dynamo_export",

@@ -20,8 +20,10 @@ from dynamo_onnx.exporter.errors import (
     DecompositionError,
     InvalidExportOptionsError,
     OnnxExporterError,
+    OptimizationError,
     SerializationError,
     TranslationError,
+    VerificationError,
     format_message,
 )
 from dynamo_onnx.exporter.fake import ONNXFakeContext
@@ -38,6 +40,8 @@ _PASS_ERRORS: dict[str, type[OnnxExporterError]] = {
     "decomposition": DecompositionError,
     "translation": TranslationError,
     "serialization": SerializationError,
+    "optimization": OptimizationError,
+    "verification": VerificationError,
 }
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(dynamo_onnx.__file__)) + os.sep
@@ -132,6 +136,8 @@ def export(
     diagnostic_options: DiagnosticOptions | None = None,
     report: bool = False,
     artifacts_dir: str | os.PathLike[str] = ".",
+    optimize: bool = False,
+    verify: bool = False,
     source_root: str | os.PathLike[str] | None = None,
     progress: Callable[[ProgressEvent], None] | None = None,
 ) -> ONNXProgram:
@@ -148,6 +154,9 @@ def export(
         report: write ``<artifacts_dir>/<Model>.sarif`` and ``<Model>.md``, on success and
             on failure (then the exception message names both paths).
         artifacts_dir: where the reports go (created if missing).
+        optimize: run the onnxscript optimizer on the result (``ONNXProgram.optimize``).
+        verify: compare ONNX Runtime with the model in eager PyTorch on the example inputs
+            (``ONNXProgram.verify``, default tolerances); a mismatch is a warning finding.
         source_root: the directory SARIF paths are relative to (default: cwd).
         progress: called with a ``ProgressEvent`` as passes start, end and advance.
 
@@ -173,6 +182,12 @@ def export(
             )
         with ctx.pass_("serialization"):
             onnx_model = serialization.run(ctx, result.model, opset_version)
+        onnx_program = ONNXProgram(onnx_model, program, ctx)
+        if optimize:
+            onnx_program.optimize()
+        if verify:
+            reference = model.module() if isinstance(model, torch.export.ExportedProgram) else model
+            onnx_program.verify(args, kwargs, reference=reference)
     except Exception as exc:
         error = _wrap(ctx, exc)
         ctx.finish(error)
@@ -181,7 +196,6 @@ def export(
         if error is exc:
             raise
         raise error from exc
-    onnx_program = ONNXProgram(onnx_model, program, ctx)
     gate = reporting.warnings_as_errors(ctx)
     ctx.finish(gate)
     if report:

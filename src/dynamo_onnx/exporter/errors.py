@@ -23,6 +23,7 @@ __all__ = [
     "FakeWeightsError",
     "WeightsMismatchError",
     "OptimizationError",
+    "VerificationError",
     "WarningsAsErrorsError",
 ]
 
@@ -89,6 +90,10 @@ class WeightsMismatchError(OnnxExporterError):
 
 class OptimizationError(OnnxExporterError):
     """The onnxscript optimizer failed on the model."""
+
+
+class VerificationError(OnnxExporterError):
+    """The exported model could not be run for verification."""
 
 
 class WarningsAsErrorsError(OnnxExporterError):

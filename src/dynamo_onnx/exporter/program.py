@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Any
 import onnx
 import onnx_ir as ir
 import torch
-from torch.export import graph_signature as gs
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import mark_recorded
-from dynamo_onnx.exporter import serialization
+from dynamo_onnx.exporter import serialization, verification
 from dynamo_onnx.exporter.errors import (
     FakeWeightsError,
     OnnxExporterError,
@@ -23,6 +22,7 @@ from dynamo_onnx.exporter.errors import (
     format_message,
 )
 from dynamo_onnx.exporter.fake import is_fake
+from dynamo_onnx.exporter.inputs import onnx_input_tensors
 from dynamo_onnx.exporter.options import ONNXRuntimeOptions
 from dynamo_onnx.exporter.tensors import TORCH_TO_ONNX_DTYPE, torch_tensor_to_ir
 from dynamo_onnx.rules import get_rule
@@ -52,15 +52,6 @@ def _default_session(model: str | bytes, options: ONNXRuntimeOptions | None = No
 def _count_nodes(model: ir.Model) -> int:
     """Nodes of the main graph and of every function."""
     return len(model.graph) + sum(len(f) for f in model.functions.values())
-
-
-def _flatten(obj: Any) -> list[Any]:
-    """Leaves of nested tuples, lists and dicts, in torch.export's order (None is a leaf)."""
-    if isinstance(obj, (list, tuple)):
-        return [leaf for item in obj for leaf in _flatten(item)]
-    if isinstance(obj, dict):
-        return [leaf for item in obj.values() for leaf in _flatten(item)]
-    return [obj]
 
 
 class ONNXProgram:
@@ -230,6 +221,31 @@ class ONNXProgram:
             external_data=external_data,
         )
 
+    def verify(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        atol: float = verification.DEFAULT_ATOL,
+        rtol: float = verification.DEFAULT_RTOL,
+        find_divergence: bool = False,
+        reference: Callable[..., Any] | None = None,
+    ) -> list[verification.Comparison]:
+        """Compare ONNX Runtime with eager PyTorch on these inputs, output by output.
+
+        Every output beyond ``atol + rtol * |eager|`` is an ``output-mismatch`` warning with
+        its max absolute and relative difference (an error under warnings-as-errors); all
+        within them is an ``outputs-match`` note. ``find_divergence`` also names the first
+        FX node whose ONNX value diverges (``first-divergence``), with its source line.
+        ``reference`` computes the eager outputs (default: the exported program itself).
+        """
+        ctx = self._context()
+        with ctx.pass_("verification"):
+            return verification.run(
+                ctx, self, args, kwargs, reference=reference, atol=atol, rtol=rtol,
+                find_divergence=find_divergence,
+            )
+
     def save_diagnostics(self, destination: str | os.PathLike[str]) -> None:
         """Save the export's diagnostics as a SARIF log, as the PyTorch 2.1-2.5 API did."""
         if self.diagnostics is None:
@@ -257,32 +273,11 @@ class ONNXProgram:
         """Release the inference session and the memory it holds."""
         self._session = None
 
-    def _onnx_inputs(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
-        """The leaves of (args, kwargs) that are ONNX graph inputs, in graph order."""
-        ep = self.exported_program
-        if ep is None:
-            return [a for a in _flatten((tuple(args), dict(kwargs))) if isinstance(a, torch.Tensor)]
-        spec = ep.call_spec.in_spec
-        if kwargs and spec is not None and spec.num_children == 2:
-            order = list(spec.child(1).context or [])
-            kwargs = {k: kwargs[k] for k in order if k in kwargs}
-        leaves = _flatten((tuple(args), dict(kwargs)))
-        user_specs = [
-            s for s in ep.graph_signature.input_specs if s.kind == gs.InputKind.USER_INPUT
-        ]
-        if len(leaves) != len(user_specs):
-            raise TypeError(
-                f"The ONNX program takes {len(user_specs)} input leaves, got {len(leaves)}"
-            )
-        return [
-            leaf for leaf, s in zip(leaves, user_specs) if isinstance(s.arg, gs.TensorArgument)
-        ]
-
     def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         """Run the model in ONNX Runtime with torch tensors; returns the outputs as tensors."""
         if self._session is None:
             self.initialize_inference_session()
-        inputs = self._onnx_inputs(args, kwargs)
+        inputs = onnx_input_tensors(self.exported_program, args, kwargs)
         names = [i.name for i in self._session.get_inputs()]
         feed = {
             name: (t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t)

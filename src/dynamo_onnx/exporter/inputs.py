@@ -1,0 +1,44 @@
+"""The user's inputs as the exported program lists them: flat leaves, kwargs in export order."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.export import graph_signature as gs
+
+__all__ = ["flatten", "user_input_leaves", "onnx_input_tensors"]
+
+
+def flatten(obj: Any) -> list[Any]:
+    """Leaves of nested tuples, lists and dicts, in torch.export's order (None is a leaf)."""
+    if isinstance(obj, (list, tuple)):
+        return [leaf for item in obj for leaf in flatten(item)]
+    if isinstance(obj, dict):
+        return [leaf for item in obj.values() for leaf in flatten(item)]
+    return [obj]
+
+
+def user_input_leaves(
+    ep: torch.export.ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> list[Any]:
+    """Every input leaf, keyword arguments reordered as they were at export time."""
+    spec = ep.call_spec.in_spec
+    if kwargs and spec is not None and spec.num_children == 2:
+        order = list(spec.child(1).context or [])
+        kwargs = {k: kwargs[k] for k in order if k in kwargs}
+    return flatten((tuple(args), dict(kwargs)))
+
+
+def onnx_input_tensors(
+    ep: torch.export.ExportedProgram | None, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> list[Any]:
+    """The leaves that are ONNX graph inputs (tensors), in graph order."""
+    if ep is None:
+        return [a for a in flatten((tuple(args), dict(kwargs))) if isinstance(a, torch.Tensor)]
+    leaves = user_input_leaves(ep, args, kwargs)
+    user_specs = [s for s in ep.graph_signature.input_specs if s.kind == gs.InputKind.USER_INPUT]
+    if len(leaves) != len(user_specs):
+        raise TypeError(f"The ONNX program takes {len(user_specs)} input leaves, got {len(leaves)}")
+    return [leaf for leaf, s in zip(leaves, user_specs) if isinstance(s.arg, gs.TensorArgument)]

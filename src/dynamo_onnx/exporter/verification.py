@@ -1,0 +1,210 @@
+"""Verification: ONNX Runtime against eager PyTorch, output by output, with explicit tolerances.
+
+torch.onnx's verify uses fixed, silent thresholds (5e-3 absolute, 1e-1 relative). Here the
+tolerances are arguments and every comparison is a finding: a mismatch is a warning with the
+figures of each output, and ``find_divergence`` names the first FX node whose ONNX value
+differs, with its source line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import onnx_ir as ir
+import torch
+import torch.fx
+from torch.export import graph_signature as gs
+
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.exporter.inputs import onnx_input_tensors, user_input_leaves
+from dynamo_onnx.exporter.registry import target_name
+
+if TYPE_CHECKING:
+    from dynamo_onnx.exporter.program import ONNXProgram
+
+__all__ = ["Comparison", "run", "compare"]
+
+#: Tolerances of verify() unless given: tight enough to catch a wrong translation of fp32.
+DEFAULT_ATOL = 1e-4
+DEFAULT_RTOL = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """One output compared: its figures and whether it is within the tolerances."""
+
+    index: int
+    name: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+    detail: str = ""
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if hasattr(value, "to_tuple"):  # transformers' ModelOutput
+        value = value.to_tuple()
+    if isinstance(value, Mapping):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return []
+
+
+def compare(
+    index: int, name: str, actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float
+) -> Comparison:
+    """Compare two tensors the way ``torch.allclose`` does, with the figures."""
+    if expected.is_complex():
+        expected = torch.view_as_real(expected)
+    expected = expected.detach().cpu()
+    if tuple(actual.shape) != tuple(expected.shape):
+        detail = f"; shapes differ: {list(actual.shape)} vs {list(expected.shape)}"
+        return Comparison(index, name, float("inf"), float("inf"), False, detail)
+    if actual.numel() == 0:
+        return Comparison(index, name, 0.0, 0.0, True)
+    a, e = actual.to(torch.float64), expected.to(torch.float64)
+    diff = (a - e).abs()
+    nan_mismatch = bool((a.isnan() != e.isnan()).any())
+    diff = torch.where(a.isnan() & e.isnan(), torch.zeros_like(diff), diff)
+    max_abs = float(diff.max())
+    max_rel = float((diff / e.abs().clamp_min(1e-12)).max())
+    ok = not nan_mismatch and bool((diff <= atol + rtol * e.abs()).all())
+    detail = "; NaN where eager has none (or the reverse)" if nan_mismatch else ""
+    return Comparison(index, name, max_abs, max_rel, ok, detail)
+
+
+def run(
+    ctx: DiagnosticContext,
+    program: ONNXProgram,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    reference: Any = None,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    find_divergence: bool = False,
+) -> list[Comparison]:
+    """Compare every output of ``program`` with eager PyTorch; record the findings.
+
+    ``reference`` computes the eager outputs (default: the exported program's module).
+    """
+    kwargs = dict(kwargs or {})
+    if reference is None:
+        assert program.exported_program is not None
+        reference = program.exported_program.module()
+    with torch.no_grad():
+        expected = _leaves(reference(*args, **kwargs))
+    actual = program(*args, **kwargs)
+    names = [v.name or f"output_{i}" for i, v in enumerate(program.model.graph.outputs)]
+    if len(actual) != len(expected):
+        raise ValueError(
+            f"the ONNX model has {len(actual)} outputs, eager PyTorch returned {len(expected)}"
+        )
+    results = [
+        compare(i, names[i], a, e, atol, rtol) for i, (a, e) in enumerate(zip(actual, expected))
+    ]
+    for result in results:
+        if not result.ok:
+            ctx.record(
+                "output-mismatch",
+                properties={"output": result.name},
+                index=result.index, name=result.name, max_abs=result.max_abs,
+                max_rel=result.max_rel, atol=atol, rtol=rtol, detail=result.detail,
+            )
+    if all(r.ok for r in results):
+        ctx.record(
+            "outputs-match", count=len(results), atol=atol, rtol=rtol,
+            max_abs=max((r.max_abs for r in results), default=0.0),
+        )
+    elif find_divergence:
+        _first_divergence(ctx, program, args, kwargs, atol, rtol)
+    return results
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs the FX graph eagerly and keeps every node's value."""
+
+    def __init__(self, module: torch.fx.GraphModule) -> None:
+        super().__init__(module)
+        self.values: dict[str, Any] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        result = super().run_node(n)
+        self.values[n.name] = result
+        return result
+
+
+def _graph_inputs(ep: torch.export.ExportedProgram, user_inputs: list[Any]) -> list[Any]:
+    """The flat inputs of the program's graph: weights where the signature says, user inputs."""
+    state = {**ep.state_dict, **ep.constants}
+    supply = iter(user_inputs)
+    flat = []
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == gs.InputKind.USER_INPUT:
+            flat.append(next(supply))
+        else:
+            flat.append(state[spec.target])
+    return flat
+
+
+def _first_divergence(
+    ctx: DiagnosticContext,
+    program: ONNXProgram,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    atol: float,
+    rtol: float,
+) -> None:
+    ep = program.exported_program
+    if ep is None:
+        return
+    leaves = user_input_leaves(ep, args, kwargs)
+    recorder = _Recorder(ep.graph_module)
+    with torch.no_grad():
+        recorder.run(*_graph_inputs(ep, leaves))
+    # Expose the ONNX value of every FX node that kept its name.
+    probe = ir.from_proto(program.model_proto)
+    by_name = {v.name: v for node in probe.graph for v in node.outputs if v.name}
+    nodes = [
+        n for n in ep.graph.nodes
+        if n.op == "call_function" and n.name in by_name
+        and isinstance(recorder.values.get(n.name), torch.Tensor)
+    ]
+    for n in nodes:
+        value = by_name[n.name]
+        if not value.is_graph_output():
+            probe.graph.outputs.append(value)
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(
+        ir.to_proto(probe).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    feed_names = [i.name for i in session.get_inputs()]
+    feed = {
+        name: t.detach().cpu().numpy()
+        for name, t in zip(feed_names, onnx_input_tensors(ep, args, kwargs))
+    }
+    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+    for n in nodes:
+        got = torch.from_numpy(outputs[n.name])
+        result = compare(0, n.name, got, recorder.values[n.name], atol, rtol)
+        if result.ok:
+            continue
+        frames = parse_stack_trace(n.meta.get("stack_trace") or "")
+        primary = ctx.user_frame(frames)
+        ctx.record(
+            "first-divergence",
+            locations=[primary],
+            stack=frames,
+            fx_node=n.name,
+            op=target_name(n.target),
+            source=f"{primary.path}:{primary.line}" if primary else "an unknown location",
+            max_abs=result.max_abs,
+        )
+        return
