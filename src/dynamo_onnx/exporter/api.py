@@ -138,6 +138,7 @@ def export(
     artifacts_dir: str | os.PathLike[str] = ".",
     optimize: bool = False,
     verify: bool = False,
+    module_functions: bool = False,
     source_root: str | os.PathLike[str] | None = None,
     progress: Callable[[ProgressEvent], None] | None = None,
 ) -> ONNXProgram:
@@ -157,6 +158,8 @@ def export(
         optimize: run the onnxscript optimizer on the result (``ONNXProgram.optimize``).
         verify: compare ONNX Runtime with the model in eager PyTorch on the example inputs
             (``ONNXProgram.verify``, default tolerances); a mismatch is a warning finding.
+        module_functions: group each submodule call into an ONNX local function named after
+            its module path (Netron then shows the layer hierarchy); default: inline.
         source_root: the directory SARIF paths are relative to (default: cwd).
         progress: called with a ``ProgressEvent`` as passes start, end and advance.
 
@@ -181,7 +184,7 @@ def export(
                 decompose=lambda ep, ops: decomposition.lower(ep, registry, ops)[0],
             )
         with ctx.pass_("serialization"):
-            onnx_model = serialization.run(ctx, result.model, opset_version)
+            onnx_model = serialization.run(ctx, result.model, opset_version, module_functions)
         onnx_program = ONNXProgram(onnx_model, program, ctx)
         if optimize:
             onnx_program.optimize()

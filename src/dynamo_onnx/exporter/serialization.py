@@ -22,6 +22,7 @@ import torch
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import exception_summary, mark_recorded
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.exporter import functions
 from dynamo_onnx.exporter.errors import SerializationError, format_message
 from dynamo_onnx.rules import get_rule
 
@@ -101,10 +102,25 @@ def save(
         os.replace(staged, destination)
 
 
-def run(ctx: DiagnosticContext, model: ir.Model, opset_version: int | None = None) -> ir.Model:
-    """Convert to the requested opset, and describe the model (inputs, outputs, size)."""
+def run(
+    ctx: DiagnosticContext,
+    model: ir.Model,
+    opset_version: int | None = None,
+    module_functions: bool = False,
+) -> ir.Model:
+    """Convert to the requested opset, group modules into functions if asked, and describe
+    the model (inputs, outputs, size) for the reports."""
     if opset_version is not None and opset_version != model.opset_imports.get(""):
         _convert_opset(ctx, model, opset_version)
+    if module_functions:
+        before = len(model.functions)
+        skipped = functions.group_modules(model)
+        ctx.record(
+            "module-functions",
+            properties={"skipped_modules": skipped},
+            count=len(model.functions) - before,
+            skipped=f"; left inline: {', '.join(skipped)}" if skipped else "",
+        )
     graph = model.graph
     _check_weights(ctx, model)
     ctx.summary["model"] = {

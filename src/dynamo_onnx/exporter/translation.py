@@ -66,6 +66,10 @@ class _Source:
     primary: Location | None
     module_path: str
     stack_trace: str
+    #: Paths of the modules whose forward was on the stack, outermost first.
+    module_chain: tuple[str, ...] = ()
+    #: Their classes, as ``module.Class`` names.
+    module_classes: tuple[str, ...] = ()
 
     def display(self, root: str) -> str:
         if self.primary is None:
@@ -80,10 +84,13 @@ def _node_source(ctx: DiagnosticContext, node: torch.fx.Node) -> _Source:
     trace = node.meta.get("stack_trace") or ""
     frames = parse_stack_trace(trace)
     stack = node.meta.get("nn_module_stack") or {}
-    module_path = ""
-    if stack:
-        module_path = list(stack.values())[-1][0]
-    return _Source(frames, ctx.user_frame(frames), module_path, trace)
+    entries = [(path, cls) for path, cls in stack.values() if path]
+    chain = tuple(path for path, _ in entries)
+    classes = tuple(
+        cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}" for _, cls in entries
+    )
+    module_path = chain[-1] if chain else ""
+    return _Source(frames, ctx.user_frame(frames), module_path, trace, chain, classes)
 
 
 def _symbolic_dim(dim: Any) -> int | str:
@@ -363,6 +370,8 @@ class _GraphTranslator:
             f"{META_PREFIX}fx_node": node.format_node(),
             f"{META_PREFIX}fx_node_name": node.name,
             f"{META_PREFIX}module_path": source.module_path,
+            f"{META_PREFIX}module_chain": ";".join(source.module_chain),
+            f"{META_PREFIX}module_classes": ";".join(source.module_classes),
             f"{META_PREFIX}stack_trace": source.stack_trace,
             "namespace": source.module_path,
         }
@@ -547,6 +556,7 @@ def run(
     if translator.failed:
         _raise_for_failures(ctx, operators)
     _bind_signature(ep, translator, graph)
+    ir.passes.common.RemoveUnusedNodesPass()(model)  # e.g. constants a function did not use
     _add_opset_imports(model, registry.opset_version)
     ir.passes.common.NameFixPass()(model)
     return TranslationResult(model, operators)

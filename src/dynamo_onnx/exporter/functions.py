@@ -1,0 +1,112 @@
+"""Layers as functions: each submodule call becomes an ONNX local function.
+
+With ``export(..., module_functions=True)`` the nodes of each submodule call are moved into
+a local function named after the module path (``h.0.attn`` -> ``h_0_attn``, domain
+``pkg.dynamo_onnx.modules``), innermost modules first, so Netron shows the model's layer
+hierarchy. Weights used inside a module become inputs of its function (ONNX functions
+cannot see the graph's initializers). The values computed are unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+
+import onnx_ir as ir
+
+from dynamo_onnx.exporter.translation import META_PREFIX
+
+__all__ = ["group_modules", "DOMAIN"]
+
+DOMAIN = "pkg.dynamo_onnx.modules"
+_CHAIN = f"{META_PREFIX}module_chain"
+_CLASSES = f"{META_PREFIX}module_classes"
+
+
+def _function_name(path: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]", "_", path)
+
+
+def _chain(node: ir.Node) -> list[str]:
+    text = node.metadata_props.get(_CHAIN, "")
+    return text.split(";") if text else []
+
+
+def group_modules(model: ir.Model) -> list[str]:
+    """Group every submodule call into a function; returns the paths that could not be.
+
+    A module is left inline when grouping it would reorder the graph (a node outside the
+    module that sits between its nodes consumes one of its values).
+    """
+    graph = model.graph
+    paths = {p for node in graph for p in _chain(node)}
+    skipped = []
+    for path in sorted(paths, key=lambda p: (-p.count("."), p)):
+        if not _group(model, path):
+            skipped.append(path)
+    return skipped
+
+
+def _group(model: ir.Model, path: str) -> bool:
+    graph = model.graph
+    order = {id(node): i for i, node in enumerate(graph)}
+    members = [node for node in graph if path in _chain(node)]
+    if not members:
+        return True
+    member_ids = {id(n) for n in members}
+    produced = {id(v) for n in members for v in n.outputs}
+    first, last = order[id(members[0])], order[id(members[-1])]
+    for node in list(graph)[first:last + 1]:
+        if id(node) not in member_ids and any(
+            v is not None and id(v) in produced for v in node.inputs
+        ):
+            return False
+    # Inputs: values used inside and made outside (graph inputs and weights included).
+    inputs: list[ir.Value] = []
+    seen: set[int] = set()
+    for node in members:
+        for value in node.inputs:
+            if value is not None and id(value) not in produced and id(value) not in seen:
+                seen.add(id(value))
+                inputs.append(value)
+    graph_outputs = {id(v) for v in graph.outputs}
+    outputs = [
+        v for n in members for v in n.outputs
+        if id(v) in graph_outputs or any(id(user) not in member_ids for user, _ in v.uses())
+    ]
+    chain = _chain(members[0])
+    depth = chain.index(path)
+    classes = members[0].metadata_props.get(_CLASSES, "").split(";")
+    # The function's own values stand for the outer ones inside it.
+    params = [ir.Value(name=v.name, shape=v.shape, type=v.type) for v in inputs]
+    mapping = {id(v): p for v, p in zip(inputs, params)}
+    call = ir.Node(DOMAIN, _function_name(path), inputs, num_outputs=len(outputs), name=path)
+    for inner, outer in zip(outputs, call.outputs):
+        outer.name, outer.shape, outer.type = inner.name, inner.shape, inner.type
+        for user, index in list(inner.uses()):
+            if id(user) not in member_ids:
+                user.replace_input_with(index, outer)
+        for i, value in enumerate(graph.outputs):
+            if value is inner:
+                graph.outputs[i] = outer
+    graph.insert_after(members[-1], call)
+    for node in members:
+        graph.remove(node)
+        for index, value in enumerate(node.inputs):
+            if value is not None and id(value) in mapping:
+                node.replace_input_with(index, mapping[id(value)])
+    body = ir.Graph(params, outputs, nodes=members, opset_imports=dict(model.opset_imports))
+    function = ir.Function(DOMAIN, _function_name(path), "", graph=body, attributes=())
+    class_name = classes[depth] if depth < len(classes) else ""
+    function.metadata_props["pkg.dynamo_onnx.module_path"] = path
+    function.metadata_props["pkg.dynamo_onnx.module_class"] = class_name
+    call.metadata_props.update(
+        {
+            "namespace": path,
+            f"{META_PREFIX}module_path": path,
+            _CHAIN: ";".join(chain[:depth]) if depth else "",
+            _CLASSES: ";".join(classes[:depth]) if depth else "",
+        }
+    )
+    model.functions[function.identifier()] = function
+    model.opset_imports.setdefault(DOMAIN, 1)
+    return True
