@@ -80,3 +80,30 @@ def test_model_proto_and_session_lifecycle(program):
     first = program(x)[0]
     program.release()
     torch.testing.assert_close(program(x)[0], first)  # session recreated lazily
+
+
+def test_session_initializer_options_and_release(program):
+    seen = []
+
+    def initializer(model):
+        seen.append(type(model).__name__)
+        return ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+
+    x = torch.randn(4, 8)
+    expected = program(x)[0]
+    program.initialize_inference_session(initializer)
+    torch.testing.assert_close(program(x)[0], expected)
+    assert seen == ["bytes"]
+    session_options = ort.SessionOptions()
+    session_options.intra_op_num_threads = 1
+    options = dynamo_onnx.ONNXRuntimeOptions(
+        session_options=session_options, execution_providers=["CPUExecutionProvider"]
+    )
+    program.initialize_inference_session(options=options)
+    assert program._session.get_session_options().intra_op_num_threads == 1
+    assert program._session.get_providers() == ["CPUExecutionProvider"]
+    program.release()
+    assert program._session is None
+    torch.testing.assert_close(program(x)[0], expected)  # lazily recreated
+    with pytest.raises(TypeError, match="either an initializer or options"):
+        program.initialize_inference_session(initializer, options=options)

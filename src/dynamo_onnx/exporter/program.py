@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -255,11 +256,23 @@ class ONNXProgram:
     # -- running it ------------------------------------------------------------------------
 
     def initialize_inference_session(
-        self, initializer: Callable[[str | bytes], Any] = _default_session
+        self,
+        initializer: Callable[[str | bytes], Any] | None = None,
+        *,
+        options: ONNXRuntimeOptions | None = None,
     ) -> None:
-        """Create the ONNX Runtime session with ``initializer(model_path_or_bytes)``."""
+        """Create the ONNX Runtime session.
+
+        ``initializer(model)`` receives the serialized model (bytes, or a file path when the
+        weights are large) and returns a session; by default an ``InferenceSession``
+        configured by ``options`` (providers, session options), on the CPU otherwise.
+        """
         self.release()
         self._require_real_weights("run")
+        if initializer is None:
+            initializer = functools.partial(_default_session, options=options)
+        elif options is not None:
+            raise TypeError("give either an initializer or options, not both")
         weights = serialization.weights_nbytes(self.model)
         if weights < serialization.TWO_GB // 2:
             self._session = initializer(self.model_proto.SerializeToString())
