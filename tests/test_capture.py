@@ -114,3 +114,25 @@ def test_seed_article_call_gets_a_finding_not_a_torch_export_crash():
 def test_missing_positional_input_is_named():
     with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="missing a required argument: 'x'"):
         dynamo_onnx.export(LinearModel(5, 3), ())
+
+
+class DataDependent(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # marker: data-dependent
+            return x * 2
+        return x - 1
+
+
+def test_data_dependent_control_flow_names_the_line_and_the_fixes():
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(DataDependent(), (torch.randn(3),))
+    line = line_of(DataDependent.forward, "marker: data-dependent")
+    text = str(info.value)
+    assert text.startswith(
+        f"[DO104 data-dependent-control-flow] forward branches on a tensor value at "
+        f"tests/test_capture.py:{line}: GuardOnDataDependentSymNode"
+    )
+    assert "torch.cond" in text
+    (finding,) = info.value.diagnostics.by_rule("DO104")
+    assert finding.primary.line == line
+    assert "torch.cond" in finding.rule.help and "torch._check" in finding.rule.help

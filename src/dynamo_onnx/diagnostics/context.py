@@ -148,6 +148,15 @@ class DiagnosticContext:
         self.findings.append(finding)
         return finding
 
+    def display(self, location: Location | None) -> str:
+        """``path:line`` for messages, the path relative to the source root when inside it."""
+        if location is None:
+            return "an unknown location"
+        path = location.path
+        if path.startswith(self.source_root + os.sep):
+            path = os.path.relpath(path, self.source_root)
+        return f"{path}:{location.line}"
+
     def user_frame(self, frames: Sequence[Location]) -> Location | None:
         """The innermost frame of user code among ``frames`` (innermost first)."""
         return first_user_frame(frames, self.library_prefixes)

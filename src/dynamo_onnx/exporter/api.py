@@ -148,7 +148,10 @@ def export(
         model: an ``nn.Module``, a callable, or a ``torch.export.ExportedProgram``.
         args: positional example inputs.
         kwargs: keyword example inputs.
-        dynamic_shapes: torch.export dynamic shape specs.
+        dynamic_shapes: torch.export dynamic shape specs (``Dim``, ``Dim.AUTO``, dicts and
+            tuples per input), names as strings (``{"x": {0: "batch"}}``), or ``True`` for
+            every dimension. Dynamic dims appear in the ONNX model under the user's names,
+            else as ``<input>_dim_<i>``.
         opset_version: the ONNX opset of the result; default: the registry's (18).
         registry: the ONNX functions to use; default: onnxscript's torch_lib.
         diagnostic_options: verbosity and warnings-as-errors of the reports.
@@ -175,13 +178,18 @@ def export(
     try:
         registry = registry if registry is not None else OnnxRegistry()
         with ctx.pass_("capture"):
+            if dynamic_shapes is True:
+                dynamic_shapes = capture.all_dimensions_dynamic(model, args, kwargs or {})
+            dynamic_shapes = capture.normalize_dynamic_shapes(dynamic_shapes)
             program = capture.run(ctx, model, args, kwargs, dynamic_shapes)
+            dim_names = capture.dimension_names(program, model, dynamic_shapes)
         with ctx.pass_("decomposition"):
             program = decomposition.run(ctx, program, registry)
         with ctx.pass_("translation"):
             result = translation.run(
                 ctx, program, registry,
                 decompose=lambda ep, ops: decomposition.lower(ep, registry, ops)[0],
+                dim_names=dim_names,
             )
         with ctx.pass_("serialization"):
             onnx_model = serialization.run(ctx, result.model, opset_version, module_functions)

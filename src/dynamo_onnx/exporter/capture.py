@@ -21,7 +21,7 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.exporter.errors import CaptureError, InvalidExportOptionsError, format_message
 from dynamo_onnx.rules import get_rule
 
-__all__ = ["run", "STRATEGIES", "all_dimensions_dynamic"]
+__all__ = ["run", "STRATEGIES", "all_dimensions_dynamic", "normalize_dynamic_shapes", "dimension_names"]
 
 #: (label, strict) in the order they are tried.
 STRATEGIES: tuple[tuple[str, bool], ...] = (
@@ -83,6 +83,65 @@ def _auto_spec(value: Any) -> Any:
     return None
 
 
+def normalize_dynamic_shapes(spec: Any) -> Any:
+    """torch.export's specs, plus names as strings: ``{0: "batch"}`` -> ``{0: Dim("batch")}``.
+
+    One ``Dim`` per name, so dimensions named alike are the same symbol.
+    """
+    dims: dict[str, Any] = {}
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, str):
+            return dims.setdefault(value, torch.export.Dim(value))
+        if isinstance(value, dict):
+            return {k: convert(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(convert(v) for v in value)
+        return value
+
+    return convert(spec)
+
+
+def _given_names(spec: Any, forward: Any) -> dict[tuple[str, int], str]:
+    """(input name, dimension) -> the name the user gave it, for top-level tensor inputs."""
+    if isinstance(spec, (list, tuple)):
+        params = list(inspect.signature(forward).parameters)
+        spec = dict(zip(params, spec))
+    names: dict[tuple[str, int], str] = {}
+    if not isinstance(spec, dict):
+        return names
+    for input_name, dims in spec.items():
+        items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
+        for index, dim in items:
+            name = dim if isinstance(dim, str) else getattr(dim, "__name__", None)
+            if isinstance(name, str) and name.isidentifier():
+                names[(input_name, int(index))] = name
+    return names
+
+
+def dimension_names(program: torch.export.ExportedProgram, model: Any, spec: Any) -> dict[str, str]:
+    """torch's symbols (``s17``) -> names for the ONNX dims: the user's, else
+    ``<input>_dim_<i>``."""
+    given = _given_names(spec, as_module(model).forward) if spec is not None else {}
+    user_inputs = {
+        s.arg.name for s in program.graph_signature.input_specs
+        if s.kind == torch.export.graph_signature.InputKind.USER_INPUT and hasattr(s.arg, "name")
+    }
+    mapping: dict[str, str] = {}
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in user_inputs:
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for index, dim in enumerate(val.shape):
+            symbol = str(dim)
+            if isinstance(dim, int) or not symbol.isidentifier() or symbol in mapping:
+                continue
+            mapping[symbol] = given.get((node.name, index), f"{node.name}_dim_{index}")
+    return mapping
+
+
 def all_dimensions_dynamic(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
     """``ExportOptions(dynamic_shapes=True)``: every dimension of every tensor input dynamic.
 
@@ -119,6 +178,25 @@ def _right_call(args: tuple[Any, ...], kwargs: Mapping[str, Any], unexpected: li
     if options:
         call += f", or dynamo_onnx.export(model, ({', '.join(inputs)},), {', '.join(options)})"
     return call
+
+
+def _is_data_dependent(exc: BaseException) -> bool:
+    """Whether capture failed on a branch over a tensor's value."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return "guardondatadependent" in text.replace("_", "") or "data-dependent" in text
+
+
+def _raise_data_dependent(ctx: DiagnosticContext, where: Location | None, cause: str) -> None:
+    rule = get_rule("data-dependent-control-flow")
+    finding = ctx.record(rule, locations=[where], source=ctx.display(where), cause=cause)
+    error = CaptureError(
+        format_message(rule.id, rule.name, finding.message,
+                       "express the branch with torch.cond (exports to ONNX If) or "
+                       "torch.where, or rewrite it on shapes; see the rule's help."),
+        rule_id=rule.id,
+    )
+    mark_recorded(error)
+    raise error
 
 
 def _code_location(model: Any) -> Location | None:
@@ -198,6 +276,7 @@ def run(
     check_inputs(ctx, model, args, kwargs or {})
     module = as_module(model)
     causes: list[str] = []
+    data_dependent: tuple[Location | None, str] | None = None
     for label, strict in STRATEGIES:
         try:
             program = torch.export.export(
@@ -208,6 +287,8 @@ def run(
             frames = _frames(exc)
             cause = exception_summary(exc)
             causes.append(f"{label}: {cause}")
+            if data_dependent is None and _is_data_dependent(exc):
+                data_dependent = (ctx.user_frame(frames), cause)
             ctx.record(
                 "capture-strategy-failed",
                 locations=[ctx.user_frame(frames)],
@@ -219,6 +300,8 @@ def run(
             continue
         ctx.record("capture-strategy-succeeded", strategy=label, nodes=len(program.graph.nodes))
         return program
+    if data_dependent is not None:
+        _raise_data_dependent(ctx, *data_dependent)
     rule = get_rule("capture-failed")
     first = ctx.by_rule("capture-strategy-failed")
     ctx.record(

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-import os
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -70,14 +70,6 @@ class _Source:
     module_chain: tuple[str, ...] = ()
     #: Their classes, as ``module.Class`` names.
     module_classes: tuple[str, ...] = ()
-
-    def display(self, root: str) -> str:
-        if self.primary is None:
-            return "an unknown location"
-        path = self.primary.path
-        if path.startswith(root + os.sep):
-            path = os.path.relpath(path, root)
-        return f"{path}:{self.primary.line}"
 
 
 def _node_source(ctx: DiagnosticContext, node: torch.fx.Node) -> _Source:
@@ -240,7 +232,7 @@ class _GraphTranslator:
                 stack=source.frames,
                 properties={"fx_node": node.name, "module_path": source.module_path},
                 op=chosen.op,
-                source=source.display(self.ctx.source_root),
+                source=self.ctx.display(source.primary),
                 function=chosen.function.name,
                 candidates=chosen.candidates,
                 mismatches="; ".join(chosen.mismatches),
@@ -264,7 +256,7 @@ class _GraphTranslator:
             "locations": [source.primary],
             "stack": source.frames,
             "op": chosen.op,
-            "source": source.display(self.ctx.source_root),
+            "source": self.ctx.display(source.primary),
         }
         if failure is not None:
             text = str(failure).strip()
@@ -518,6 +510,23 @@ def _bind_signature(
         graph.outputs.append(value)
 
 
+def _rename_dims(model: ir.Model, names: Mapping[str, str]) -> None:
+    """Replace torch's symbols in symbolic dims, also inside expressions (``s17*2``)."""
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
+    values = [*model.graph.inputs, *model.graph.outputs]
+    values += [v for node in ir.traversal.RecursiveGraphIterator(model.graph) for v in node.outputs]
+    for value in values:
+        if value.shape is None:
+            continue
+        dims = [
+            pattern.sub(lambda m: names[m.group(1)], d.value)
+            if isinstance(d, ir.SymbolicDim) and isinstance(d.value, str)
+            else d
+            for d in value.shape
+        ]
+        value.shape = ir.Shape(dims)
+
+
 def _add_opset_imports(model: ir.Model, opset_version: int) -> None:
     imports = model.opset_imports
     imports[""] = opset_version
@@ -534,11 +543,13 @@ def run(
     ep: torch.export.ExportedProgram,
     registry: OnnxRegistry,
     decompose: Decompose | None = None,
+    dim_names: Mapping[str, str] | None = None,
 ) -> TranslationResult:
     """Translate a decomposed ExportedProgram into an ONNX model, reporting every problem.
 
     ``decompose`` enables the fallback: a node whose operator has no working ONNX function
     but a torch decomposition is captured alone, decomposed, and its subgraph translated.
+    ``dim_names`` renames torch's dimension symbols (``s17``) in every ONNX shape.
     """
     graph = ir.Graph([], [], nodes=[], name="main_graph")
     model = ir.Model(
@@ -557,6 +568,8 @@ def run(
         _raise_for_failures(ctx, operators)
     _bind_signature(ep, translator, graph)
     ir.passes.common.RemoveUnusedNodesPass()(model)  # e.g. constants a function did not use
+    if dim_names:
+        _rename_dims(model, dim_names)
     _add_opset_imports(model, registry.opset_version)
     ir.passes.common.NameFixPass()(model)
     return TranslationResult(model, operators)

@@ -204,7 +204,7 @@ def _first_divergence(
             stack=frames,
             fx_node=n.name,
             op=target_name(n.target),
-            source=f"{primary.path}:{primary.line}" if primary else "an unknown location",
+            source=ctx.display(primary),
             max_abs=result.max_abs,
         )
         return

@@ -1,0 +1,58 @@
+"""Dynamic shapes: named symbolic dims in the ONNX model, and runs at other sizes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import MLPModel
+
+import dynamo_onnx
+
+transformers = pytest.importorskip("transformers")
+
+
+def _dims(value):
+    return [str(d) for d in value.shape]
+
+
+def test_seed_mlp_dynamic_true_runs_at_batch_1_3_64():
+    model = MLPModel()
+    options = dynamo_onnx.ExportOptions(dynamic_shapes=True)
+    program = dynamo_onnx.dynamo_export(model, torch.rand(97, 8), export_options=options)
+    (graph_input,) = program.model.graph.inputs
+    assert _dims(graph_input) == ["tensor_x_dim_0", "8"]  # derived from the input name
+    for batch in (1, 3, 64):
+        x = torch.rand(batch, 8)
+        torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_gpt2_with_named_dynamic_batch_and_sequence():
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64,
+                                  use_cache=False)
+    model = transformers.GPT2Model(cfg).eval()
+    program = dynamo_onnx.export(
+        model, (torch.randint(0, 100, (2, 7)),),
+        dynamic_shapes={"input_ids": {0: "batch", 1: "sequence"}},
+    )
+    assert _dims(program.model.graph.inputs[0]) == ["batch", "sequence"]
+    assert _dims(program.model.graph.outputs[0]) == ["batch", "sequence", "32"]
+    for shape in ((1, 7), (4, 33)):
+        ids = torch.randint(0, 100, shape)
+        with torch.no_grad():
+            expected = model(ids)[0]
+        torch.testing.assert_close(program(ids)[0], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_dim_objects_and_shared_names():
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    batch = torch.export.Dim("batch")
+    program = dynamo_onnx.export(
+        Add(), (torch.randn(3, 4), torch.randn(3, 4)),
+        dynamic_shapes=({0: batch}, {0: "batch"}),
+    )
+    assert [_dims(v) for v in program.model.graph.inputs] == [["batch", "4"], ["batch", "4"]]
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(program(x, x)[0], x + x)
