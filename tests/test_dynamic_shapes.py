@@ -56,3 +56,36 @@ def test_dim_objects_and_shared_names():
     assert [_dims(v) for v in program.model.graph.inputs] == [["batch", "4"], ["batch", "4"]]
     x = torch.randn(5, 4)
     torch.testing.assert_close(program(x, x)[0], x + x)
+
+
+class Specializes(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        if x.shape[0] == 4:  # marker: specializes
+            return y + 1
+        return y - 1
+
+
+def test_a_specialized_dynamic_dimension_is_a_warning_with_its_line():
+    from conftest import line_of
+
+    program = dynamo_onnx.export(
+        Specializes(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: "batch", 1: "features"}}
+    )
+    (warning,) = program.diagnostics.by_rule("dynamic-dim-specialized")
+    assert warning.properties["input"] == "x" and warning.properties["dim"] == 0
+    assert warning.properties["value"] == 4
+    assert warning.primary.line == line_of(Specializes.forward, "marker: specializes")
+    assert f"at tests/test_dynamic_shapes.py:{warning.primary.line}" in warning.message
+    assert _dims(program.model.graph.inputs[0]) == ["4", "features"]  # the other stays dynamic
+    x = torch.randn(4, 9)
+    torch.testing.assert_close(program(x)[0], Specializes()(x))
+
+
+def test_an_example_of_size_one_for_a_dynamic_dimension_is_a_warning(capfd):
+    program = dynamo_onnx.export(MLPModel(), (torch.randn(1, 8),), dynamic_shapes={"tensor_x": {0: "batch"}})
+    (warning,) = program.diagnostics.by_rule("dynamic-dim-example-too-small")
+    assert "Input `tensor_x` dimension 0 is meant to be dynamic but the example has size 1" in warning.message
+    assert warning.primary.path == __file__  # the export call
+    assert _dims(program.model.graph.inputs[0]) == ["1", "8"]
+    assert "create_env" not in capfd.readouterr().err, "torch's shape log is not printed"

@@ -180,8 +180,9 @@ def export(
         with ctx.pass_("capture"):
             if dynamic_shapes is True:
                 dynamic_shapes = capture.all_dimensions_dynamic(model, args, kwargs or {})
-            dynamic_shapes = capture.normalize_dynamic_shapes(dynamic_shapes)
-            program = capture.run(ctx, model, args, kwargs, dynamic_shapes)
+            program = capture.run(
+                ctx, model, args, kwargs, capture.normalize_dynamic_shapes(dynamic_shapes)
+            )
             dim_names = capture.dimension_names(program, model, dynamic_shapes)
         with ctx.pass_("decomposition"):
             program = decomposition.run(ctx, program, registry)

@@ -7,10 +7,15 @@ cause; only when all fail does capture raise :class:`CaptureError`.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
+import os
+import re
+import sys
 import traceback
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -84,15 +89,16 @@ def _auto_spec(value: Any) -> Any:
 
 
 def normalize_dynamic_shapes(spec: Any) -> Any:
-    """torch.export's specs, plus names as strings: ``{0: "batch"}`` -> ``{0: Dim("batch")}``.
+    """torch.export's specs, plus names as strings: ``{0: "batch"}`` -> ``{0: Dim.AUTO}``.
 
-    One ``Dim`` per name, so dimensions named alike are the same symbol.
+    A named string is dynamic where the model allows it: a dimension the model specializes
+    becomes a ``dynamic-dim-specialized`` warning instead of a failed capture (``Dim``
+    objects keep torch's strict meaning). The names are applied to the ONNX dims after.
     """
-    dims: dict[str, Any] = {}
 
     def convert(value: Any) -> Any:
         if isinstance(value, str):
-            return dims.setdefault(value, torch.export.Dim(value))
+            return torch.export.Dim.AUTO
         if isinstance(value, dict):
             return {k: convert(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
@@ -117,6 +123,107 @@ def _given_names(spec: Any, forward: Any) -> dict[tuple[str, int], str]:
             if isinstance(name, str) and name.isidentifier():
                 names[(input_name, int(index))] = name
     return names
+
+
+def _requested_dynamic(
+    spec: Any, model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> dict[tuple[str, int], int]:
+    """(input name, dimension) -> example size, for every dimension the spec makes dynamic."""
+    if spec is None:
+        return {}
+    forward = as_module(model).forward
+    try:
+        bound = inspect.signature(forward).bind(*args, **kwargs).arguments
+    except TypeError:
+        return {}
+    if isinstance(spec, (list, tuple)):
+        spec = dict(zip(bound, spec))
+    requested: dict[tuple[str, int], int] = {}
+    if not isinstance(spec, dict):
+        return requested
+    for name, dims in spec.items():
+        value = bound.get(name)
+        if not isinstance(value, torch.Tensor):
+            continue
+        items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
+        for index, dim in items:
+            if dim is not None and dim is not torch.export.Dim.STATIC and int(index) < value.dim():
+                requested[(name, int(index))] = int(value.shape[int(index)])
+    return requested
+
+
+class _ShapeLog(logging.Handler):
+    """Collects torch's symbolic-shape log records (without printing them) during capture."""
+
+    LOGGER = "torch.fx.experimental.symbolic_shapes"
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[None]:
+        logger = logging.getLogger(self.LOGGER)
+        level, propagate, handlers = logger.level, logger.propagate, list(logger.handlers)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # the records are ours to read, not the user's to see
+        logger.handlers = [self]
+        try:
+            yield
+        finally:
+            logger.handlers = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+
+_CREATE = re.compile(r"create_symbol (\w+) = \d+ for L\['(\w+)'\]\.size\(\)\[(\d+)\]")
+_GUARD = re.compile(r"eval (.+?) \[guard added\].*?\((\S+?):(\d+) in (\w+)\)")
+_REPLACE = re.compile(r"set_replacement (\w+) = (-?\d+)")
+
+
+def _resolve(suffix: str) -> str | None:
+    """torch logs paths cut from the left to a width (``ork/main/model.py``): find the
+    loaded module whose file ends that way."""
+    suffix = suffix.replace("/", os.sep)
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and os.path.abspath(path).endswith(suffix):
+            return os.path.abspath(path)
+    return None
+
+
+def _report_specializations(
+    ctx: DiagnosticContext, messages: list[str], requested: Mapping[tuple[str, int], int]
+) -> None:
+    """A warning for each requested-dynamic dimension torch specialized, with its guard."""
+    symbols: dict[str, tuple[str, int]] = {}
+    guards: list[tuple[str, str, int, str]] = []
+    for message in messages:
+        if created := _CREATE.search(message):
+            symbols[created[1]] = (created[2], int(created[3]))
+        elif guard := _GUARD.search(message):
+            guards.append((guard[1], guard[2], int(guard[3]), guard[4]))
+        elif (replaced := _REPLACE.search(message)) and replaced[1] in symbols:
+            input_name, dim = symbols[replaced[1]]
+            if (input_name, dim) not in requested:
+                continue
+            symbol = re.compile(rf"\b{re.escape(replaced[1])}\b")
+            culprit = next((g for g in reversed(guards) if symbol.search(g[0])), None)
+            where = None
+            if culprit is not None and (path := _resolve(culprit[1])):
+                where = Location(path, culprit[2], culprit[3])
+            ctx.record(
+                "dynamic-dim-specialized",
+                locations=[where],
+                input=input_name,
+                dim=dim,
+                value=int(replaced[2]),
+                guard=culprit[0] if culprit else "unknown",
+                source=ctx.display(where) if where else "an unknown line",
+            )
 
 
 def dimension_names(program: torch.export.ExportedProgram, model: Any, spec: Any) -> dict[str, str]:
@@ -274,15 +381,25 @@ def run(
         return model
     ctx.model_location = _code_location(model)
     check_inputs(ctx, model, args, kwargs or {})
+    requested = _requested_dynamic(dynamic_shapes, model, args, kwargs or {})
+    for (input_name, dim), size in requested.items():
+        if size in (0, 1):
+            ctx.record(
+                "dynamic-dim-example-too-small",
+                locations=[ctx.call_site],
+                input=input_name, dim=dim, size=size,
+            )
     module = as_module(model)
     causes: list[str] = []
     data_dependent: tuple[Location | None, str] | None = None
     for label, strict in STRATEGIES:
+        shape_log = _ShapeLog()
         try:
-            program = torch.export.export(
-                module, tuple(args), kwargs=dict(kwargs or {}),
-                dynamic_shapes=dynamic_shapes, strict=strict,
-            )
+            with shape_log.listening():
+                program = torch.export.export(
+                    module, tuple(args), kwargs=dict(kwargs or {}),
+                    dynamic_shapes=dynamic_shapes, strict=strict,
+                )
         except Exception as exc:  # noqa: BLE001 - each failure is a finding
             frames = _frames(exc)
             cause = exception_summary(exc)
@@ -299,6 +416,7 @@ def run(
             )
             continue
         ctx.record("capture-strategy-succeeded", strategy=label, nodes=len(program.graph.nodes))
+        _report_specializations(ctx, shape_log.messages, requested)
         return program
     if data_dependent is not None:
         _raise_data_dependent(ctx, *data_dependent)
