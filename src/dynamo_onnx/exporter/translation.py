@@ -26,6 +26,7 @@ from dynamo_onnx.exporter.versions import package_version
 from dynamo_onnx.diagnostics import DiagnosticContext, Level, Location
 from dynamo_onnx.diagnostics.context import mark_recorded
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.exporter.control_flow import Subgraph, is_higher_order, translate_higher_order
 from dynamo_onnx.exporter.dispatch import dispatch
 from dynamo_onnx.exporter.errors import TranslationError, UnsupportedOperatorError, format_message
 from dynamo_onnx.exporter.recorder import ConstantCache, NodeRecorder, recording
@@ -119,8 +120,11 @@ class _GraphTranslator:
         model: ir.Model,
         graph: ir.Graph,
         decompose: Decompose | None = None,
+        module: torch.nn.Module | None = None,
     ) -> None:
         self.ctx = ctx
+        #: The module whose graph this translates: ``get_attr`` nodes name its attributes.
+        self.module = module
         self.registry = registry
         self.model = model
         self.graph = graph
@@ -142,14 +146,31 @@ class _GraphTranslator:
         child.source_override = source
         return child
 
+    def child_for_subgraph(
+        self, graph: ir.Graph, module: torch.nn.Module, prefix: str, source: _Source
+    ) -> _GraphTranslator:
+        """A translator for a control-flow branch or body, writing into ``graph``.
+
+        Constants made for another graph are visible from the outer scope, but constants
+        made in a subgraph must stay in it: its cache is a copy unless it writes here.
+        """
+        child = _GraphTranslator(
+            self.ctx, self.registry, self.model, graph, self.decompose, module
+        )
+        child.constants = self.constants if graph is self.graph else dict(self.constants)
+        child.operators, child.failed = self.operators, self.failed
+        child.prefix = prefix
+        child.source_override = source
+        return child
+
     # -- arguments -------------------------------------------------------------------------
 
-    def _arg(self, arg: Any) -> Any:
+    def arg(self, arg: Any) -> Any:
         """An FX argument as onnxscript expects it: values for nodes, ints for dtypes."""
         if isinstance(arg, torch.fx.Node):
             return self.values[arg.name]
         if isinstance(arg, (list, tuple)):
-            return [self._arg(a) for a in arg]
+            return [self.arg(a) for a in arg]
         if isinstance(arg, torch.dtype):
             return TORCH_TO_ONNX_DTYPE[arg]
         if isinstance(arg, (torch.device, torch.memory_format, torch.layout)):
@@ -164,6 +185,8 @@ class _GraphTranslator:
             if done % 64 == 0 or done == total:
                 self.ctx.progress(done, total)
             if node.op == "placeholder":
+                if node.name in self.values:
+                    continue  # bound by the caller: a subgraph's operand
                 value = ir.Value(name=node.name)
                 _set_type_and_shape(value, node.meta.get("val"))
                 self.values[node.name] = value
@@ -181,9 +204,13 @@ class _GraphTranslator:
     def _get_attr(self, node: torch.fx.Node) -> None:
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
+            attribute = _fetch_attr(self.module, str(node.target))
+            if isinstance(attribute, torch.fx.GraphModule):
+                self.values[node.name] = Subgraph(str(node.target), attribute)  # type: ignore[assignment]
+                return
             raise TranslationError(
-                f"get_attr node {node.name!r} does not refer to a tensor (control-flow "
-                "subgraphs are not supported yet)"
+                f"get_attr node {node.name!r} refers to a {type(attribute).__name__}, "
+                "neither a tensor nor a control-flow subgraph"
             )
         name = f"{self.prefix}{node.name}"
         value = ir.Value(name=name, const_value=torch_tensor_to_ir(val, name))
@@ -199,6 +226,9 @@ class _GraphTranslator:
             if isinstance(source, tuple):
                 self.values[node.name] = source[node.args[1]]  # type: ignore[index]
                 return
+        if is_higher_order(node.target):
+            self._higher_order(node)
+            return
         chosen = dispatch(node, self.registry)
         entry = self.operators.setdefault(chosen.op, [0, None])
         entry[0] += 1
@@ -207,8 +237,8 @@ class _GraphTranslator:
         failure: Exception | None = None
         recorder = NodeRecorder(self.registry.opset_version, self.constants)
         if chosen.function is not None:
-            args = [self._arg(a) for a in node.args]
-            kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
+            args = [self.arg(a) for a in node.args]
+            kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
             if kwargs.get("dtype", 0) is None:
                 kwargs["dtype"] = -1  # torch_lib's "no dtype given"
             try:
@@ -224,7 +254,7 @@ class _GraphTranslator:
             return
         entry[1] = chosen.function.name
         recorder.commit()
-        self._adopt(node, outputs, recorder, source)
+        self.adopt_nodes(node, outputs, recorder.nodes, source, recorder.functions)
         if chosen.mismatches:
             self.ctx.record(
                 "dispatch-nearest-match",
@@ -244,6 +274,32 @@ class _GraphTranslator:
             op=chosen.op,
             function=chosen.function.name,
             reason=chosen.reason,
+        )
+
+    def _higher_order(self, node: torch.fx.Node) -> None:
+        """A control-flow node: ONNX ``If``/``Loop``/``Scan``, or a finding."""
+        source = self.source_override or _control_flow_source(self.ctx, node)
+        op = f"higher_order.{getattr(node.target, '__name__', node.target)}"
+        entry = self.operators.setdefault(op, [0, None])
+        entry[0] += 1
+        onnx_op = translate_higher_order(self, node, source)
+        if onnx_op is not None:
+            entry[1] = f"ONNX {onnx_op}"
+
+    def report_control_flow(
+        self, node: torch.fx.Node, source: _Source, op: str, problem: str
+    ) -> None:
+        """Record a control-flow node that cannot become ONNX; stand-ins keep translation going."""
+        self._placeholder_outputs(node)
+        self.failed.append(op)
+        self.ctx.record(
+            "control-flow-unsupported",
+            locations=[source.primary],
+            stack=source.frames,
+            properties={"fx_node": node.name, "module_path": source.module_path},
+            op=op,
+            source=self.ctx.display(source.primary),
+            problem=problem,
         )
 
     def _report_failure(
@@ -343,8 +399,18 @@ class _GraphTranslator:
             _set_type_and_shape(value, meta)
             self.values[node.name] = value
 
-    def _adopt(self, node: torch.fx.Node, outputs: Any, recorder: NodeRecorder, source: _Source) -> None:
-        """Name and type the outputs, tag the emitted nodes, and add them to the graph."""
+    def adopt_nodes(
+        self,
+        node: torch.fx.Node,
+        outputs: Any,
+        nodes: Sequence[ir.Node],
+        source: _Source,
+        functions: Mapping[ir.OperatorIdentifier, Any] | None = None,
+    ) -> None:
+        """Name and type the outputs, tag the emitted nodes, and add them to the graph.
+
+        ``functions`` are the onnxscript functions the nodes call, added to the model.
+        """
         meta = node.meta.get("val")
         if isinstance(outputs, Sequence) and not isinstance(outputs, ir.Value):
             outputs = tuple(outputs)
@@ -367,11 +433,11 @@ class _GraphTranslator:
             f"{META_PREFIX}stack_trace": source.stack_trace,
             "namespace": source.module_path,
         }
-        for i, onnx_node in enumerate(recorder.nodes):
+        for i, onnx_node in enumerate(nodes):
             onnx_node.name = f"{self.prefix}{node.name}_n{i}"
             onnx_node.metadata_props.update(props)
-        self.graph.extend(recorder.nodes)
-        for identifier, function in recorder.functions.items():
+        self.graph.extend(nodes)
+        for identifier, function in (functions or {}).items():
             if identifier not in self.model.functions:
                 self.model.functions[identifier] = ir.serde.deserialize_function(
                     function.to_function_proto()
@@ -380,6 +446,30 @@ class _GraphTranslator:
 
 #: Lowers an ExportedProgram, also decomposing the given operators (handed in by api.py).
 Decompose = Callable[[torch.export.ExportedProgram, Sequence[Any]], torch.export.ExportedProgram]
+
+
+def _fetch_attr(module: torch.nn.Module | None, target: str) -> Any:
+    """The attribute a ``get_attr`` node names (dotted path), or None when unknown."""
+    value: Any = module
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def _control_flow_source(ctx: DiagnosticContext, node: torch.fx.Node) -> _Source:
+    """Where a control-flow node is in the user's code.
+
+    torch records the higher-order call with a generated stack (``<eval_with_key>``); the
+    nodes computing its operands, like the predicate of a ``cond``, carry the user's line.
+    """
+    source = _node_source(ctx, node)
+    if source.primary is not None:
+        return source
+    for arg in node.all_input_nodes:
+        candidate = _node_source(ctx, arg)
+        if candidate.primary is not None:
+            return dataclasses.replace(candidate, stack_trace=candidate.stack_trace or source.stack_trace)
+    return source
 
 
 def _flat_args(node: torch.fx.Node) -> list[Any]:
@@ -555,7 +645,7 @@ def run(
     model = ir.Model(
         graph, ir_version=10, producer_name="dynamo-onnx", producer_version=package_version()
     )
-    translator = _GraphTranslator(ctx, registry, model, graph, decompose)
+    translator = _GraphTranslator(ctx, registry, model, graph, decompose, ep.graph_module)
     translator.translate(ep.graph)
     operators = {op: (count, fn) for op, (count, fn) in translator.operators.items()}
     translated = sum(1 for _, fn in operators.values() if fn is not None)
@@ -579,7 +669,7 @@ def _raise_for_failures(ctx: DiagnosticContext, operators: dict[str, tuple[int, 
     problems = [
         f
         for f in ctx.findings
-        if f.rule.id in ("DO301", "DO303") and f.level >= Level.ERROR
+        if f.rule.id in ("DO301", "DO303", "DO308") and f.level >= Level.ERROR
     ]
     unsupported = [f for f in problems if f.rule.id == "DO301"]
     lines = [f"  - {f.properties['op']} at {f.properties['source']}" for f in problems]
@@ -599,6 +689,20 @@ def _raise_for_failures(ctx: DiagnosticContext, operators: dict[str, tuple[int, 
                 "register an ONNX function for each with OnnxRegistry.register_op(fn, "
                 "namespace, op_name) and pass the registry to export(..., registry=...); "
                 "see the rule's help for an example.",
+            ),
+            rule_id=rule.id,
+            diagnostics=ctx,
+        )
+    elif any(f.rule.id == "DO308" for f in problems):
+        rule = get_rule("control-flow-unsupported")
+        error = TranslationError(
+            format_message(
+                rule.id,
+                rule.name,
+                f"{len(problems)} node(s) cannot be exported ({coverage}):\n"
+                + "\n".join(f"  - {f.message}" for f in problems),
+                "express the control flow with torch.cond, torch.while_loop or scan, or move "
+                "it out of the exported model; see the rule's help.",
             ),
             rule_id=rule.id,
             diagnostics=ctx,

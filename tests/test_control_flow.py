@@ -1,0 +1,137 @@
+"""Control flow: torch.cond -> If, while_loop -> Loop, scan/map -> Scan, others -> DO308."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+import torch
+from conftest import line_of
+
+import dynamo_onnx
+
+
+class Branchy(torch.nn.Module):
+    """A cond whose branches use a weight from the outer scope and return two tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, y):
+        def positive(x, y):
+            return self.lin(x) + y, x.sum()
+
+        def negative(x, y):
+            return x - y, x.mean()
+
+        return torch.cond(x.sum() > 0, positive, negative, (x, y))  # the cond
+
+
+def _op_types(graph):
+    return [node.op_type for node in graph]
+
+
+def test_cond_runs_both_branches_in_onnx_runtime(tmp_path):
+    model = Branchy().eval()
+    x, y = torch.rand(2, 4) + 0.1, torch.randn(2, 4)
+    program = dynamo_onnx.export(model, (x, y))
+    assert "If" in _op_types(program.model.graph)
+    path = tmp_path / "branchy.onnx"
+    program.save(path)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    for sign in (1.0, -1.0):  # x.sum() > 0, then < 0: both branches
+        got = program(sign * x, y)
+        expected = model(sign * x, y)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e.detach(), atol=1e-5, rtol=1e-5)
+    (finding,) = [f for f in program.diagnostics.findings if f.rule.id == "DO307"]
+    assert "`higher_order.cond`" in finding.message and "ONNX `If`" in finding.message
+    assert finding.locations[0].path.endswith("test_control_flow.py")
+    assert finding.locations[0].line == line_of(Branchy.forward, "# the cond")
+
+
+def test_nested_cond_on_a_dynamic_dimension():
+    class Nested(torch.nn.Module):
+        def forward(self, x):
+            def big(x):
+                return torch.cond(x.mean() > 0.5, lambda x: x * 3, lambda x: x + 100, (x,))
+
+            return torch.cond(x.shape[0] > 2, big, lambda x: x.cos(), (x,))
+
+    model = Nested()
+    program = dynamo_onnx.export(model, (torch.rand(4, 3),), dynamic_shapes={"x": {0: "batch"}})
+    # outer If on the batch size; inner If inside its then-branch
+    (outer,) = [n for n in program.model.graph if n.op_type == "If"]
+    then_branch = outer.attributes["then_branch"].value
+    assert "If" in _op_types(then_branch)
+    for x in (torch.rand(4, 3), torch.rand(4, 3) - 1, torch.rand(2, 3), torch.rand(7, 3) + 1):
+        torch.testing.assert_close(program(x)[0], model(x))
+
+
+def test_while_loop_becomes_loop_and_counts_like_eager():
+    class Doubling(torch.nn.Module):
+        def forward(self, i, x):
+            return torch.while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, x * 2 + 1), (i, x))
+
+    model = Doubling()
+    program = dynamo_onnx.export(model, (torch.tensor(0), torch.randn(3)))
+    assert "Loop" in _op_types(program.model.graph)
+    for start in (0, 3, 7):  # 5, 2 and 0 iterations
+        i, x = torch.tensor(start), torch.randn(3)
+        got = program(i, x)
+        expected = model(i, x)
+        assert int(got[0]) == int(expected[0]) == max(start, 5)
+        torch.testing.assert_close(got[1], expected[1])
+
+
+def test_scan_becomes_scan_with_carry_and_stacked_outputs():
+    class CumSum(torch.nn.Module):
+        def forward(self, init, xs):
+            def step(carry, x):
+                total = carry + x
+                return total, total * 2
+
+            return torch.ops.higher_order.scan(step, [init], [xs], ())
+
+    model = CumSum()
+    init, xs = torch.zeros(3), torch.randn(5, 3)
+    program = dynamo_onnx.export(model, (init, xs))
+    assert "Scan" in _op_types(program.model.graph)
+    final, stacked = program(init, xs)
+    torch.testing.assert_close(final, xs.sum(0))
+    torch.testing.assert_close(stacked, xs.cumsum(0) * 2)
+
+
+def test_map_becomes_stateless_scan_with_outer_operand():
+    class Map(torch.nn.Module):
+        def forward(self, xs, b):
+            return torch.ops.higher_order.map_impl(lambda x, b: x.sin() * b, [xs], [b])
+
+    xs, b = torch.rand(4, 3), torch.rand(3)
+    program = dynamo_onnx.export(Map(), (xs, b))
+    torch.testing.assert_close(program(xs, b)[0], xs.sin() * b)
+
+
+class Prefix(torch.nn.Module):
+    def forward(self, xs):
+        return torch.ops.higher_order.associative_scan(lambda a, b: a + b, [xs], ())  # no ONNX
+
+
+def test_unsupported_higher_order_operator_is_a_finding_with_its_line(tmp_path):
+    with pytest.raises(dynamo_onnx.TranslationError) as info:
+        dynamo_onnx.export(Prefix(), (torch.rand(4, 3),), report=True, artifacts_dir=tmp_path)
+    message = str(info.value)
+    assert message.startswith("[DO308 control-flow-unsupported]")
+    assert "higher_order.associative_scan" in message and "torch.cond" in message
+    line = line_of(Prefix.forward, "# no ONNX")
+    log = json.loads((tmp_path / "Prefix.sarif").read_text())
+    (result,) = [r for r in log["runs"][0]["results"] if r["ruleId"] == "DO308"]
+    assert result["level"] == "error"
+    region = result["locations"][0]["physicalLocation"]
+    assert region["artifactLocation"]["uri"].endswith("tests/test_control_flow.py")
+    assert region["region"]["startLine"] == line
+    report = (tmp_path / "Prefix.md").read_text()
+    assert "DO308" in report and f"test_control_flow.py:{line}" in report
+    assert not list(tmp_path.glob("*.onnx"))
