@@ -10,6 +10,7 @@ import torch
 from conftest import MLPModel
 
 import dynamo_onnx
+from dynamo_onnx.exporter import protowriter
 
 
 @pytest.fixture(scope="module")
@@ -28,21 +29,28 @@ def test_saved_model_loads_and_runs_in_onnx_runtime(program, tmp_path):
     torch.testing.assert_close(torch.from_numpy(out), program(x)[0])
 
 
-def test_failed_save_keeps_the_earlier_file_intact(program, tmp_path, monkeypatch):
+@pytest.mark.parametrize("external_data", [False, True])
+def test_failed_save_keeps_the_earlier_file_intact(program, tmp_path, monkeypatch, external_data):
     path = tmp_path / "m.onnx"
-    program.save(path)
-    before = path.read_bytes()
+    program.save(path, external_data=external_data)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
 
-    def broken_save(model, destination, **kwargs):
+    def broken_ir_save(model, destination, **kwargs):
         with open(destination, "wb") as handle:
             handle.write(b"half a model")
         raise OSError("disk full")
 
-    monkeypatch.setattr(ir, "save", broken_save)
+    def broken_stream(model, file):
+        file.write(b"half a model")
+        raise OSError("disk full")
+
+    # inline weights are streamed by our writer; external data goes through ir.save
+    monkeypatch.setattr(ir, "save", broken_ir_save)
+    monkeypatch.setattr(protowriter, "write_model", broken_stream)
     with pytest.raises(OSError, match="disk full"):
-        program.save(path)
-    assert path.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"], "the partial file is cleaned up"
+        program.save(path, external_data=external_data)
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert after == before, "the earlier files are intact and the partial one is cleaned up"
 
 
 def test_save_external_data_and_initializer_layouts(program, tmp_path):

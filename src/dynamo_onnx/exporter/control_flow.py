@@ -26,7 +26,7 @@ import torch.fx
 if TYPE_CHECKING:
     from dynamo_onnx.exporter.translation import _GraphTranslator, _Source
 
-__all__ = ["Subgraph", "is_higher_order", "translate_higher_order"]
+__all__ = ["Subgraph", "TRANSLATED", "is_higher_order", "translate_higher_order"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,9 @@ def _handlers() -> dict[Any, Any]:
         torch.ops.higher_order.while_loop: _while_loop,
         torch.ops.higher_order.scan: _scan,
         torch.ops.higher_order.map_impl: _map,
+        torch.ops.higher_order.wrap_with_set_grad_enabled: _inline_grad_mode,
     }
+
 
 
 def translate_higher_order(
@@ -183,7 +185,7 @@ def _cond(parent: _GraphTranslator, node: torch.fx.Node, source: _Source) -> tup
         [condition],
         [ir.AttrGraph("then_branch", then_graph), ir.AttrGraph("else_branch", else_graph)],
     )
-    return "If", [len(then_graph), len(else_graph)]
+    return "ONNX `If`", [len(then_graph), len(else_graph)]
 
 
 def _while_loop(
@@ -215,7 +217,7 @@ def _while_loop(
     )
     _set_outputs(body, [again, *nexts], prefix)
     _emit(parent, node, source, "Loop", [None, first, *carried_values], [ir.AttrGraph("body", body)])
-    return "Loop", [len(body)]
+    return "ONNX `Loop`", [len(body)]
 
 
 def _scan(parent: _GraphTranslator, node: torch.fx.Node, source: _Source) -> tuple[str, list[int]]:
@@ -241,7 +243,7 @@ def _scan(parent: _GraphTranslator, node: torch.fx.Node, source: _Source) -> tup
         [*init_values, *xs_values],
         [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", len(xs))],
     )
-    return "Scan", [len(body)]
+    return "ONNX `Scan`", [len(body)]
 
 
 def _map(parent: _GraphTranslator, node: torch.fx.Node, source: _Source) -> tuple[str, list[int]]:
@@ -261,4 +263,26 @@ def _map(parent: _GraphTranslator, node: torch.fx.Node, source: _Source) -> tupl
         xs_values,
         [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", len(xs))],
     )
-    return "Scan", [len(body)]
+    return "ONNX `Scan`", [len(body)]
+
+
+def _inline_grad_mode(
+    parent: _GraphTranslator, node: torch.fx.Node, source: _Source
+) -> tuple[str, list[int]]:
+    """``wrap_with_set_grad_enabled(enabled, body, *args)``: the body, inline.
+
+    Gradients do not exist in an ONNX inference graph, so the grad mode changes nothing.
+    """
+    _, body_fn, *args = node.args
+    before = len(parent.graph)
+    _, results = _subgraph(
+        parent, node, source, parent.arg(body_fn), "body", [parent.arg(a) for a in args],
+        graph=parent.graph,
+    )
+    meta = node.meta.get("val")
+    parent.values[node.name] = tuple(results) if isinstance(meta, (list, tuple)) else results[0]
+    return "its body, inlined", [len(parent.graph) - before]
+
+
+#: The higher-order operators translation handles.
+TRANSLATED = frozenset(_handlers())

@@ -3,12 +3,23 @@
 The table is torch.export's default decompositions minus every operator the registry can
 translate, so ``aten.gelu`` stays ``gelu`` (one ONNX function) instead of ten primitives.
 
-Two rewrites make the result translatable:
+Re-tracing with ``run_decompositions`` is the most expensive step of an export after
+capture (a second trace of the whole model: 3.4 s of GPT-2 124M's 9 s). It is skipped when
+the captured graph is already translatable: functional (no in-place operator, no mutated
+input or buffer), and every operator either has an ONNX function, is control flow we
+translate, or is one of at most a few statically shaped nodes that translation decomposes
+alone (DO306). Either way the graph gets the same rewrites; finding DO203 says which way
+was taken and why.
+
+The rewrites that make the result translatable:
 
 * Before decomposing, ``aten.view`` becomes ``aten.reshape``. torch 2.13 re-traces the graph
   with fake tensors; some decompositions (attention) yield other strides than at capture,
   and a ``view`` that was valid then fails ("Cannot view a tensor with shape ... and strides
   ..."), which breaks GPT-2 and T5. ONNX has no strides: both become ``Reshape``.
+* ``aten.to`` overloads (in the captured graph, not in the decomposed one) become
+  ``prims.convert_element_type`` or disappear when they change nothing ONNX can see (device,
+  layout); ``__and__``/``__or__``/``__xor__`` become their ``bitwise_*`` operators.
 * After decomposing, explicit casts replace ATen's implicit type promotion, because ONNX
   operators require matching input types.
 """
@@ -18,13 +29,47 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import functools
+import operator
+
 import torch
 import torch.fx
 
 from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.exporter.registry import OnnxRegistry
+from dynamo_onnx.exporter.control_flow import TRANSLATED, is_higher_order
+from dynamo_onnx.exporter.registry import OnnxRegistry, target_name
 
-__all__ = ["run", "lower"]
+__all__ = ["run", "lower", "retrace_reason", "has_decomposition", "ASSERTIONS"]
+
+#: Nodes translation skips: they only assert what torch checked at capture.
+ASSERTIONS = frozenset(
+    {
+        torch.ops.aten._assert_async.default,
+        torch.ops.aten._assert_async.msg,
+        torch.ops.aten._assert_scalar.default,
+        torch.ops.aten._assert_tensor_metadata.default,
+        torch.ops.aten.sym_constrain_range_for_size.default,
+        torch.ops.aten.sym_constrain_range.default,
+    }
+)
+
+#: How many nodes without an ONNX function translation may decompose one by one (each is a
+#: small export of its own, ~0.1 s) before re-tracing the whole program is cheaper.
+MAX_NODE_FALLBACKS = 4
+
+_BITWISE = {
+    torch.ops.aten.__and__.Tensor: torch.ops.aten.bitwise_and.Tensor,
+    torch.ops.aten.__or__.Tensor: torch.ops.aten.bitwise_or.Tensor,
+    torch.ops.aten.__xor__.Tensor: torch.ops.aten.bitwise_xor.Tensor,
+}
+_TO = frozenset(
+    {
+        torch.ops.aten.to.dtype,
+        torch.ops.aten.to.dtype_layout,
+        torch.ops.aten.to.device,
+        torch.ops.aten.to.other,
+    }
+)
 
 _CAST = torch.ops.prims.convert_element_type.default
 # Operators whose job is the cast itself.
@@ -66,6 +111,87 @@ def _rewrite_views(ep: torch.export.ExportedProgram) -> int:
                 count += 1
         gm.recompile()
     return count
+
+
+def _rewrite_aliases(ep: torch.export.ExportedProgram) -> int:
+    """``aten.to`` as a cast (or nothing), ``__and__`` and friends as ``bitwise_*``."""
+    count = 0
+    for gm in _graph_modules(ep):
+        changed = False
+        for node in list(gm.graph.nodes):
+            if node.op != "call_function":
+                continue
+            if node.target in _BITWISE:
+                node.target = _BITWISE[node.target]
+                count += 1
+                changed = True
+            elif node.target in _TO:
+                source, out = node.args[0], node.meta.get("val")
+                if not isinstance(out, torch.Tensor) or not isinstance(source, torch.fx.Node):
+                    continue
+                if _val(source).dtype == out.dtype:
+                    node.replace_all_uses_with(source)
+                    gm.graph.erase_node(node)
+                else:
+                    node.target, node.args, node.kwargs = _CAST, (source, out.dtype), {}
+                count += 1
+                changed = True
+        if changed:
+            gm.recompile()
+    return count
+
+
+def retrace_reason(ep: torch.export.ExportedProgram, registry: OnnxRegistry) -> str | None:
+    """Why the program must be re-traced with decompositions, or None if it need not be."""
+    mutations = [
+        spec.kind.name
+        for spec in ep.graph_signature.output_specs
+        if spec.kind.name not in ("USER_OUTPUT", "TOKEN")
+    ]
+    if mutations:
+        return f"the program mutates its inputs or buffers ({mutations[0]})"
+    fallbacks: set[str] = set()
+    for gm in _graph_modules(ep):
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            target = node.target
+            if target is operator.getitem or target in ASSERTIONS:
+                continue
+            if is_higher_order(target):
+                if target in TRANSLATED:
+                    continue
+                return f"it calls the higher-order operator `{target_name(target)}`"
+            schema = getattr(target, "_schema", None)
+            if schema is not None and schema.is_mutable:
+                return f"it calls the in-place operator `{target_name(target)}`"
+            if registry.supports(target):
+                continue
+            if schema is None or not has_decomposition(target):
+                return f"`{target_name(target)}` has no ONNX function of its own"
+            if not _static(node):
+                return f"`{target_name(target)}` has no ONNX function and dynamic shapes"
+            fallbacks.add(node.name)
+            if len(fallbacks) > MAX_NODE_FALLBACKS:
+                return f"more than {MAX_NODE_FALLBACKS} nodes have no ONNX function"
+    return None
+
+
+@functools.cache
+def _decomposable() -> frozenset[Any]:
+    """Operators torch.export's default table decomposes (built once: it has ~900 entries)."""
+    return frozenset(torch.export.default_decompositions().keys())
+
+
+def has_decomposition(target: Any) -> bool:
+    """Whether torch.export's default table decomposes the operator."""
+    return target in _decomposable()
+
+
+def _static(node: torch.fx.Node) -> bool:
+    vals = [_val(a) for a in node.all_input_nodes] + [node.meta.get("val")]
+    tensors = [v for v in vals if isinstance(v, torch.Tensor)]
+    return all(isinstance(d, int) for t in tensors for d in t.shape)
 
 
 def _val(arg: Any) -> Any:
@@ -155,8 +281,24 @@ def lower(
 def run(
     ctx: DiagnosticContext, ep: torch.export.ExportedProgram, registry: OnnxRegistry
 ) -> torch.export.ExportedProgram:
-    """Decompose ``ep`` into operators the registry can translate."""
-    ep, views, casts = lower(ep, registry)
+    """Decompose ``ep`` into operators the registry can translate (re-tracing only if needed)."""
+    _rewrite_aliases(ep)
+    reason = retrace_reason(ep, registry)
+    ctx.record(
+        "decomposition-plan",
+        properties={"retraced": reason is not None},
+        plan=(
+            f"re-traced with torch.export's decompositions because {reason}"
+            if reason is not None
+            else "not re-traced: the captured graph is functional and every operator in it "
+            "is translatable"
+        ),
+    )
+    if reason is None:
+        views = 0
+        casts = sum(_insert_type_promotion(gm) for gm in _graph_modules(ep))
+    else:
+        ep, views, casts = lower(ep, registry)
     if views:
         ctx.record("view-rewritten-as-reshape", count=views)
     if casts:

@@ -11,7 +11,6 @@ recorded as a finding and translation goes on, so one run reports every problem.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +26,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Level, Location
 from dynamo_onnx.diagnostics.context import mark_recorded
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.exporter.control_flow import Subgraph, is_higher_order, translate_higher_order
+from dynamo_onnx.exporter.decomposition import ASSERTIONS, has_decomposition
 from dynamo_onnx.exporter.dispatch import dispatch
 from dynamo_onnx.exporter.errors import TranslationError, UnsupportedOperatorError, format_message
 from dynamo_onnx.exporter.recorder import ConstantCache, NodeRecorder, recording
@@ -39,15 +39,6 @@ __all__ = ["run", "TranslationResult", "META_PREFIX"]
 #: Prefix of the metadata_props keys that record each ONNX node's origin.
 META_PREFIX = "pkg.dynamo_onnx."
 
-# Nodes that only assert facts torch already checked at capture; they compute nothing.
-_ASSERTIONS = {
-    torch.ops.aten._assert_async.default,
-    torch.ops.aten._assert_async.msg,
-    torch.ops.aten._assert_scalar.default,
-    torch.ops.aten._assert_tensor_metadata.default,
-    torch.ops.aten.sym_constrain_range_for_size.default,
-    torch.ops.aten.sym_constrain_range.default,
-}
 
 
 @dataclasses.dataclass
@@ -219,7 +210,7 @@ class _GraphTranslator:
         self.values[node.name] = value
 
     def _call_function(self, node: torch.fx.Node) -> None:
-        if node.target in _ASSERTIONS:
+        if node.target in ASSERTIONS:
             return
         if node.target is operator.getitem:
             source = self.values.get(node.args[0].name)  # type: ignore[union-attr]
@@ -284,7 +275,7 @@ class _GraphTranslator:
         entry[0] += 1
         onnx_op = translate_higher_order(self, node, source)
         if onnx_op is not None:
-            entry[1] = f"ONNX {onnx_op}"
+            entry[1] = onnx_op
 
     def report_control_flow(
         self, node: torch.fx.Node, source: _Source, op: str, problem: str
@@ -324,7 +315,7 @@ class _GraphTranslator:
                 **common,
             )
             return
-        decomposable = _has_decomposition(node.target)
+        decomposable = has_decomposition(node.target)
         finding = self.ctx.record(
             "unsupported-operator",
             properties={
@@ -347,7 +338,7 @@ class _GraphTranslator:
         self, node: torch.fx.Node, source: _Source, op: str, failure: Exception | None
     ) -> bool:
         """Translate the node through torch's decomposition of its operator, if it has one."""
-        if self.decompose is None or not _has_decomposition(node.target):
+        if self.decompose is None or not has_decomposition(node.target):
             return False
         program = _single_node_program(node, self.decompose)
         if program is None:
@@ -545,17 +536,6 @@ def _register_example(op: str, node: torch.fx.Node) -> str:
         "program = dynamo_onnx.export(model, args, registry=registry)\n"
         "```"
     )
-
-
-@functools.cache
-def _decomposable() -> frozenset[Any]:
-    """Operators torch.export's default table decomposes (built once: it has ~900 entries)."""
-    return frozenset(torch.export.default_decompositions().keys())
-
-
-def _has_decomposition(target: Any) -> bool:
-    """Whether torch can decompose the operator (used in the unsupported-operator finding)."""
-    return target in _decomposable()
 
 
 def _bind_signature(

@@ -1,0 +1,49 @@
+"""The decomposition pass re-traces only when the captured graph needs it (DO203)."""
+
+from __future__ import annotations
+
+import torch
+from conftest import MLPModel, SmallCNN
+
+import dynamo_onnx
+
+
+def _plan(program):
+    (finding,) = program.diagnostics.by_rule("decomposition-plan")
+    return finding
+
+
+def test_functional_translatable_graph_is_not_retraced():
+    model = MLPModel()
+    program = dynamo_onnx.export(model, (torch.rand(4, 8),))
+    plan = _plan(program)
+    assert plan.properties["retraced"] is False
+    assert plan.pass_name == "decomposition"
+    x = torch.rand(4, 8)
+    torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
+
+
+class InPlace(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y.add_(1)
+        return torch.relu(y)
+
+
+def test_in_place_operator_forces_the_retrace_and_says_so():
+    program = dynamo_onnx.export(InPlace(), (torch.randn(3),))
+    plan = _plan(program)
+    assert plan.properties["retraced"] is True
+    assert "in-place operator `aten::add_.Tensor`" in plan.message
+    x = torch.randn(3)
+    torch.testing.assert_close(program(x)[0], InPlace()(x))
+
+
+def test_operator_without_onnx_function_or_table_entry_forces_the_retrace():
+    model = SmallCNN().eval()  # aten.batch_norm: composite, decomposed only by a re-trace
+    program = dynamo_onnx.export(model, (torch.rand(2, 3, 16, 16),))
+    plan = _plan(program)
+    assert plan.properties["retraced"] is True
+    assert "`aten::batch_norm`" in plan.message
+    x = torch.rand(2, 3, 16, 16)
+    torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)

@@ -1,0 +1,64 @@
+"""Inline save streams the weights: same ModelProto as ir.save, no copy of the weights."""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+import torch
+
+import dynamo_onnx
+from dynamo_onnx.exporter import protowriter
+from dynamo_onnx.exporter.serialization import initializers_layout
+
+
+class ManyDtypes(torch.nn.Module):
+    """Weights and buffers of several dtypes and shapes, including empty and scalar."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.register_buffer("halves", torch.randn(8).half())
+        self.register_buffer("brains", torch.randn(8).bfloat16())
+        self.register_buffer("index", torch.arange(8))
+        self.register_buffer("mask", torch.tensor([True, False] * 4))
+        self.register_buffer("scale", torch.tensor(1.5))
+        self.register_buffer("empty", torch.zeros(0, 8))
+
+    def forward(self, x):
+        y = self.lin(x) * self.scale + self.halves.float() + self.brains.float()
+        y = torch.where(self.mask, y, y[:, self.index.flip(0)])
+        return torch.cat([y, self.empty.expand(0, 8)], dim=0)
+
+
+@pytest.mark.parametrize("as_inputs", [False, True])
+def test_streamed_file_is_the_same_model_as_ir_save(tmp_path, as_inputs):
+    model = ManyDtypes().eval()
+    x = torch.randn(3, 8)
+    program = dynamo_onnx.export(model, (x,))
+    assert all(protowriter.streamable(v) for v in program.model.graph.initializers.values())
+    ours = tmp_path / "ours.onnx"
+    program.save(ours, keep_initializers_as_inputs=as_inputs)
+    reference = tmp_path / "reference.onnx"
+    with initializers_layout(
+        program.model, include_initializers=True, keep_initializers_as_inputs=as_inputs
+    ):
+        ir.save(program.model, reference)
+    assert onnx.load(ours) == onnx.load(reference)
+    assert ours.stat().st_size == reference.stat().st_size
+    onnx.checker.check_model(onnx.load(ours), full_check=True)
+    session = ort.InferenceSession(str(ours), providers=["CPUExecutionProvider"])
+    names = [i.name for i in onnx.load(ours).graph.input]
+    assert ("lin.weight" in names) == as_inputs  # as inputs, with their values as defaults
+    feeds = {"x": x.numpy()}
+    (got,) = session.run(None, feeds)
+    torch.testing.assert_close(torch.from_numpy(got), model(x).detach(), atol=1e-5, rtol=1e-5)
+    # the model in memory still has its initializers after the save
+    assert "lin.weight" in program.model.graph.initializers
+
+
+def test_varint_lengths_past_one_byte_and_past_2_21():
+    assert protowriter._varint(0) == b"\x00"
+    assert protowriter._varint(300) == b"\xac\x02"
+    assert protowriter._varint(2**21) == b"\x80\x80\x80\x01"
