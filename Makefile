@@ -5,7 +5,7 @@ PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 SARIF_TOOL = .sarif-tools/node_modules/@microsoft/sarif-multitool-linux/Sarif.Multitool
 
-.PHONY: demo test venv clean docs sarif-tools
+.PHONY: demo test venv clean docs sarif-tools bench fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,16 @@ $(SARIF_TOOL):
 	npm install --silent --no-audit --no-fund --prefix .sarif-tools @microsoft/sarif-multitool
 
 sarif-tools: $(SARIF_TOOL)
+
+# dynamo-onnx against torch.onnx.export(dynamo=True), fresh processes, ~20 min on 2 cores.
+# Writes benchmarks/results/results.{json,md}; docs/performance.md shows the latest table.
+bench: $(STAMP)
+	$(PY) benchmarks/compare.py $(BENCH_ARGS)
+
+# More property-based fuzzing than `make test` runs (random, not the fixed CI examples).
+FUZZ_EXAMPLES ?= 500
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_RANDOM=1 $(PY) -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics
 
 docs: $(STAMP)
 	$(PY) -m dynamo_onnx.rules.docs > docs/rules.md

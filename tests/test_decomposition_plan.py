@@ -47,3 +47,15 @@ def test_operator_without_onnx_function_or_table_entry_forces_the_retrace():
     assert "`aten::batch_norm`" in plan.message
     x = torch.rand(2, 3, 16, 16)
     torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
+
+
+class ToSameDtype(torch.nn.Module):
+    def forward(self, x):
+        return x.float()  # an aten.to that changes nothing, and is the output
+
+
+def test_no_op_to_as_output_keeps_its_node():
+    """Found by the fuzzer: erasing it left the signature naming a node that was gone."""
+    x = torch.randn(2, 3)
+    program = dynamo_onnx.export(ToSameDtype(), (x,))
+    torch.testing.assert_close(program(x)[0], x)

@@ -120,7 +120,7 @@ def render(log: Mapping[str, Any]) -> str:
         "failure_detail": (notifications[0].get("exception") or {}).get("message") if notifications else None,
         "verbosity": properties.get("verbosity", "INFO"),
         "warnings_as_errors": properties.get("warningsAsErrors", False),
-        "passes": properties.get("passes"),
+        "passes": (invocation.get("properties") or {}).get("passes"),
         "groups": _groups(run),
         "rendered": properties.get("renderedFindings", len(run.get("results", []))),
         "recorded": properties.get("recordedFindings", len(run.get("results", []))),

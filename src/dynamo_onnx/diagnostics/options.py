@@ -26,14 +26,25 @@ class DiagnosticOptions:
     warnings_as_errors: bool = False
 
     def __post_init__(self) -> None:
+        # Imported here: the diagnostics package does not depend on the exporter otherwise.
+        from dynamo_onnx.exporter.errors import (
+            InvalidOptionTypeError,
+            InvalidOptionValueError,
+            option_error,
+        )
+
         if isinstance(self.verbosity_level, bool) or self.verbosity_level not in _VALID_LEVELS:
-            raise ValueError(
-                f"DiagnosticOptions.verbosity_level must be one of logging.DEBUG, INFO, "
-                f"WARNING or ERROR ({', '.join(map(str, _VALID_LEVELS))}), "
-                f"got {self.verbosity_level!r}"
+            raise option_error(
+                "DiagnosticOptions.verbosity_level",
+                f"is {self.verbosity_level!r}",
+                "it takes logging.DEBUG, INFO, WARNING or ERROR "
+                f"({', '.join(map(str, _VALID_LEVELS))})",
+                InvalidOptionValueError,
             )
         if not isinstance(self.warnings_as_errors, bool):
-            raise TypeError(
-                "DiagnosticOptions.warnings_as_errors must be a bool, "
-                f"got {type(self.warnings_as_errors).__name__}"
+            raise option_error(
+                "DiagnosticOptions.warnings_as_errors",
+                f"is a {type(self.warnings_as_errors).__name__}",
+                "it takes True or False",
+                InvalidOptionTypeError,
             )

@@ -100,6 +100,11 @@ def _timestamp(value: Any) -> str | None:
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
+#: Results kept per rule for notes (the rest summarized); see SarifBuilder.results.
+NOTE_CAP = 500
+#: Results kept per rule for warnings and errors.
+PROBLEM_CAP = 5000
+
 class _Builder:
     """Builds the one run of a log from a context."""
 
@@ -214,6 +219,50 @@ class _Builder:
         result.properties = properties
         return result
 
+    def results(self, visible: list[Finding]) -> list[om.Result]:
+        """One result per finding, up to a cap per rule; the rest summarized in one result.
+
+        GitHub code scanning takes at most 25,000 results per run and 10 MB gzipped. A model
+        of tens of thousands of nodes at DEBUG has a note per node, so each rule keeps its
+        first findings (:data:`NOTE_CAP` for notes, :data:`PROBLEM_CAP` for warnings and
+        errors) and one more result says how many were left out, and where the first was.
+        """
+        by_rule: dict[str, list[Finding]] = {}
+        for finding in visible:
+            by_rule.setdefault(finding.rule.id, []).append(finding)
+        kept: set[int] = set()
+        summaries: dict[int, om.Result] = {}
+        for findings in by_rule.values():
+            cap = PROBLEM_CAP if findings[0].level >= Level.WARNING else NOTE_CAP
+            kept.update(id(f) for f in findings[:cap])
+            if len(findings) > cap:
+                summaries[id(findings[cap])] = self._summary(findings[cap:], len(findings), cap)
+        results = []
+        for finding in visible:
+            if id(finding) in kept:
+                results.append(self.result(finding))
+            elif id(finding) in summaries:
+                results.append(summaries[id(finding)])
+        return results
+
+    def _summary(self, omitted: list[Finding], total: int, cap: int) -> om.Result:
+        first = omitted[0]
+        result = self.result(first)
+        text = (
+            f"{len(omitted)} more `{first.rule.id} {first.rule.name}` findings (of {total}) are "
+            f"summarized here: the log keeps {cap} per rule to stay within GitHub's limits. "
+            f"The first left out: {first.message}"
+        )
+        result.message = om.Message(text=text, markdown=text)
+        result.properties = {
+            **(result.properties or {}),
+            "summary": True,
+            "omitted": len(omitted),
+            "total": total,
+            "cap": cap,
+        }
+        return result
+
     # -- rules -------------------------------------------------------------------------
 
     @staticmethod
@@ -243,6 +292,12 @@ class _Builder:
             working_directory=om.ArtifactLocation(uri=pathlib.Path(ctx.source_root).as_uri() + "/"),
             properties={"versions": dict(ctx.versions)},
         )
+        if ctx.options.verbosity_level <= Level.NOTE:
+            # Timings belong to the invocation: everything else in the log is deterministic.
+            invocation.properties["passes"] = [
+                {"name": p.name, "durationSeconds": round(p.duration_s, 6), "outcome": p.outcome}
+                for p in ctx.passes
+            ]
         if ctx.exception is not None:
             exc = ctx.exception
             rule_id = getattr(exc, "rule_id", None)
@@ -277,11 +332,6 @@ class _Builder:
             "renderedFindings": len(visible),
             **_jsonable(ctx.summary),
         }
-        if ctx.options.verbosity_level <= Level.NOTE:
-            properties["passes"] = [
-                {"name": p.name, "durationSeconds": round(p.duration_s, 6), "outcome": p.outcome}
-                for p in ctx.passes
-            ]
         return om.Run(
             tool=om.Tool(driver=driver),
             automation_details=om.RunAutomationDetails(id=f"dynamo-onnx/{ctx.subject}/"),
@@ -289,7 +339,7 @@ class _Builder:
                 SRCROOT: om.ArtifactLocation(uri=pathlib.Path(ctx.source_root).as_uri() + "/")
             },
             invocations=[self.invocation()],
-            results=[self.result(f) for f in visible],
+            results=self.results(visible),
             column_kind="unicodeCodePoints",
             properties=properties,
         )

@@ -14,8 +14,16 @@ import torch
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext, DiagnosticOptions, Location
 from dynamo_onnx.diagnostics.context import ProgressEvent, default_library_prefixes, mark_recorded
-from dynamo_onnx.exporter import capture, decomposition, reporting, serialization, translation
+from dynamo_onnx.exporter import (
+    capture,
+    decomposition,
+    reporting,
+    serialization,
+    translation,
+    validation,
+)
 from dynamo_onnx.exporter.errors import (
+    option_error,
     CaptureError,
     DecompositionError,
     InvalidExportOptionsError,
@@ -76,10 +84,6 @@ def _new_context(
     subject: str,
     progress: Callable[[ProgressEvent], None] | None,
 ) -> DiagnosticContext:
-    if options is not None and not isinstance(options, DiagnosticOptions):
-        raise InvalidExportOptionsError(
-            f"diagnostic_options must be a DiagnosticOptions, got {type(options).__name__}"
-        )
     return DiagnosticContext(
         options,
         source_root=source_root,
@@ -110,19 +114,6 @@ def _wrap(ctx: DiagnosticContext, exc: BaseException) -> OnnxExporterError:
     )
     mark_recorded(error)
     return error
-
-
-def _check_opset(opset_version: int | None) -> None:
-    highest = onnx.defs.onnx_opset_version()
-    if opset_version is None:
-        return
-    if isinstance(opset_version, bool) or not isinstance(opset_version, int) or not (
-        7 <= opset_version <= highest
-    ):
-        raise InvalidExportOptionsError(
-            f"opset_version must be an int from 7 to {highest} (the newest this onnx "
-            f"knows), got {opset_version!r}; leave it None for the default, 18."
-        )
 
 
 def export(
@@ -171,18 +162,29 @@ def export(
             ``diagnostics`` hold every finding.
     """
     subject = _subject(model)
-    ctx = _new_context(diagnostic_options, source_root, [f"export({subject})"], subject, progress)
-    _check_opset(opset_version)
-    if not isinstance(args, tuple):
-        args = (args,)
+    options_ok = diagnostic_options is None or isinstance(diagnostic_options, DiagnosticOptions)
+    ctx = _new_context(
+        diagnostic_options if options_ok else None,
+        source_root, [f"export({subject})"], subject, progress,
+    )
     try:
         registry = registry if registry is not None else OnnxRegistry()
         with ctx.pass_("capture"):
+            if not options_ok:
+                validation.fail(
+                    ctx, "invalid-option", option="diagnostic_options",
+                    problem=f"is a {type(diagnostic_options).__name__}",
+                    allowed="it takes a dynamo_onnx.DiagnosticOptions or None",
+                )
+            validation.check_model(ctx, model)
+            validation.check_opset(ctx, opset_version)
+            args, kwargs = validation.check_arguments(ctx, args, kwargs)
             if dynamic_shapes is True:
                 dynamic_shapes = capture.all_dimensions_dynamic(model, args, kwargs or {})
             program = capture.run(
                 ctx, model, args, kwargs, capture.normalize_dynamic_shapes(dynamic_shapes)
             )
+            validation.check_outputs(ctx, program)
             dim_names = capture.dimension_names(program, model, dynamic_shapes)
         with ctx.pass_("decomposition"):
             program = decomposition.run(ctx, program, registry)
@@ -204,14 +206,15 @@ def export(
         error = _wrap(ctx, exc)
         ctx.finish(error)
         if report:
-            error.report_paths = reporting.write_reports(ctx, artifacts_dir)
+            error.report_paths = reporting.try_write_reports(ctx, artifacts_dir)
         if error is exc:
             raise
         raise error from exc
     gate = reporting.warnings_as_errors(ctx)
     ctx.finish(gate)
     if report:
-        paths = reporting.write_reports(ctx, artifacts_dir)
+        onnx_program.report_dir = os.fspath(artifacts_dir)
+        paths = reporting.try_write_reports(ctx, artifacts_dir)
         if gate is not None:
             gate.report_paths = paths
     if gate is not None:
@@ -237,14 +240,14 @@ def dynamo_export(
     """
     options = export_options or ExportOptions()
     if not isinstance(options, ExportOptions):
-        raise InvalidExportOptionsError(
-            f"export_options must be an ExportOptions, got {type(options).__name__}"
+        raise option_error(
+            "export_options", f"is a {type(options).__name__}",
+            "it takes a dynamo_onnx.ExportOptions or None",
         )
     if options.fake_context is not None and not isinstance(options.fake_context, ONNXFakeContext):
-        raise InvalidExportOptionsError(
-            "ExportOptions(fake_context=...) takes the context of "
-            "`with dynamo_onnx.enable_fake_mode() as fake_context:`, "
-            f"got {type(options.fake_context).__name__}"
+        raise option_error(
+            "ExportOptions(fake_context=...)", f"is a {type(options.fake_context).__name__}",
+            "it takes the context of `with dynamo_onnx.enable_fake_mode() as fake_context:`",
         )
     dynamic_shapes = None
     if options.dynamic_shapes and not isinstance(model, torch.export.ExportedProgram):

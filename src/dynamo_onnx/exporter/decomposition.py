@@ -129,7 +129,8 @@ def _rewrite_aliases(ep: torch.export.ExportedProgram) -> int:
                 source, out = node.args[0], node.meta.get("val")
                 if not isinstance(out, torch.Tensor) or not isinstance(source, torch.fx.Node):
                     continue
-                if _val(source).dtype == out.dtype:
+                if _val(source).dtype == out.dtype and all(u.op != "output" for u in node.users):
+                    # (an output must stay a node of its own: the signature names it)
                     node.replace_all_uses_with(source)
                     gm.graph.erase_node(node)
                 else:

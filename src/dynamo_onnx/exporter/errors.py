@@ -20,7 +20,11 @@ __all__ = [
     "UnsupportedOperatorError",
     "TranslationError",
     "SerializationError",
+    "SaveError",
     "FakeWeightsError",
+    "InvalidOptionValueError",
+    "InvalidOptionTypeError",
+    "option_error",
     "WeightsMismatchError",
     "OptimizationError",
     "VerificationError",
@@ -60,6 +64,14 @@ class InvalidExportOptionsError(OnnxExporterError):
     """The arguments of ``export()`` or ``ExportOptions`` are invalid."""
 
 
+class InvalidOptionValueError(InvalidExportOptionsError, ValueError):
+    """An option with a value outside what it takes (also a ``ValueError``)."""
+
+
+class InvalidOptionTypeError(InvalidExportOptionsError, TypeError):
+    """An option of the wrong type (also a ``TypeError``)."""
+
+
 class CaptureError(OnnxExporterError):
     """No capture strategy could turn the model into an ExportedProgram."""
 
@@ -78,6 +90,10 @@ class TranslationError(OnnxExporterError):
 
 class SerializationError(OnnxExporterError):
     """Building, converting or writing the ONNX model failed."""
+
+
+class SaveError(SerializationError, OSError):
+    """The model could not be written; also an ``OSError``, as file errors are."""
 
 
 class FakeWeightsError(SerializationError):
@@ -108,3 +124,17 @@ class WarningsAsErrorsError(OnnxExporterError):
 def format_message(rule_id: str, rule_name: str, cause: str, fix: str) -> str:
     """The shape of every exporter error message: rule, cause, fix."""
     return f"[{rule_id} {rule_name}] {cause}\nFix: {fix}"
+
+
+def option_error(
+    option: str,
+    problem: str,
+    allowed: str,
+    kind: type[InvalidExportOptionsError] = InvalidExportOptionsError,
+) -> InvalidExportOptionsError:
+    """The DO109 error for an option checked where no export context exists yet."""
+    from dynamo_onnx.rules import get_rule
+
+    rule = get_rule("invalid-option")
+    cause = rule.format_message(option=option, problem=problem, allowed=allowed)
+    return kind(format_message(rule.id, rule.name, cause, rule.fix), rule_id=rule.id)

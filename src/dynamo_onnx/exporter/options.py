@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dynamo_onnx.exporter.errors import InvalidOptionTypeError, option_error
 from dynamo_onnx.diagnostics import DiagnosticOptions
 
 if TYPE_CHECKING:
@@ -35,16 +36,21 @@ class ExportOptions:
 
     def __post_init__(self) -> None:
         if self.dynamic_shapes not in (None, True, False):
-            raise TypeError(
-                "ExportOptions.dynamic_shapes must be True, False or None; pass torch.export "
-                "dynamic shape specs to dynamo_onnx.export(..., dynamic_shapes=...) instead"
+            raise option_error(
+                "ExportOptions.dynamic_shapes",
+                f"is {self.dynamic_shapes!r}",
+                "it takes True, False or None; pass torch.export dynamic shape specs to "
+                "dynamo_onnx.export(..., dynamic_shapes=...) instead",
+                InvalidOptionTypeError,
             )
         if self.diagnostic_options is None:
             self.diagnostic_options = DiagnosticOptions()
         if not isinstance(self.diagnostic_options, DiagnosticOptions):
-            raise TypeError(
-                "ExportOptions.diagnostic_options must be a DiagnosticOptions, "
-                f"got {type(self.diagnostic_options).__name__}"
+            raise option_error(
+                "ExportOptions.diagnostic_options",
+                f"is a {type(self.diagnostic_options).__name__}",
+                "it takes a dynamo_onnx.DiagnosticOptions",
+                InvalidOptionTypeError,
             )
 
 

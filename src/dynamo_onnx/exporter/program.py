@@ -14,9 +14,10 @@ import torch
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import mark_recorded
-from dynamo_onnx.exporter import serialization, verification
+from dynamo_onnx.exporter import reporting, serialization, verification
 from dynamo_onnx.exporter.errors import (
     FakeWeightsError,
+    SaveError,
     OnnxExporterError,
     OptimizationError,
     WeightsMismatchError,
@@ -75,6 +76,8 @@ class ONNXProgram:
         self.diagnostics = diagnostics
         self._session: Any = None
         self._session_initializer: Callable[..., Any] | None = None
+        #: Where export(report=True) wrote the reports; a failed save rewrites them there.
+        self.report_dir: str | None = None
 
     def __repr__(self) -> str:
         return f"ONNXProgram(model=<{len(self.model.graph)} nodes>, diagnostics={self.diagnostics!r})"
@@ -214,13 +217,22 @@ class ONNXProgram:
             raise TypeError(f"destination must be a file path, got {type(destination).__name__}")
         if include_initializers:
             self._require_real_weights("save")
-        serialization.save(
-            self.model,
-            destination,
-            include_initializers=include_initializers,
-            keep_initializers_as_inputs=keep_initializers_as_inputs,
-            external_data=external_data,
-        )
+        try:
+            serialization.save(
+                self.model,
+                destination,
+                include_initializers=include_initializers,
+                keep_initializers_as_inputs=keep_initializers_as_inputs,
+                external_data=external_data,
+            )
+        except SaveError as error:
+            ctx = self._context()
+            ctx.record("save-failed", locations=[ctx.call_site], **getattr(error, "fields", {}))
+            error.diagnostics = ctx
+            mark_recorded(error)
+            if self.report_dir is not None:
+                error.report_paths = reporting.try_write_reports(ctx, self.report_dir)
+            raise
 
     def verify(
         self,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import pathlib
+import warnings
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Level
 from dynamo_onnx.diagnostics.context import mark_recorded
 from dynamo_onnx.exporter.errors import WarningsAsErrorsError, format_message
 
-__all__ = ["write_reports", "report_paths", "warnings_as_errors"]
+__all__ = ["write_reports", "try_write_reports", "report_paths", "warnings_as_errors"]
 
 
 def report_paths(ctx: DiagnosticContext, artifacts_dir: str | os.PathLike[str]) -> tuple[str, str]:
@@ -25,6 +26,23 @@ def write_reports(ctx: DiagnosticContext, artifacts_dir: str | os.PathLike[str])
     ctx.save_sarif(sarif_path)
     ctx.save_markdown(markdown_path)
     return [sarif_path, markdown_path]
+
+
+def try_write_reports(ctx: DiagnosticContext, artifacts_dir: str | os.PathLike[str]) -> list[str]:
+    """Write both reports; if that fails, record why (DO901) and warn instead of raising.
+
+    A failure to write the reports must not cost the user the export they are about.
+    """
+    try:
+        return write_reports(ctx, artifacts_dir)
+    except OSError as exc:
+        finding = ctx.record(
+            "reports-not-written",
+            directory=str(artifacts_dir),
+            cause=exc.strerror or str(exc),
+        )
+        warnings.warn(f"[{finding.rule.id}] {finding.message}", RuntimeWarning, stacklevel=3)
+        return []
 
 
 def warnings_as_errors(ctx: DiagnosticContext) -> WarningsAsErrorsError | None:

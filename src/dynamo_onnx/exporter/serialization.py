@@ -23,7 +23,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import exception_summary, mark_recorded
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.exporter import functions, protowriter
-from dynamo_onnx.exporter.errors import SerializationError, format_message
+from dynamo_onnx.exporter.errors import SaveError, SerializationError, format_message
 from dynamo_onnx.rules import get_rule
 
 __all__ = ["run", "to_proto", "save", "TWO_GB"]
@@ -85,24 +85,52 @@ def save(
     """
     destination = pathlib.Path(os.fspath(destination))
     directory = destination.parent
+    _check_destination(destination)
     if external_data is None:
         external_data = include_initializers and weights_nbytes(model) >= TWO_GB
-    with initializers_layout(
-        model,
-        include_initializers=include_initializers,
-        keep_initializers_as_inputs=keep_initializers_as_inputs,
-    ), tempfile.TemporaryDirectory(dir=directory, prefix=f".{destination.name}.") as tmp:
-        staged = pathlib.Path(tmp) / destination.name
-        if external_data:
-            data_name = f"{destination.name}.data"
-            ir.save(model, staged, external_data=data_name)
-            os.replace(pathlib.Path(tmp) / data_name, directory / data_name)
-        elif all(protowriter.streamable(v) for v in model.graph.initializers.values()):
-            with open(staged, "wb") as file:
-                protowriter.write_model(model, file)
-        else:
-            ir.save(model, staged)
-        os.replace(staged, destination)
+    try:
+        with initializers_layout(
+            model,
+            include_initializers=include_initializers,
+            keep_initializers_as_inputs=keep_initializers_as_inputs,
+        ), tempfile.TemporaryDirectory(dir=directory, prefix=f".{destination.name}.") as tmp:
+            staged = pathlib.Path(tmp) / destination.name
+            if external_data:
+                data_name = f"{destination.name}.data"
+                ir.save(model, staged, external_data=data_name)
+                os.replace(pathlib.Path(tmp) / data_name, directory / data_name)
+            elif all(protowriter.streamable(v) for v in model.graph.initializers.values()):
+                with open(staged, "wb") as file:
+                    protowriter.write_model(model, file)
+            else:
+                ir.save(model, staged)
+            os.replace(staged, destination)
+    except SaveError:
+        raise
+    except OSError as exc:
+        raise save_error(destination, exc.strerror or str(exc)) from exc
+
+
+def save_error(destination: pathlib.Path, cause: str) -> SaveError:
+    rule = get_rule("save-failed")
+    fields = {"path": str(destination), "cause": cause}
+    error = SaveError(
+        format_message(rule.id, rule.name, rule.format_message(**fields), rule.fix),
+        rule_id=rule.id,
+    )
+    error.fields = fields  # type: ignore[attr-defined]
+    return error
+
+
+def _check_destination(destination: pathlib.Path) -> None:
+    """Refuse paths that cannot be written before writing anything."""
+    directory = destination.parent
+    if destination.is_dir():
+        raise save_error(destination, "it is a directory; give a file path such as model.onnx")
+    if not directory.is_dir():
+        raise save_error(destination, f"its directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise save_error(destination, f"its directory {directory} is not writable")
 
 
 def run(

@@ -1,0 +1,323 @@
+"""dynamo-onnx against ``torch.onnx.export(..., dynamo=True)``, measured in the same run.
+
+For every model and exporter, each repeat runs in a fresh process (so import costs, caches
+and peak RSS are the same for both) and measures:
+
+- export wall time, capture through serialization, without optimize on either side
+  (and, for dynamo-onnx, the time of each pass);
+- save time (each exporter's default: inline weights below 2 GB), peak RSS of the process (``ru_maxrss``);
+- ONNX node count, ONNX Runtime latency of the optimized model, max |ONNX Runtime - eager|;
+- for dynamo-onnx, the export time with reports rendered at INFO and at DEBUG, to measure
+  what diagnostics cost.
+
+The figures are medians over the repeats; each has the ratio ours / torch.onnx next to it,
+since these machines are shared and only ratios from one run compare. Results go to a JSON
+file and a markdown table (``docs/performance.md`` shows the latest).
+
+    python benchmarks/compare.py [--models gpt2-124m,bert-base] [--repeats 3]
+        [--json benchmarks/results/results.json] [--markdown benchmarks/results/results.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+EXPORTERS = ("dynamo-onnx", "torch.onnx")
+LATENCY_RUNS = 20
+
+#: metric -> (column title, format, whether smaller is better)
+METRICS: dict[str, tuple[str, str]] = {
+    "export_s": ("export s", "{:.2f}"),
+    "save_s": ("save s", "{:.2f}"),
+    "peak_rss_mib": ("peak RSS MiB", "{:.0f}"),
+    "nodes": ("ONNX nodes", "{:.0f}"),
+    "latency_ms": ("ORT ms (optimized)", "{:.2f}"),
+    "max_abs_diff": ("max abs diff", "{:.1e}"),
+}
+
+
+# -- one measurement, in its own process -----------------------------------------------------
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _count_nodes(model: Any) -> int:
+    """Nodes of the graph, its subgraphs and its functions, as ONNX Runtime would see them."""
+    import onnx_ir as ir  # noqa: PLC0415
+
+    total = sum(1 for _ in ir.traversal.RecursiveGraphIterator(model.graph))
+    for function in model.functions.values():
+        total += sum(1 for _ in ir.traversal.RecursiveGraphIterator(function))
+    return total
+
+
+def _flatten(value: Any) -> list[Any]:
+    import torch  # noqa: PLC0415
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if hasattr(value, "to_tuple"):
+        value = value.to_tuple()
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flatten(v)]
+    return []
+
+
+def _latency_ms(path: Path, feeds: dict[str, Any]) -> tuple[float, list[Any]]:
+    import onnxruntime as ort  # noqa: PLC0415
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # the machine is shared: one thread is the stable figure
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    outputs = session.run(None, feeds)
+    times = []
+    for _ in range(LATENCY_RUNS):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times), outputs
+
+
+def measure(model_name: str, exporter: str, diagnostics: str) -> dict[str, Any]:
+    """Export one model with one exporter; called in a fresh process by :func:`main`."""
+    warnings.filterwarnings("ignore")
+    import numpy as np  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    sys.path.insert(0, str(HERE))
+    from models import MODELS  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    model, args = MODELS[model_name]()
+    with torch.no_grad():
+        expected = [t.numpy() for t in _flatten(model(*args))]
+    result: dict[str, Any] = {"model": model_name, "exporter": exporter}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.onnx"
+        start = time.perf_counter()
+        if exporter == "torch.onnx":
+            program = torch.onnx.export(model, args, dynamo=True, optimize=False, verbose=False)
+        else:
+            import dynamo_onnx  # noqa: PLC0415
+
+            options = {
+                "off": {},
+                "info": {"report": True, "artifacts_dir": tmp},
+                "debug": {
+                    "report": True,
+                    "artifacts_dir": tmp,
+                    "diagnostic_options": dynamo_onnx.DiagnosticOptions(verbosity_level=10),
+                },
+            }[diagnostics]
+            program = dynamo_onnx.export(model, args, **options)
+            result["passes_s"] = {p.name: p.duration_s for p in program.diagnostics.passes}
+        result["export_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        program.save(path)  # each exporter's default: one file below 2 GB of weights
+        result["save_s"] = time.perf_counter() - start
+        result["peak_rss_mib"] = _peak_rss_mib()
+        if diagnostics != "off":
+            return result  # the diagnostics runs only measure the export
+        program.optimize()
+        result["nodes"] = _count_nodes(program.model)
+        optimized = Path(tmp) / "optimized.onnx"
+        program.save(optimized, external_data=True)
+        del program
+        feeds = {
+            name: arg.numpy()
+            for name, arg in zip(_input_names(optimized), args)
+        }
+        result["latency_ms"], outputs = _latency_ms(optimized, feeds)
+        result["max_abs_diff"] = max(
+            float(np.abs(np.asarray(o, dtype=np.float64) - e).max())
+            for o, e in zip(outputs, expected)
+        )
+    return result
+
+
+def _input_names(path: Path) -> list[str]:
+    import onnx  # noqa: PLC0415
+
+    return [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def _run_worker(model: str, exporter: str, diagnostics: str) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--worker", model, exporter, diagnostics]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        return {"model": model, "exporter": exporter, "error": tail}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    good = [r for r in runs if "error" not in r]
+    summary: dict[str, Any] = {key: _median(good, key) for key in METRICS}
+    if good and "passes_s" in good[0]:
+        names = good[0]["passes_s"]
+        summary["passes_s"] = {
+            n: statistics.median(r["passes_s"][n] for r in good) for n in names
+        }
+    errors = [r["error"] for r in runs if "error" in r]
+    if errors:
+        summary["error"] = errors[0]
+    return summary
+
+
+def _machine() -> dict[str, Any]:
+    import onnxruntime  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def run(models: list[str], repeats: int, log: Any = sys.stderr) -> dict[str, Any]:
+    results: dict[str, Any] = {"machine": _machine(), "repeats": repeats, "models": {}}
+    for model in models:
+        entry: dict[str, Any] = {}
+        for exporter in EXPORTERS:
+            runs = []
+            for i in range(repeats):
+                runs.append(_run_worker(model, exporter, "off"))
+                print(f"{model:16} {exporter:12} run {i + 1}/{repeats}: {_brief(runs[-1])}", file=log)
+            entry[exporter] = _summary(runs)
+        diagnostics = {}
+        for level in ("info", "debug"):
+            runs = [_run_worker(model, "dynamo-onnx", level) for _ in range(repeats)]
+            diagnostics[level] = _median([r for r in runs if "error" not in r], "export_s")
+            print(f"{model:16} reports at {level}: {diagnostics[level]}", file=log)
+        entry["diagnostics_export_s"] = {"off": entry["dynamo-onnx"]["export_s"], **diagnostics}
+        results["models"][model] = entry
+    return results
+
+
+def _brief(run: dict[str, Any]) -> str:
+    if "error" in run:
+        return "FAILED: " + run["error"].splitlines()[-1]
+    return ", ".join(f"{k}={run[k]:.3g}" for k in METRICS if run.get(k) is not None)
+
+
+def _ratio(ours: float | None, theirs: float | None) -> str:
+    if ours is None or theirs is None or theirs == 0:
+        return "n/a"
+    return f"{ours / theirs:.2f}×"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as markdown: one table of figures and ratios, one of diagnostics cost."""
+    m = results["machine"]
+    lines = [
+        f"Machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}, torch {m['torch']}, "
+        f"onnxruntime {m['onnxruntime']}. Medians of {results['repeats']} fresh-process runs "
+        "per exporter; ratio = dynamo-onnx / torch.onnx (below 1 is better for every column "
+        "but none of them is a target for `ONNX nodes`).",
+        "",
+        "| model | " + " | ".join(f"{title} (ours / torch.onnx, ratio)" for title, _ in METRICS.values()) + " |",
+        "|---|" + "---|" * len(METRICS),
+    ]
+    for model, entry in results["models"].items():
+        ours, theirs = entry["dynamo-onnx"], entry["torch.onnx"]
+        cells = []
+        for key, (_, fmt) in METRICS.items():
+            a, b = ours.get(key), theirs.get(key)
+            text_a = fmt.format(a) if a is not None else "failed"
+            text_b = fmt.format(b) if b is not None else "failed"
+            ratio = "" if key == "max_abs_diff" else f", {_ratio(a, b)}"
+            cells.append(f"{text_a} / {text_b}{ratio}")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Our export time by pass (median seconds), and the cost of rendering the reports:",
+        "",
+        "| model | capture | decomposition | translation | serialization | reports off | INFO | DEBUG |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for model, entry in results["models"].items():
+        passes = entry["dynamo-onnx"].get("passes_s", {})
+        d = entry["diagnostics_export_s"]
+        cells = [f"{passes[p]:.2f}" if p in passes else "-" for p in
+                 ("capture", "decomposition", "translation", "serialization")]
+        off = d.get("off")
+        for level in ("off", "info", "debug"):
+            value = d.get(level)
+            if value is None:
+                cells.append("failed")
+            elif level == "off" or not off:
+                cells.append(f"{value:.2f}")
+            else:
+                cells.append(f"{value:.2f} ({(value / off - 1) * 100:+.0f} %)")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    errors = [
+        (model, exporter, entry[exporter]["error"])
+        for model, entry in results["models"].items()
+        for exporter in EXPORTERS
+        if "error" in entry[exporter]
+    ]
+    if errors:
+        lines += ["", "Failures:", ""]
+        lines += [f"- {model}, {exporter}: `{err.splitlines()[-1]}`" for model, exporter, err in errors]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        print(json.dumps(measure(*sys.argv[2:5])))
+        return
+    sys.path.insert(0, str(HERE))
+    from models import MODELS  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", default=str(HERE / "results" / "results.json"))
+    parser.add_argument("--markdown", default=str(HERE / "results" / "results.md"))
+    args = parser.parse_args()
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+    results = run(args.models.split(","), args.repeats)
+    Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    table = markdown(results)
+    Path(args.markdown).write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
