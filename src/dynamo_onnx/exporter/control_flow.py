@@ -220,50 +220,46 @@ def _while_loop(
     return "ONNX `Loop`", [len(body)]
 
 
+def _scan_over_first_axis(
+    parent: _GraphTranslator,
+    node: torch.fx.Node,
+    source: _Source,
+    body_fn: Any,
+    states: list[ir.Value],
+    xs: list[ir.Value],
+    extra: list[ir.Value],
+) -> tuple[str, list[int]]:
+    """A ``Scan`` whose body takes the states, then one slice of each of ``xs``.
+
+    The body's results are the next states, then the per-slice outputs that ``Scan`` stacks.
+    """
+    body, results = _subgraph(
+        parent, node, source, parent.arg(body_fn), "body",
+        [*[None] * (len(states) + len(xs)), *extra],
+    )
+    _set_outputs(body, results, f"{parent.prefix}{node.name}__body__")
+    attributes = [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", len(xs))]
+    _emit(parent, node, source, "Scan", [*states, *xs], attributes)
+    return "ONNX `Scan`", [len(body)]
+
+
 def _scan(parent: _GraphTranslator, node: torch.fx.Node, source: _Source) -> tuple[str, list[int]]:
     """``scan(combine_fn, init, xs, additional)`` -> ``Scan`` over the first axis."""
     combine_fn, init, xs, additional = node.args
-    init_values = [parent.arg(i) for i in init]
-    xs_values = [parent.arg(x) for x in xs]
-    extra = [parent.arg(a) for a in additional]
-    body, results = _subgraph(
-        parent,
-        node,
-        source,
-        parent.arg(combine_fn),
-        "body",
-        [*[None] * (len(init) + len(xs)), *extra],
+    return _scan_over_first_axis(
+        parent, node, source, combine_fn,
+        [parent.arg(i) for i in init], [parent.arg(x) for x in xs],
+        [parent.arg(a) for a in additional],
     )
-    _set_outputs(body, results, f"{parent.prefix}{node.name}__body__")
-    _emit(
-        parent,
-        node,
-        source,
-        "Scan",
-        [*init_values, *xs_values],
-        [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", len(xs))],
-    )
-    return "ONNX `Scan`", [len(body)]
 
 
 def _map(parent: _GraphTranslator, node: torch.fx.Node, source: _Source) -> tuple[str, list[int]]:
     """``map_impl(f, xs, args)`` -> ``Scan`` without state: ``f`` on each slice, stacked."""
     body_fn, xs, additional = node.args
-    xs_values = [parent.arg(x) for x in xs]
-    extra = [parent.arg(a) for a in additional]
-    body, results = _subgraph(
-        parent, node, source, parent.arg(body_fn), "body", [*[None] * len(xs), *extra]
+    return _scan_over_first_axis(
+        parent, node, source, body_fn,
+        [], [parent.arg(x) for x in xs], [parent.arg(a) for a in additional],
     )
-    _set_outputs(body, results, f"{parent.prefix}{node.name}__body__")
-    _emit(
-        parent,
-        node,
-        source,
-        "Scan",
-        xs_values,
-        [ir.AttrGraph("body", body), ir.AttrInt64("num_scan_inputs", len(xs))],
-    )
-    return "ONNX `Scan`", [len(body)]
 
 
 def _inline_grad_mode(

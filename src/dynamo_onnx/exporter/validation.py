@@ -15,7 +15,7 @@ import torch
 from torch.export import graph_signature as gs
 from torch.export import pytree
 
-from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import mark_recorded
 from dynamo_onnx.exporter.errors import (
     CaptureError,
@@ -35,11 +35,12 @@ def fail(
     ctx: DiagnosticContext,
     rule_name: str,
     error_type: type[OnnxExporterError] = InvalidExportOptionsError,
+    location: Location | None = None,
     **fields: Any,
 ) -> NoReturn:
-    """Record the rule's finding at the export call and raise its error."""
+    """Record the rule's finding (at the export call unless given) and raise its error."""
     rule = get_rule(rule_name)
-    ctx.record(rule, locations=[ctx.call_site], **fields)
+    ctx.record(rule, locations=[location or ctx.call_site], **fields)
     error = error_type(
         format_message(rule.id, rule.name, rule.format_message(**fields), rule.fix),
         rule_id=rule.id,
@@ -121,13 +122,7 @@ def check_outputs(ctx: DiagnosticContext, ep: torch.export.ExportedProgram) -> N
     user = [s for s in ep.graph_signature.output_specs if s.kind == gs.OutputKind.USER_OUTPUT]
     for index, spec in enumerate(user):
         if isinstance(spec.arg, gs.ConstantArgument):
-            rule = get_rule("non-tensor-output")
-            fields = {"index": index, "what": _describe(spec.arg.value)}
-            ctx.record(rule, locations=[ctx.model_location], **fields)
-            error = CaptureError(
-                format_message(rule.id, rule.name, rule.format_message(**fields), rule.fix),
-                rule_id=rule.id,
-                diagnostics=ctx,
+            fail(
+                ctx, "non-tensor-output", CaptureError, ctx.model_location,
+                index=index, what=_describe(spec.arg.value),
             )
-            mark_recorded(error)
-            raise error
