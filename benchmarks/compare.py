@@ -4,11 +4,14 @@ For every model and exporter, each repeat runs in a fresh process (so import cos
 and peak RSS are the same for both) and measures:
 
 - export wall time, capture through serialization, without optimize on either side
-  (and, for dynamo-onnx, the time of each pass);
+  (and, for dynamo-onnx, the time of each pass), both at opset ``OPSET`` (torch.onnx's
+  default);
 - save time (each exporter's default: inline weights below 2 GB), peak RSS of the process (``ru_maxrss``);
-- ONNX node count, ONNX Runtime latency of the optimized model, max |ONNX Runtime - eager|;
+- ONNX node count and max |ONNX Runtime - eager| of the optimized model;
+- ONNX Runtime latency of both optimized models, measured in one more process that runs
+  them in turns (ours, theirs, theirs, ours, ...) so that both see the same machine load;
 - for dynamo-onnx, the export time with reports rendered at INFO and at DEBUG, to measure
-  what diagnostics cost.
+  what diagnostics cost. Each repeat runs all of a model's processes back to back.
 
 The figures are medians over the repeats; each has the ratio ours / torch.onnx next to it,
 since these machines are shared and only ratios from one run compare. Results go to a JSON
@@ -37,6 +40,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 EXPORTERS = ("dynamo-onnx", "torch.onnx")
 LATENCY_RUNS = 20
+#: Both exporters target torch.onnx's default opset, so both may use its operators (``Gelu``).
+OPSET = 20
 
 #: metric -> (column title, format, whether smaller is better)
 METRICS: dict[str, tuple[str, str]] = {
@@ -78,23 +83,40 @@ def _flatten(value: Any) -> list[Any]:
     return []
 
 
-def _latency_ms(path: Path, feeds: dict[str, Any]) -> tuple[float, list[Any]]:
+def _session(path: Path) -> Any:
     import onnxruntime as ort  # noqa: PLC0415
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1  # the machine is shared: one thread is the stable figure
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    outputs = session.run(None, feeds)
-    times = []
-    for _ in range(LATENCY_RUNS):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times), outputs
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def measure(model_name: str, exporter: str, diagnostics: str) -> dict[str, Any]:
-    """Export one model with one exporter; called in a fresh process by :func:`main`."""
+def latencies(workdir: str) -> dict[str, float]:
+    """Median ms per run of each exporter's model in ``workdir``, run in alternating turns."""
+    import numpy as np  # noqa: PLC0415
+
+    feeds_file = np.load(Path(workdir) / "feeds.npz")
+    sessions = {e: _session(Path(workdir) / f"{e}.onnx") for e in EXPORTERS}
+    feeds = {}
+    for exporter, session in sessions.items():
+        names = [i.name for i in session.get_inputs()]
+        feeds[exporter] = {n: feeds_file[f"arg{i}"] for i, n in enumerate(names)}
+        session.run(None, feeds[exporter])  # warm-up
+    times: dict[str, list[float]] = {e: [] for e in EXPORTERS}
+    for turn in range(LATENCY_RUNS):
+        order = EXPORTERS if turn % 2 == 0 else EXPORTERS[::-1]
+        for exporter in order:
+            start = time.perf_counter()
+            sessions[exporter].run(None, feeds[exporter])
+            times[exporter].append((time.perf_counter() - start) * 1000)
+    return {e: statistics.median(t) for e, t in times.items()}
+
+
+def measure(model_name: str, exporter: str, diagnostics: str, workdir: str) -> dict[str, Any]:
+    """Export one model with one exporter; called in a fresh process by :func:`main`.
+
+    The optimized model (for the latency process) and the inputs go to ``workdir``.
+    """
     warnings.filterwarnings("ignore")
     import numpy as np  # noqa: PLC0415
     import torch  # noqa: PLC0415
@@ -111,7 +133,9 @@ def measure(model_name: str, exporter: str, diagnostics: str) -> dict[str, Any]:
         path = Path(tmp) / "model.onnx"
         start = time.perf_counter()
         if exporter == "torch.onnx":
-            program = torch.onnx.export(model, args, dynamo=True, optimize=False, verbose=False)
+            program = torch.onnx.export(
+                model, args, dynamo=True, optimize=False, verbose=False, opset_version=OPSET
+            )
         else:
             import dynamo_onnx  # noqa: PLC0415
 
@@ -124,7 +148,7 @@ def measure(model_name: str, exporter: str, diagnostics: str) -> dict[str, Any]:
                     "diagnostic_options": dynamo_onnx.DiagnosticOptions(verbosity_level=10),
                 },
             }[diagnostics]
-            program = dynamo_onnx.export(model, args, **options)
+            program = dynamo_onnx.export(model, args, opset_version=OPSET, **options)
             result["passes_s"] = {p.name: p.duration_s for p in program.diagnostics.passes}
         result["export_s"] = time.perf_counter() - start
         start = time.perf_counter()
@@ -135,14 +159,13 @@ def measure(model_name: str, exporter: str, diagnostics: str) -> dict[str, Any]:
             return result  # the diagnostics runs only measure the export
         program.optimize()
         result["nodes"] = _count_nodes(program.model)
-        optimized = Path(tmp) / "optimized.onnx"
+        optimized = Path(workdir) / f"{exporter}.onnx"
         program.save(optimized, external_data=True)
         del program
-        feeds = {
-            name: arg.numpy()
-            for name, arg in zip(_input_names(optimized), args)
-        }
-        result["latency_ms"], outputs = _latency_ms(optimized, feeds)
+        np.savez(Path(workdir) / "feeds.npz", **{f"arg{i}": a.numpy() for i, a in enumerate(args)})
+        session = _session(optimized)
+        names = [i.name for i in session.get_inputs()]
+        outputs = session.run(None, {n: a.numpy() for n, a in zip(names, args)})
         result["max_abs_diff"] = max(
             float(np.abs(np.asarray(o, dtype=np.float64) - e).max())
             for o, e in zip(outputs, expected)
@@ -150,22 +173,19 @@ def measure(model_name: str, exporter: str, diagnostics: str) -> dict[str, Any]:
     return result
 
 
-def _input_names(path: Path) -> list[str]:
-    import onnx  # noqa: PLC0415
-
-    return [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
-
-
 # -- the run ---------------------------------------------------------------------------------
 
 
-def _run_worker(model: str, exporter: str, diagnostics: str) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--worker", model, exporter, diagnostics]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+def _subprocess(*args: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-        return {"model": model, "exporter": exporter, "error": tail}
+        return {"error": "\n".join(done.stderr.strip().splitlines()[-15:])}
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _run_worker(model: str, exporter: str, diagnostics: str, workdir: str) -> dict[str, Any]:
+    result = _subprocess("--worker", model, exporter, diagnostics, workdir)
+    return {"model": model, "exporter": exporter, **result}
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:
@@ -210,21 +230,29 @@ def _machine() -> dict[str, Any]:
 
 
 def run(models: list[str], repeats: int, log: Any = sys.stderr) -> dict[str, Any]:
-    results: dict[str, Any] = {"machine": _machine(), "repeats": repeats, "models": {}}
+    results: dict[str, Any] = {"machine": _machine(), "repeats": repeats, "opset": OPSET, "models": {}}
     for model in models:
-        entry: dict[str, Any] = {}
-        for exporter in EXPORTERS:
-            runs = []
-            for i in range(repeats):
-                runs.append(_run_worker(model, exporter, "off"))
-                print(f"{model:16} {exporter:12} run {i + 1}/{repeats}: {_brief(runs[-1])}", file=log)
-            entry[exporter] = _summary(runs)
-        diagnostics = {}
-        for level in ("info", "debug"):
-            runs = [_run_worker(model, "dynamo-onnx", level) for _ in range(repeats)]
-            diagnostics[level] = _median([r for r in runs if "error" not in r], "export_s")
-            print(f"{model:16} reports at {level}: {diagnostics[level]}", file=log)
-        entry["diagnostics_export_s"] = {"off": entry["dynamo-onnx"]["export_s"], **diagnostics}
+        runs: dict[str, list[dict[str, Any]]] = {e: [] for e in EXPORTERS}
+        levels: dict[str, list[dict[str, Any]]] = {"info": [], "debug": []}
+        for i in range(repeats):
+            with tempfile.TemporaryDirectory() as workdir:
+                # Alternate who goes first, so that a drift in machine load favours no one.
+                for exporter in EXPORTERS if i % 2 == 0 else EXPORTERS[::-1]:
+                    runs[exporter].append(_run_worker(model, exporter, "off", workdir))
+                if all("error" not in runs[e][-1] for e in EXPORTERS):
+                    timing = _subprocess("--latency", workdir)
+                    for exporter in EXPORTERS:
+                        runs[exporter][-1]["latency_ms"] = timing.get(exporter)
+                for level, level_runs in levels.items():
+                    level_runs.append(_run_worker(model, "dynamo-onnx", level, workdir))
+            for exporter in EXPORTERS:
+                print(f"{model:16} {exporter:12} run {i + 1}/{repeats}: {_brief(runs[exporter][-1])}", file=log)
+            print(f"{model:16} reports INFO/DEBUG: " + ", ".join(_brief(r[-1]) for r in levels.values()), file=log)
+        entry: dict[str, Any] = {e: _summary(runs[e]) for e in EXPORTERS}
+        entry["diagnostics_export_s"] = {
+            "off": entry["dynamo-onnx"]["export_s"],
+            **{level: _median([r for r in rs if "error" not in r], "export_s") for level, rs in levels.items()},
+        }
         results["models"][model] = entry
     return results
 
@@ -246,9 +274,10 @@ def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     lines = [
         f"Machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}, torch {m['torch']}, "
-        f"onnxruntime {m['onnxruntime']}. Medians of {results['repeats']} fresh-process runs "
-        "per exporter; ratio = dynamo-onnx / torch.onnx (below 1 is better for every column "
-        "but none of them is a target for `ONNX nodes`).",
+        f"onnxruntime {m['onnxruntime']}. Both export at opset {results.get('opset', OPSET)}. "
+        f"Medians of {results['repeats']} fresh-process runs per exporter; ORT latency of "
+        "the optimized models, one thread, both models run in turns in one process; "
+        "ratio = dynamo-onnx / torch.onnx (below 1 is better).",
         "",
         "| model | " + " | ".join(f"{title} (ours / torch.onnx, ratio)" for title, _ in METRICS.values()) + " |",
         "|---|" + "---|" * len(METRICS),
@@ -299,7 +328,10 @@ def markdown(results: dict[str, Any]) -> str:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        print(json.dumps(measure(*sys.argv[2:5])))
+        print(json.dumps(measure(*sys.argv[2:6])))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--latency":
+        print(json.dumps(latencies(sys.argv[2])))
         return
     sys.path.insert(0, str(HERE))
     from models import MODELS  # noqa: PLC0415

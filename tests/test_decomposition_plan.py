@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import onnx_ir as ir
 import torch
 from conftest import MLPModel, SmallCNN
 
 import dynamo_onnx
+from dynamo_onnx.exporter import decomposition
 
 
 def _plan(program):
@@ -59,3 +61,32 @@ def test_no_op_to_as_output_keeps_its_node():
     x = torch.randn(2, 3)
     program = dynamo_onnx.export(ToSameDtype(), (x,))
     torch.testing.assert_close(program(x)[0], x)
+
+
+def test_reshapes_to_a_static_shape_lose_their_minus_one_and_the_optimizer_drops_no_ops():
+    class Heads(torch.nn.Module):
+        def forward(self, x):
+            y = x.view(1, -1, 4, 8)  # already [1, 3, 4, 8]: a no-op reshape
+            return (y * 2).reshape(1, 4, -1)
+
+    x = torch.randn(1, 3, 4, 8)
+    ep = torch.export.export(Heads(), (x,))
+    assert decomposition._static_reshape_sizes(ep.graph_module) == 2
+    sizes = [n.args[1] for n in ep.graph.nodes if n.target in decomposition._RESHAPES]
+    assert sizes == [[1, 3, 4, 8], [1, 4, 24]]
+
+    program = dynamo_onnx.export(Heads(), (x,))
+    program.optimize()
+    (reshape,) = [n for n in program.model.graph if n.op_type == "Reshape"]  # the no-op is gone
+    assert ir.convenience.get_const_tensor(reshape.inputs[1]).numpy().tolist() == [1, 4, 24]
+    torch.testing.assert_close(program(x)[0], Heads()(x))
+
+
+def test_dynamic_reshapes_keep_their_minus_one():
+    class Flatten(torch.nn.Module):
+        def forward(self, x):
+            return x.reshape(x.shape[0], -1)
+
+    x = torch.randn(3, 4, 5)
+    program = dynamo_onnx.export(Flatten(), (x,), dynamic_shapes={"x": {0: "batch"}})
+    torch.testing.assert_close(program(torch.randn(7, 4, 5))[0].shape, torch.Size([7, 20]))

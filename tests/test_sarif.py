@@ -6,6 +6,7 @@ import json
 import logging
 import pathlib
 
+import jsonschema
 import pytest
 import torch
 from conftest import MLPModel, line_of
@@ -62,6 +63,25 @@ def test_log_validates_against_the_oasis_schema(logs, case):
     sarif.validate(logs[case])  # raises on any violation
     assert logs[case]["version"] == "2.1.0"
     assert "sarif-2.1.0" in logs[case]["$schema"]
+
+
+def test_the_schema_we_validate_against_is_the_oasis_draft4_schema():
+    schema = sarif.schema()
+    jsonschema.Draft4Validator.check_schema(schema)  # the runtime validator skips this
+    assert schema["$schema"] == "http://json-schema.org/draft-04/schema#"
+    assert schema["properties"]["version"]["enum"] == ["2.1.0"]
+
+
+def test_one_build_writes_the_same_reports_as_two(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    program = dynamo_onnx.export(model, torch.randn(2, 4))
+    ctx = program.diagnostics
+    ctx.save_reports(tmp_path / "both.sarif", tmp_path / "both.md")
+    ctx.save_sarif(tmp_path / "one.sarif")
+    ctx.save_markdown(tmp_path / "one.md")
+    assert (tmp_path / "both.sarif").read_text() == (tmp_path / "one.sarif").read_text()
+    assert (tmp_path / "both.md").read_text() == (tmp_path / "one.md").read_text()
+    assert json.loads((tmp_path / "both.sarif").read_text())["runs"][0]["results"]
 
 
 def test_schema_validation_can_fail(logs):
@@ -209,3 +229,21 @@ def test_fingerprints_are_stable_when_lines_move(tmp_path):
     assert after == before
     edited = MODEL_SOURCE.replace("twice(x) + 1", "twice(x) + 2")
     assert _fingerprints_of(tmp_path, "model_v1", edited)[0] != before
+
+
+def test_writing_reports_restores_the_garbage_collector(tmp_path):
+    import gc
+
+    program = dynamo_onnx.export(torch.nn.Linear(2, 2), torch.randn(1, 2))
+    assert gc.isenabled()
+    program.diagnostics.save_reports(tmp_path / "a.sarif", tmp_path / "a.md")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        program.diagnostics.save_reports(tmp_path / "b.sarif")
+        assert not gc.isenabled()  # a caller's choice to keep it off is kept
+    finally:
+        gc.enable()
+    with pytest.raises(OSError):
+        program.diagnostics.save_reports(tmp_path / "missing" / "c.sarif")
+    assert gc.isenabled()

@@ -172,12 +172,11 @@ class _Progress:
 
 
 def _write_reports(ctx: Any, args: argparse.Namespace) -> list[str]:
+    ctx.save_reports(args.sarif or None, args.report or None)
     written = []
     if args.sarif:
-        ctx.save_sarif(args.sarif)
         written.append(f"SARIF {args.sarif}")
     if args.report:
-        ctx.save_markdown(args.report)
         written.append(f"report {args.report}")
     return written
 

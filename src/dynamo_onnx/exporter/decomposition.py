@@ -22,6 +22,9 @@ The rewrites that make the result translatable:
   layout); ``__and__``/``__or__``/``__xor__`` become their ``bitwise_*`` operators.
 * After decomposing, explicit casts replace ATen's implicit type promotion, because ONNX
   operators require matching input types.
+* Reshapes to a statically known shape get that shape instead of one with ``-1`` in it
+  (``view(x, [1, -1, 128, 64])``): the ONNX optimizer can then see that a reshape to the
+  shape its input already has is an ``Identity`` and remove it (12 nodes in GPT-2).
 """
 
 from __future__ import annotations
@@ -98,6 +101,15 @@ _ACCUMULATING = frozenset(
 )
 
 
+_RESHAPES = frozenset(
+    {
+        torch.ops.aten.reshape.default,
+        torch.ops.aten.view.default,
+        torch.ops.aten._unsafe_view.default,
+    }
+)
+
+
 def _graph_modules(ep: torch.export.ExportedProgram) -> list[torch.fx.GraphModule]:
     return [m for m in ep.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
 
@@ -139,6 +151,24 @@ def _rewrite_aliases(ep: torch.export.ExportedProgram) -> int:
                 changed = True
         if changed:
             gm.recompile()
+    return count
+
+
+def _static_reshape_sizes(gm: torch.fx.GraphModule) -> int:
+    """Give reshapes whose result has a static shape that shape, with no ``-1`` left."""
+    count = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in _RESHAPES or len(node.args) != 2:
+            continue
+        out, sizes = node.meta.get("val"), node.args[1]
+        if not isinstance(out, torch.Tensor) or not isinstance(sizes, (list, tuple)):
+            continue
+        shape = list(out.shape)
+        if list(sizes) != shape and all(type(d) is int for d in shape):
+            node.args = (node.args[0], shape)
+            count += 1
+    if count:
+        gm.recompile()
     return count
 
 
@@ -300,6 +330,8 @@ def run(
         casts = sum(_insert_type_promotion(gm) for gm in _graph_modules(ep))
     else:
         ep, views, casts = lower(ep, registry)
+    for gm in _graph_modules(ep):
+        _static_reshape_sizes(gm)
     if views:
         ctx.record("view-rewritten-as-reshape", count=views)
     if casts:

@@ -112,16 +112,16 @@ def is_complex_node(node: torch.fx.Node) -> bool:
     )
 
 
-def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
-    """Pick the ONNX function for ``node``.
+def dispatch(node: torch.fx.Node, registry: OnnxRegistry, opset: int | None = None) -> Dispatch:
+    """Pick the ONNX function for ``node`` in an export that targets ``opset``.
 
-    Candidates are the operator's functions, custom ones first, complex-valued ones for
-    complex inputs. The first whose signature the node's dtypes and attributes fit is a
+    Candidates are the operator's functions that exist at that opset (default: the
+    registry's), custom ones first, then the newest; complex-valued ones for complex inputs. The first whose signature the node's dtypes and attributes fit is a
     perfect match; when none fits, the nearest (fewest mismatches) is chosen and the
     mismatches are returned so that translation can warn about them.
     """
     op = target_name(node.target)
-    candidates = registry.functions_for(op)
+    candidates = registry.functions_for(op, opset)
     if not candidates:
         return Dispatch(op, None, "no ONNX function is registered for this operator")
     complex_inputs = is_complex_node(node)
@@ -134,7 +134,13 @@ def dispatch(node: torch.fx.Node, registry: OnnxRegistry) -> Dispatch:
         signature = candidate.signature
         problems = _mismatches(node, signature) if signature is not None else []
         if not problems:
-            kind = "custom function" if candidate.is_custom else "torch_lib function"
+            kind = (
+                "custom function"
+                if candidate.is_custom
+                else "torch_lib function"
+                if candidate.opset_introduced <= registry.opset_version
+                else f"dynamo-onnx function for opset {candidate.opset_introduced}"
+            )
             return Dispatch(op, candidate, f"perfect match ({kind})", (), len(matching))
         scored.append((len(problems), index, candidate, problems))
     _, _, nearest, problems = min(scored, key=lambda item: item[:2])

@@ -35,12 +35,15 @@ class ONNXFunction:
         function: the onnxscript function (``OnnxFunction`` or ``TracedOnnxFunction``).
         is_complex: whether it handles complex-valued inputs.
         is_custom: whether the user registered it (custom functions are preferred).
+        opset_introduced: the lowest ONNX opset its operators exist in; dispatch only
+            offers it to exports targeting that opset or a newer one.
     """
 
     qualified_name: str
     function: Any
     is_complex: bool = False
     is_custom: bool = False
+    opset_introduced: int = 18
 
     @property
     def name(self) -> str:
@@ -84,12 +87,16 @@ def _torchlib_table() -> Mapping[str, tuple[ONNXFunction, ...]]:
     """torch_lib's functions grouped by operator; built once per process (it takes seconds)."""
     from onnxscript._framework_apis.torch_2_11 import get_torchlib_ops
 
+    from dynamo_onnx.exporter.newer_opsets import OPSET_FUNCTIONS
+
     table: dict[str, list[ONNXFunction]] = {}
     for meta in get_torchlib_ops():
         name = _normalize(meta.qualified_name)
         table.setdefault(name, []).append(
             ONNXFunction(name, meta.function, is_complex=meta.is_complex)
         )
+    for name, function, opset in OPSET_FUNCTIONS:
+        table.setdefault(name, []).append(ONNXFunction(name, function, opset_introduced=opset))
     return types.MappingProxyType({k: tuple(v) for k, v in table.items()})
 
 
@@ -177,10 +184,18 @@ class OnnxRegistry:
 
     # -- used by the passes ------------------------------------------------------------
 
-    def functions_for(self, name: str) -> list[ONNXFunction]:
-        """Candidates for an operator by registry key, preferred first (custom ones)."""
-        entries = self._functions.get(name, [])
-        return sorted(entries, key=lambda e: not e.is_custom)
+    def functions_for(self, name: str, opset: int | None = None) -> list[ONNXFunction]:
+        """Candidates for an operator by registry key, preferred first.
+
+        Functions written for an opset newer than the registry's are candidates only when
+        the export targets ``opset`` or newer; the others always are (an export to an older
+        opset is translated at the registry's and converted down). Custom functions come
+        first, then those for the newest opset (one ``Gelu`` at opset 20 rather than
+        torch_lib's five opset-18 nodes).
+        """
+        limit = max(self.opset_version, opset or 0)
+        entries = [e for e in self._functions.get(name, []) if e.opset_introduced <= limit]
+        return sorted(entries, key=lambda e: (not e.is_custom, -e.opset_introduced))
 
     def decomposition_table(self, also: Any = ()) -> Any:
         """torch.export's default decompositions minus the operators this registry

@@ -23,8 +23,7 @@ def write_reports(ctx: DiagnosticContext, artifacts_dir: str | os.PathLike[str])
     """Write both reports (creating the directory) and return their paths."""
     pathlib.Path(artifacts_dir).mkdir(parents=True, exist_ok=True)
     sarif_path, markdown_path = report_paths(ctx, artifacts_dir)
-    ctx.save_sarif(sarif_path)
-    ctx.save_markdown(markdown_path)
+    ctx.save_reports(sarif_path, markdown_path)
     return [sarif_path, markdown_path]
 
 

@@ -112,8 +112,11 @@ class _GraphTranslator:
         graph: ir.Graph,
         decompose: Decompose | None = None,
         module: torch.nn.Module | None = None,
+        target_opset: int | None = None,
     ) -> None:
         self.ctx = ctx
+        #: The opset the export converts to: dispatch may choose functions written for it.
+        self.target_opset = target_opset if target_opset is not None else registry.opset_version
         #: The module whose graph this translates: ``get_attr`` nodes name its attributes.
         self.module = module
         self.registry = registry
@@ -131,7 +134,10 @@ class _GraphTranslator:
 
     def _child(self, node: torch.fx.Node, source: _Source) -> _GraphTranslator:
         """A translator for the subgraph of one decomposed node, sharing all but values."""
-        child = _GraphTranslator(self.ctx, self.registry, self.model, self.graph, self.decompose)
+        child = _GraphTranslator(
+            self.ctx, self.registry, self.model, self.graph, self.decompose,
+            target_opset=self.target_opset,
+        )
         child.constants, child.operators, child.failed = self.constants, self.operators, self.failed
         child.prefix = f"{self.prefix}{node.name}__"
         child.source_override = source
@@ -146,7 +152,7 @@ class _GraphTranslator:
         made in a subgraph must stay in it: its cache is a copy unless it writes here.
         """
         child = _GraphTranslator(
-            self.ctx, self.registry, self.model, graph, self.decompose, module
+            self.ctx, self.registry, self.model, graph, self.decompose, module, self.target_opset
         )
         child.constants = self.constants if graph is self.graph else dict(self.constants)
         child.operators, child.failed = self.operators, self.failed
@@ -220,7 +226,7 @@ class _GraphTranslator:
         if is_higher_order(node.target):
             self._higher_order(node)
             return
-        chosen = dispatch(node, self.registry)
+        chosen = dispatch(node, self.registry, self.target_opset)
         entry = self.operators.setdefault(chosen.op, [0, None])
         entry[0] += 1
         source = self.source_override or _node_source(self.ctx, node)
@@ -614,18 +620,23 @@ def run(
     registry: OnnxRegistry,
     decompose: Decompose | None = None,
     dim_names: Mapping[str, str] | None = None,
+    target_opset: int | None = None,
 ) -> TranslationResult:
     """Translate a decomposed ExportedProgram into an ONNX model, reporting every problem.
 
     ``decompose`` enables the fallback: a node whose operator has no working ONNX function
     but a torch decomposition is captured alone, decomposed, and its subgraph translated.
     ``dim_names`` renames torch's dimension symbols (``s17``) in every ONNX shape.
+    ``target_opset`` is the opset serialization converts to; dispatch may prefer functions
+    written for it (their nodes carry their own opset version through the conversion).
     """
     graph = ir.Graph([], [], nodes=[], name="main_graph")
     model = ir.Model(
         graph, ir_version=10, producer_name="dynamo-onnx", producer_version=package_version()
     )
-    translator = _GraphTranslator(ctx, registry, model, graph, decompose, ep.graph_module)
+    translator = _GraphTranslator(
+        ctx, registry, model, graph, decompose, ep.graph_module, target_opset
+    )
     translator.translate(ep.graph)
     operators = {op: (count, fn) for op, (count, fn) in translator.operators.items()}
     translated = sum(1 for _, fn in operators.values() if fn is not None)
