@@ -8,6 +8,7 @@ from conftest import MLPModel, SmallCNN
 
 import dynamo_onnx
 from dynamo_onnx.exporter import decomposition
+from dynamo_onnx.exporter.registry import target_name
 
 
 def _plan(program):
@@ -41,9 +42,19 @@ def test_in_place_operator_forces_the_retrace_and_says_so():
     torch.testing.assert_close(program(x)[0], InPlace()(x))
 
 
+class WithoutBatchNorm(dynamo_onnx.OnnxRegistry):
+    """A registry that lacks the ONNX function for ``aten.batch_norm``."""
+
+    def supports(self, target):
+        return target_name(target) != "aten::batch_norm" and super().supports(target)
+
+    def functions_for(self, name, opset=None):
+        return [] if name == "aten::batch_norm" else super().functions_for(name, opset)
+
+
 def test_operator_without_onnx_function_or_table_entry_forces_the_retrace():
     model = SmallCNN().eval()  # aten.batch_norm: composite, decomposed only by a re-trace
-    program = dynamo_onnx.export(model, (torch.rand(2, 3, 16, 16),))
+    program = dynamo_onnx.export(model, (torch.rand(2, 3, 16, 16),), registry=WithoutBatchNorm())
     plan = _plan(program)
     assert plan.properties["retraced"] is True
     assert "`aten::batch_norm`" in plan.message
@@ -90,3 +101,30 @@ def test_dynamic_reshapes_keep_their_minus_one():
     x = torch.randn(3, 4, 5)
     program = dynamo_onnx.export(Flatten(), (x,), dynamic_shapes={"x": {0: "batch"}})
     torch.testing.assert_close(program(torch.randn(7, 4, 5))[0].shape, torch.Size([7, 20]))
+
+
+def test_batch_norm_layers_need_no_retrace_and_match_eager():
+    class Norms(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.running = torch.nn.BatchNorm2d(3)
+            self.plain = torch.nn.BatchNorm2d(3, affine=False)
+            self.batch_stats = torch.nn.BatchNorm2d(3, track_running_stats=False)
+
+        def forward(self, x):
+            return self.batch_stats(self.plain(self.running(x)))
+
+    torch.manual_seed(0)
+    model = Norms()
+    for norm in (model.running, model.plain):
+        norm.running_mean.uniform_(-1, 1)
+        norm.running_var.uniform_(0.5, 2.0)
+    model.running.weight.data.uniform_(0.5, 1.5)
+    model = model.eval()
+    x = torch.randn(2, 3, 5, 5)
+    program = dynamo_onnx.export(model, (x,))
+    (plan,) = program.diagnostics.by_rule("decomposition-plan")
+    assert plan.properties["retraced"] is False
+    ops = [n.op_type for n in program.model.graph]
+    assert ops.count("BatchNormalization") == 3
+    torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)

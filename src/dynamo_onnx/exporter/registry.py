@@ -87,7 +87,7 @@ def _torchlib_table() -> Mapping[str, tuple[ONNXFunction, ...]]:
     """torch_lib's functions grouped by operator; built once per process (it takes seconds)."""
     from onnxscript._framework_apis.torch_2_11 import get_torchlib_ops
 
-    from dynamo_onnx.exporter.newer_opsets import OPSET_FUNCTIONS
+    from dynamo_onnx.exporter.extra_functions import EXTRA_FUNCTIONS
 
     table: dict[str, list[ONNXFunction]] = {}
     for meta in get_torchlib_ops():
@@ -95,7 +95,7 @@ def _torchlib_table() -> Mapping[str, tuple[ONNXFunction, ...]]:
         table.setdefault(name, []).append(
             ONNXFunction(name, meta.function, is_complex=meta.is_complex)
         )
-    for name, function, opset in OPSET_FUNCTIONS:
+    for name, function, opset in EXTRA_FUNCTIONS:
         table.setdefault(name, []).append(ONNXFunction(name, function, opset_introduced=opset))
     return types.MappingProxyType({k: tuple(v) for k, v in table.items()})
 
