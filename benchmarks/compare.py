@@ -47,7 +47,7 @@ LATENCY_RUNS = 20
 #: Both exporters target torch.onnx's default opset, so both may use its operators (``Gelu``).
 OPSET = 20
 
-#: metric -> (column title, format, whether smaller is better)
+#: metric -> (column title, format); smaller is better for every one
 METRICS: dict[str, tuple[str, str]] = {
     "export_s": ("export s", "{:.2f}"),
     "save_s": ("save s", "{:.2f}"),
