@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import dynamo_onnx
-from dynamo_onnx.exporter import protowriter
+from dynamo_onnx.io import protowriter
 
 
 class Linear(torch.nn.Module):

@@ -31,7 +31,10 @@ def test_all_strategies_failing_gives_capture_error_with_every_cause():
     line = line_of(Raises.forward, "marker: raise")
     assert strategy_findings[0].primary.line == line
     assert error.diagnostics.by_rule("DO100")[0].primary.line == line
-    assert [p.outcome for p in error.diagnostics.passes] == ["failed"]
+    assert [(p.name, p.outcome) for p in error.diagnostics.passes] == [
+        ("validate", "ok"),
+        ("capture", "failed"),
+    ]
 
 
 def test_nonstrict_success_records_the_strategy():
@@ -68,7 +71,7 @@ def test_a_downconversion_that_cannot_happen_names_the_blocking_operators():
         "Sigmoid (3 node(s): No Adapter From Version $13 for Sigmoid)"
     )
     (finding,) = info.value.diagnostics.by_rule("DO402")
-    assert finding.pass_name == "serialization"
+    assert finding.pass_name == "opset-conversion"
     assert finding.properties["blocking_ops"] == ["Gemm", "Sigmoid"]
     assert finding.primary.path.endswith("examples/mlp.py")  # the fc0 call in forward
     assert "self.fc0(tensor_x)" in finding.primary.snippet

@@ -228,7 +228,7 @@ def test_progress_on_a_terminal(workdir):
     os.close(master)
     progress = "".join(chunks)
     assert proc.returncode == 0
-    for name in ("capture", "decomposition", "translation", "serialization"):
+    for name in ("validate", "capture", "decomposition", "translation", "finalize", "weight-check"):
         assert f"{name}: done in " in progress
     assert "nodes" in progress  # the translation counter
     quiet = run(workdir, "export", "models.py:build", "-o", "t.onnx", "--quiet")

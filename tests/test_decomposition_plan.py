@@ -7,8 +7,9 @@ import torch
 from conftest import MLPModel, SmallCNN
 
 import dynamo_onnx
-from dynamo_onnx.exporter import decomposition
-from dynamo_onnx.exporter.registry import target_name
+from dynamo_onnx.passes import decompose as decomposition
+from dynamo_onnx.passes.decompose import rewrites
+from dynamo_onnx.registry import target_name
 
 
 def _plan(program):
@@ -82,8 +83,8 @@ def test_reshapes_to_a_static_shape_lose_their_minus_one_and_the_optimizer_drops
 
     x = torch.randn(1, 3, 4, 8)
     ep = torch.export.export(Heads(), (x,))
-    assert decomposition._static_reshape_sizes(ep.graph_module) == 2
-    sizes = [n.args[1] for n in ep.graph.nodes if n.target in decomposition._RESHAPES]
+    assert rewrites.static_reshape_sizes(ep.graph_module) == 2
+    sizes = [n.args[1] for n in ep.graph.nodes if n.target in rewrites._RESHAPES]
     assert sizes == [[1, 3, 4, 8], [1, 4, 24]]
 
     program = dynamo_onnx.export(Heads(), (x,))

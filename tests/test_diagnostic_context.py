@@ -9,6 +9,7 @@ import pytest
 
 from dynamo_onnx.diagnostics import DiagnosticContext, DiagnosticOptions, Level, Location
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.rules import catalog, get_rule
 
 
@@ -28,8 +29,10 @@ def test_catalog_ids_and_names_are_unique_and_well_formed():
         assert re.fullmatch(r"[a-z]+(-[a-z]+)*", rule.name), rule.name
         assert rule.short.endswith("."), rule.id
         assert rule.help and rule.full
-    for pass_name in ("capture", "decomposition", "translation", "serialization"):
-        assert catalog().for_pass(pass_name).pass_name == pass_name
+        assert rule.fix and "\n" not in rule.fix and rule.fix.endswith((".", ")")), rule.id
+        assert rule.pass_name in (*PassName.all(), "export"), rule.id
+    for pass_name in PassName.all():  # every pass has a failure rule of its own or DO900
+        assert catalog().for_pass(pass_name).pass_name in (pass_name, "finalize", "capture", "export")
 
 
 def test_rule_message_needs_every_field():
@@ -104,7 +107,7 @@ def test_a_failure_outside_any_pass_is_still_an_error_result(monkeypatch):
     import torch
 
     import dynamo_onnx
-    from dynamo_onnx.exporter import api
+    from dynamo_onnx.passes import validate as api
 
     def broken_registry():
         raise RuntimeError("registry exploded")

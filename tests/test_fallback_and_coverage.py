@@ -26,8 +26,8 @@ def test_operator_whose_function_fails_is_translated_through_its_decomposition()
     assert "`aten::log" in note.message  # what it was decomposed into
     assert note.primary.line == line_of(logit_model, "marker: logit")
     assert not program.diagnostics.by_rule("operator-translation-failed")
-    operators = {o["op"]: o for o in program.diagnostics.summary["operators"]}
-    assert operators["aten::logit"]["function"] == "torch decomposition"
+    operators = {o.op: o for o in program.diagnostics.summary.operators}
+    assert operators["aten::logit"].function == "torch decomposition"
     assert program.diagnostics.by_rule("operator-coverage")[0].message.startswith(
         f"{len(operators)} of {len(operators)}"
     )

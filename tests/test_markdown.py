@@ -45,7 +45,7 @@ def test_failed_export_report():
     assert "#### DO301 `unsupported-operator`" in text
     assert "`tests/test_unsupported_operators.py:" in text and "in `forward`" in text
     assert "return plus_one(y) * 3  # marker: second" in text  # the source line
-    assert "**Fix:** Write an ONNX function" in text
+    assert "**Fix:** Register an ONNX function for each operator" in text
     assert "| `dxtest::twice` | 1 | **missing** |" in text
     assert "| `aten::relu` | 1 | `aten_relu` |" in text
     assert "2 of 4 distinct operators translated." in text

@@ -9,7 +9,7 @@ import torch
 from conftest import MLPModel
 
 import dynamo_onnx
-from dynamo_onnx.exporter.functions import DOMAIN
+from dynamo_onnx.passes.onnx.module_functions import DOMAIN
 
 transformers = pytest.importorskip("transformers")
 

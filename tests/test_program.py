@@ -10,7 +10,7 @@ import torch
 from conftest import MLPModel
 
 import dynamo_onnx
-from dynamo_onnx.exporter import protowriter
+from dynamo_onnx.io import protowriter
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import torch
 from onnxscript import opset18 as op
 
 import dynamo_onnx
-from dynamo_onnx.exporter import registry as registry_module
+from dynamo_onnx import registry as registry_module
 
 
 @torch.library.custom_op("dxreg::scaled_gelu", mutates_args=())

@@ -15,7 +15,7 @@ from test_capture import Raises
 from test_unsupported_operators import TwoCustomOps
 
 import dynamo_onnx
-from dynamo_onnx.diagnostics import sarif
+from dynamo_onnx.reports import sarif
 
 
 class NanWeights(torch.nn.Module):

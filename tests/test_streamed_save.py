@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import dynamo_onnx
-from dynamo_onnx.exporter import protowriter
-from dynamo_onnx.exporter.serialization import initializers_layout
+from dynamo_onnx.io import protowriter
+from dynamo_onnx.io.save import initializers_layout
 
 
 class ManyDtypes(torch.nn.Module):

@@ -11,7 +11,7 @@ import torch
 from conftest import first_output
 
 import dynamo_onnx
-from dynamo_onnx.exporter import decomposition
+from dynamo_onnx.passes import decompose as decomposition
 
 transformers = pytest.importorskip("transformers")
 

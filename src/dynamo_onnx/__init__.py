@@ -5,28 +5,27 @@ every finding rendered to SARIF and markdown. ``import dynamo_onnx as onnx`` and
 written for ``torch.onnx.dynamo_export`` runs as it did.
 """
 
-from dynamo_onnx.diagnostics import DiagnosticOptions
-from dynamo_onnx.exporter.api import dynamo_export, export
-from dynamo_onnx.exporter.errors import (
+from dynamo_onnx.errors import (
     CaptureError,
     DecompositionError,
     FakeWeightsError,
     InvalidExportOptionsError,
     OnnxExporterError,
-    SerializationError,
-    SaveError,
-    TranslationError,
     OptimizationError,
+    SaveError,
+    SerializationError,
+    TranslationError,
     UnsupportedOperatorError,
     VerificationError,
     WarningsAsErrorsError,
     WeightsMismatchError,
 )
-from dynamo_onnx.exporter.fake import ONNXFakeContext, enable_fake_mode
-from dynamo_onnx.exporter.options import ExportOptions, ONNXRuntimeOptions
-from dynamo_onnx.exporter.program import ONNXProgram
-from dynamo_onnx.exporter.registry import OnnxRegistry
-from dynamo_onnx.exporter.versions import package_version
+from dynamo_onnx.export import dynamo_export, export
+from dynamo_onnx.fake import ONNXFakeContext, enable_fake_mode
+from dynamo_onnx.options import DiagnosticOptions, ExportOptions, ONNXRuntimeOptions
+from dynamo_onnx.program import ONNXProgram
+from dynamo_onnx.registry import OnnxRegistry
+from dynamo_onnx.versions import package_version
 
 __version__ = package_version()
 
@@ -43,8 +42,8 @@ __all__ = [
     "OnnxExporterError",
     "OnnxRegistry",
     "OptimizationError",
-    "SerializationError",
     "SaveError",
+    "SerializationError",
     "TranslationError",
     "UnsupportedOperatorError",
     "VerificationError",

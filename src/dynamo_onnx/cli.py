@@ -23,9 +23,9 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from dynamo_onnx.diagnostics import markdown
 from dynamo_onnx.diagnostics.context import ProgressEvent
-from dynamo_onnx.diagnostics.files import atomic_write_text
+from dynamo_onnx.reports import markdown
+from dynamo_onnx.reports.writing import atomic_write_text
 from dynamo_onnx.rules import catalog
 
 __all__ = ["main"]
@@ -192,10 +192,9 @@ def _summary(ctx: Any) -> str:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     import dynamo_onnx
-    from dynamo_onnx.exporter import capture
 
     model, positional, keywords = _model_and_inputs(args)
-    dynamic = capture.all_dimensions_dynamic(model, positional, keywords) if args.dynamic else None
+    dynamic = True if args.dynamic else None
     show_progress = not args.quiet and sys.stderr.isatty()
     options = dynamo_onnx.DiagnosticOptions(
         verbosity_level=_VERBOSITY[args.verbosity], warnings_as_errors=args.warnings_as_errors
@@ -280,13 +279,13 @@ _RANK = {"none": 0, "note": 1, "warning": 2, "error": 3}
 
 
 def _fingerprint(result: dict[str, Any]) -> str | None:
-    from dynamo_onnx.diagnostics.sarif import FINGERPRINT_KEY
+    from dynamo_onnx.reports.sarif import FINGERPRINT_KEY
 
     return (result.get("partialFingerprints") or {}).get(FINGERPRINT_KEY)
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
-    from dynamo_onnx.diagnostics import sarif
+    from dynamo_onnx.reports import sarif
 
     log = _read_log(args.sarif)
     run = log["runs"][0]

@@ -1,9 +1,13 @@
 """DiagnosticContext: the one place where every pass records what it found.
 
 The exporter creates one context per export and hands it to every pass explicitly. Each pass
-runs inside ``with ctx.pass_(name):``, which times it and turns any exception that no
-finding explains yet into an ERROR finding of that pass's rule, so no failure, in any pass,
-leaves an empty log.
+runs inside ``with ctx.pass_(name):`` (opened by the pipeline, nowhere else), which times it
+and turns any exception that no finding explains yet into an ERROR finding of that pass's
+rule, so no failure, in any pass, leaves an empty log. Failing on purpose is one call,
+:meth:`DiagnosticContext.fail`: it records the finding and raises the error whose message is
+the rule's ``[ID name] message`` and its fix.
+
+Rendering lives in ``dynamo_onnx.reports``; this module knows nothing of it, of torch or ONNX.
 """
 
 from __future__ import annotations
@@ -11,21 +15,27 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import gc
-import json
 import os
 import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from dynamo_onnx.diagnostics.files import atomic_write_text
 from dynamo_onnx.diagnostics.findings import Finding, Level, Location, first_user_frame
-from dynamo_onnx.diagnostics.options import DiagnosticOptions
+from dynamo_onnx.diagnostics.summary import ExportSummary
+from dynamo_onnx.errors import OnnxExporterError, format_message
+from dynamo_onnx.options import DiagnosticOptions
 from dynamo_onnx.rules import Rule, catalog
 
-__all__ = ["DiagnosticContext", "PassRecord", "ProgressEvent", "exception_summary", "mark_recorded"]
+__all__ = [
+    "DiagnosticContext",
+    "PassRecord",
+    "ProgressEvent",
+    "exception_summary",
+    "is_recorded",
+    "mark_recorded",
+]
 
 #: Marks an exception whose findings are already in the context.
 RECORDED_ATTR = "_dynamo_onnx_recorded"
@@ -110,8 +120,8 @@ class DiagnosticContext:
         self.model_location: Location | None = None
         self.findings: list[Finding] = []
         self.passes: list[PassRecord] = []
-        #: Plain tables for the reports: "inputs", "outputs", "operators", ...
-        self.summary: dict[str, Any] = {}
+        #: What the export produced, for the reports.
+        self.summary = ExportSummary()
         self.started = _now()
         self.finished: datetime.datetime | None = None
         self.success: bool | None = None
@@ -148,6 +158,49 @@ class DiagnosticContext:
         )
         self.findings.append(finding)
         return finding
+
+    def fail(
+        self,
+        rule: Rule | str,
+        error_type: type[OnnxExporterError],
+        location: Location | None = None,
+        *,
+        stack: Iterable[Location] = (),
+        properties: dict[str, Any] | None = None,
+        **fields: object,
+    ) -> NoReturn:
+        """Record an ERROR finding of ``rule`` and raise ``error_type`` with its message.
+
+        The finding points at ``location``, else at the user's call of the exporter. The
+        error reads ``[ID name] message`` then ``Fix:`` and the rule's one-line fix.
+        """
+        finding = self.record(
+            rule,
+            level=Level.ERROR,
+            locations=[location or self.call_site],
+            stack=stack,
+            properties=properties,
+            **fields,
+        )
+        self.raise_for([finding], error_type, finding.message)
+
+    def raise_for(
+        self, findings: Sequence[Finding], error_type: type[OnnxExporterError], cause: str
+    ) -> NoReturn:
+        """Raise ``error_type`` for findings already recorded (a collect-all pass reports
+        every problem as its own finding, then fails once): the first one's rule and fix."""
+        raise self.error_for(findings, error_type, cause)
+
+    def error_for(
+        self, findings: Sequence[Finding], error_type: type[OnnxExporterError], cause: str
+    ) -> OnnxExporterError:
+        """The error :meth:`raise_for` raises: ``[ID name] cause`` and the rule's fix."""
+        rule = findings[0].rule
+        error = error_type(
+            format_message(rule.id, rule.name, cause, rule.fix), rule_id=rule.id, diagnostics=self
+        )
+        mark_recorded(error)
+        return error
 
     def display(self, location: Location | None) -> str:
         """``path:line`` for messages, the path relative to the source root when inside it."""
@@ -213,7 +266,11 @@ class DiagnosticContext:
             self.listener(event)
 
     def finish(self, exception: BaseException | None = None) -> None:
-        """Close the context: success is "no exception and no error finding"."""
+        """Close the context: success is "no exception and no error finding".
+
+        Work after the export (optimize, verify, save) closes it again, so that success is
+        recomputed and a log never says "succeeded" beside an error.
+        """
         self.finished = _now()
         self.exception = exception
         self.success = exception is None and not self.has_errors()
@@ -240,49 +297,6 @@ class DiagnosticContext:
         target = catalog().get(rule)
         return [f for f in self.findings if f.rule is target or f.rule.id == target.id]
 
-    # -- renderings --------------------------------------------------------------------
-
-    def to_sarif(self) -> dict[str, Any]:
-        """The findings as a SARIF 2.1.0 log, validated against the OASIS schema."""
-        from dynamo_onnx.diagnostics import sarif
-
-        return sarif.to_sarif(self)
-
-    def save_sarif(self, path: str | os.PathLike[str]) -> None:
-        """Write the SARIF log to ``path`` (atomically)."""
-        self.save_reports(sarif_path=path)
-
-    def to_markdown(self) -> str:
-        """The findings as a markdown report (rendered from the SARIF log)."""
-        from dynamo_onnx.diagnostics import markdown
-
-        return markdown.render(self.to_sarif())
-
-    def save_markdown(self, path: str | os.PathLike[str]) -> None:
-        """Write the markdown report to ``path`` (atomically)."""
-        self.save_reports(markdown_path=path)
-
-    def save_reports(
-        self,
-        sarif_path: str | os.PathLike[str] | None = None,
-        markdown_path: str | os.PathLike[str] | None = None,
-    ) -> None:
-        """Write the SARIF log and/or the markdown report (each atomically).
-
-        Both come from one SARIF log, built and validated once: on a big model at DEBUG
-        that build is most of what the reports cost.
-        """
-        if sarif_path is None and markdown_path is None:
-            return
-        with _cyclic_gc_paused():
-            log = self.to_sarif()
-            if sarif_path is not None:
-                atomic_write_text(sarif_path, json.dumps(log, indent=2) + "\n")
-            if markdown_path is not None:
-                from dynamo_onnx.diagnostics import markdown
-
-                atomic_write_text(markdown_path, markdown.render(log))
-
     def __repr__(self) -> str:
         counts = {lvl.name: 0 for lvl in Level}
         for f in self.findings:
@@ -290,23 +304,9 @@ class DiagnosticContext:
         return f"DiagnosticContext(findings={counts}, passes={[p.name for p in self.passes]})"
 
 
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while the reports are rendered.
-
-    Rendering allocates many small dicts (the schema, the log, the template), which triggers
-    full collections; right after an export the heap holds the whole model, so each of those
-    walks millions of objects: on GPT-2 that was half of what writing the reports cost. The
-    reports make no reference cycles worth collecting; reference counting frees them. The
-    collector is switched back on only if it was on.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+def is_recorded(exc: BaseException) -> bool:
+    """Whether the context's findings already explain an exception."""
+    return bool(getattr(exc, RECORDED_ATTR, False))
 
 
 def mark_recorded(exc: BaseException) -> None:

@@ -38,6 +38,7 @@ class Rule:
     short: str
     full: str
     message: str
+    fix: str
     help: str
     tags: tuple[str, ...] = ()
     deprecated: bool = False
@@ -53,16 +54,6 @@ class Rule:
     def help_uri(self) -> str:
         """The rule's anchor in the generated rules page."""
         return f"{DOCS_URL}#{self.id.lower()}-{self.name}"
-
-    @property
-    def fix(self) -> str:
-        """The "How to fix" paragraph of the help, as one line of plain text."""
-        text = self.help
-        marker = "**How to fix.**"
-        if marker in text:
-            text = text.split(marker, 1)[1]
-        paragraph = text.strip().split("\n\n", 1)[0]
-        return " ".join(paragraph.split()).rstrip(":")
 
     def format_message(self, **fields: object) -> str:
         """Fill the message template; a missing field is a bug, so it raises ``KeyError``."""
@@ -125,12 +116,21 @@ def _parse(text: str) -> Catalog:
                 short=entry["short"].strip(),
                 full=entry["full"].strip(),
                 message=entry["message"].strip(),
+                fix=_one_line(entry["id"], entry["fix"]),
                 help=entry["help"].strip(),
                 tags=tuple(entry.get("tags", ())),
                 deprecated=bool(entry.get("deprecated", False)),
             )
         )
     return Catalog(tuple(rules), MappingProxyType(dict(data.get("passes", {}))))
+
+
+def _one_line(rule_id: str, fix: str) -> str:
+    """A fix is one sentence on one line: it ends every error message and SARIF message."""
+    fix = fix.strip()
+    if not fix or "\n" in fix or not fix.endswith((".", ")")):
+        raise ValueError(f"rule {rule_id}: `fix` must be one line ending a sentence, got {fix!r}")
+    return fix
 
 
 @functools.cache

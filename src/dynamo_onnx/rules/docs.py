@@ -31,6 +31,7 @@ def _section(rule: Rule) -> str:
         f"Level: `{rule.level}` · Pass: `{rule.pass_name}` · Tags: {tags}\n{deprecated}\n"
         f"{rule.full}\n\n"
         f"Message: `{rule.message}`\n\n"
+        f"Fix: {rule.fix}\n\n"
         f"{rule.help}\n"
     )
 

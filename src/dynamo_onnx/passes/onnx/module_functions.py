@@ -1,4 +1,4 @@
-"""Layers as functions: each submodule call becomes an ONNX local function.
+"""The module-functions pass: each submodule call becomes an ONNX local function.
 
 With ``export(..., module_functions=True)`` the nodes of each submodule call are moved into
 a local function named after the module path (``h.0.attn`` -> ``h_0_attn``, domain
@@ -10,16 +10,48 @@ cannot see the graph's initializers). The values computed are unchanged.
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 import onnx_ir as ir
 
-from dynamo_onnx.exporter.translation import META_PREFIX
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.errors import OnnxExporterError, SerializationError
+from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.metadata import (
+    MODULE_CHAIN,
+    MODULE_CLASS,
+    MODULE_CLASSES,
+    MODULE_PATH,
+    NAMESPACE,
+)
 
-__all__ = ["group_modules", "DOMAIN"]
+__all__ = ["DOMAIN", "ModuleFunctionsPass", "group_modules"]
 
 DOMAIN = "pkg.dynamo_onnx.modules"
-_CHAIN = f"{META_PREFIX}module_chain"
-_CLASSES = f"{META_PREFIX}module_classes"
+_CHAIN = MODULE_CHAIN
+_CLASSES = MODULE_CLASSES
+
+
+class ModuleFunctionsPass:
+    """With ``module_functions=True``: group submodule calls into local functions (DO405)."""
+
+    name: ClassVar[str] = PassName.MODULE_FUNCTIONS
+    error_type: ClassVar[type[OnnxExporterError]] = SerializationError
+
+    def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        model = state.onnx_model
+        assert model is not None
+        if not state.request.module_functions:
+            return state
+        before = len(model.functions)
+        skipped = group_modules(model)
+        ctx.record(
+            "module-functions",
+            properties={"skipped_modules": skipped},
+            count=len(model.functions) - before,
+            skipped=f"; left inline: {', '.join(skipped)}" if skipped else "",
+        )
+        return state
 
 
 def _function_name(path: str) -> str:
@@ -97,12 +129,12 @@ def _group(model: ir.Model, path: str) -> bool:
     body = ir.Graph(params, outputs, nodes=members, opset_imports=dict(model.opset_imports))
     function = ir.Function(DOMAIN, _function_name(path), "", graph=body, attributes=())
     class_name = classes[depth] if depth < len(classes) else ""
-    function.metadata_props["pkg.dynamo_onnx.module_path"] = path
-    function.metadata_props["pkg.dynamo_onnx.module_class"] = class_name
+    function.metadata_props[MODULE_PATH] = path
+    function.metadata_props[MODULE_CLASS] = class_name
     call.metadata_props.update(
         {
-            "namespace": path,
-            f"{META_PREFIX}module_path": path,
+            NAMESPACE: path,
+            MODULE_PATH: path,
             _CHAIN: ";".join(chain[:depth]) if depth else "",
             _CLASSES: ";".join(classes[:depth]) if depth else "",
         }

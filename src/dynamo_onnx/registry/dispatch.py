@@ -9,8 +9,8 @@ import onnx_ir as ir
 import torch
 import torch.fx
 
-from dynamo_onnx.exporter.registry import ONNXFunction, OnnxRegistry, target_name
-from dynamo_onnx.exporter.tensors import TORCH_TO_ONNX_DTYPE
+from dynamo_onnx.registry import ONNXFunction, OnnxRegistry, target_name
+from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE
 
 __all__ = ["Dispatch", "dispatch", "is_complex_node"]
 

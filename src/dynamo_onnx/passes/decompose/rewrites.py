@@ -1,19 +1,6 @@
-"""Decomposition: the captured program is lowered to ATen operators we can translate.
+"""The FX rewrites of the decompose pass: what makes a captured graph translatable.
 
-The table is torch.export's default decompositions minus every operator the registry can
-translate, so ``aten.gelu`` stays ``gelu`` (one ONNX function) instead of ten primitives.
-
-Re-tracing with ``run_decompositions`` is the most expensive step of an export after
-capture (a second trace of the whole model: 3.4 s of GPT-2 124M's 9 s). It is skipped when
-the captured graph is already translatable: functional (no in-place operator, no mutated
-input or buffer), and every operator either has an ONNX function, is control flow we
-translate, or is one of at most a few statically shaped nodes that translation decomposes
-alone (DO306). Either way the graph gets the same rewrites; finding DO203 says which way
-was taken and why.
-
-The rewrites that make the result translatable:
-
-* Before decomposing, ``aten.view`` becomes ``aten.reshape``. torch 2.13 re-traces the graph
+* ``aten.view`` becomes ``aten.reshape`` before decomposing. torch 2.13 re-traces the graph
   with fake tensors; some decompositions (attention) yield other strides than at capture,
   and a ``view`` that was valid then fails ("Cannot view a tensor with shape ... and strides
   ..."), which breaks GPT-2 and T5. ONNX has no strides: both become ``Reshape``.
@@ -25,40 +12,22 @@ The rewrites that make the result translatable:
 * Reshapes to a statically known shape get that shape instead of one with ``-1`` in it
   (``view(x, [1, -1, 128, 64])``): the ONNX optimizer can then see that a reshape to the
   shape its input already has is an ``Identity`` and remove it (12 nodes in GPT-2).
+
+Each rewrite works in place on graph modules the pass owns (never the caller's program)
+and returns how many nodes it changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
-
-import functools
-import operator
 
 import torch
 import torch.fx
 
-from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.exporter.control_flow import TRANSLATED, is_higher_order
-from dynamo_onnx.exporter.registry import OnnxRegistry, target_name
+from dynamo_onnx.passes.fx import graph_modules
+from dynamo_onnx.passes.fx import meta_value as _val
 
-__all__ = ["run", "lower", "retrace_reason", "has_decomposition", "ASSERTIONS"]
-
-#: Nodes translation skips: they only assert what torch checked at capture.
-ASSERTIONS = frozenset(
-    {
-        torch.ops.aten._assert_async.default,
-        torch.ops.aten._assert_async.msg,
-        torch.ops.aten._assert_scalar.default,
-        torch.ops.aten._assert_tensor_metadata.default,
-        torch.ops.aten.sym_constrain_range_for_size.default,
-        torch.ops.aten.sym_constrain_range.default,
-    }
-)
-
-#: How many nodes without an ONNX function translation may decompose one by one (each is a
-#: small export of its own, ~0.1 s) before re-tracing the whole program is cheaper.
-MAX_NODE_FALLBACKS = 4
+__all__ = ["insert_type_promotion", "rewrite_aliases", "rewrite_views", "static_reshape_sizes"]
 
 _BITWISE = {
     torch.ops.aten.__and__.Tensor: torch.ops.aten.bitwise_and.Tensor,
@@ -110,13 +79,9 @@ _RESHAPES = frozenset(
 )
 
 
-def _graph_modules(ep: torch.export.ExportedProgram) -> list[torch.fx.GraphModule]:
-    return [m for m in ep.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
-
-
-def _rewrite_views(ep: torch.export.ExportedProgram) -> int:
+def rewrite_views(ep: torch.export.ExportedProgram) -> int:
     count = 0
-    for gm in _graph_modules(ep):
+    for gm in graph_modules(ep):
         for node in gm.graph.nodes:
             if node.op == "call_function" and node.target is torch.ops.aten.view.default:
                 node.target = torch.ops.aten.reshape.default
@@ -125,10 +90,10 @@ def _rewrite_views(ep: torch.export.ExportedProgram) -> int:
     return count
 
 
-def _rewrite_aliases(ep: torch.export.ExportedProgram) -> int:
+def rewrite_aliases(ep: torch.export.ExportedProgram) -> int:
     """``aten.to`` as a cast (or nothing), ``__and__`` and friends as ``bitwise_*``."""
     count = 0
-    for gm in _graph_modules(ep):
+    for gm in graph_modules(ep):
         changed = False
         for node in list(gm.graph.nodes):
             if node.op != "call_function":
@@ -154,7 +119,7 @@ def _rewrite_aliases(ep: torch.export.ExportedProgram) -> int:
     return count
 
 
-def _static_reshape_sizes(gm: torch.fx.GraphModule) -> int:
+def static_reshape_sizes(gm: torch.fx.GraphModule) -> int:
     """Give reshapes whose result has a static shape that shape, with no ``-1`` left."""
     count = 0
     for node in gm.graph.nodes:
@@ -170,63 +135,6 @@ def _static_reshape_sizes(gm: torch.fx.GraphModule) -> int:
     if count:
         gm.recompile()
     return count
-
-
-def retrace_reason(ep: torch.export.ExportedProgram, registry: OnnxRegistry) -> str | None:
-    """Why the program must be re-traced with decompositions, or None if it need not be."""
-    mutations = [
-        spec.kind.name
-        for spec in ep.graph_signature.output_specs
-        if spec.kind.name not in ("USER_OUTPUT", "TOKEN")
-    ]
-    if mutations:
-        return f"the program mutates its inputs or buffers ({mutations[0]})"
-    fallbacks: set[str] = set()
-    for gm in _graph_modules(ep):
-        for node in gm.graph.nodes:
-            if node.op != "call_function":
-                continue
-            target = node.target
-            if target is operator.getitem or target in ASSERTIONS:
-                continue
-            if is_higher_order(target):
-                if target in TRANSLATED:
-                    continue
-                return f"it calls the higher-order operator `{target_name(target)}`"
-            schema = getattr(target, "_schema", None)
-            if schema is not None and schema.is_mutable:
-                return f"it calls the in-place operator `{target_name(target)}`"
-            if registry.supports(target):
-                continue
-            if schema is None or not has_decomposition(target):
-                return f"`{target_name(target)}` has no ONNX function of its own"
-            if not _static(node):
-                return f"`{target_name(target)}` has no ONNX function and dynamic shapes"
-            fallbacks.add(node.name)
-            if len(fallbacks) > MAX_NODE_FALLBACKS:
-                return f"more than {MAX_NODE_FALLBACKS} nodes have no ONNX function"
-    return None
-
-
-@functools.cache
-def _decomposable() -> frozenset[Any]:
-    """Operators torch.export's default table decomposes (built once: it has ~900 entries)."""
-    return frozenset(torch.export.default_decompositions().keys())
-
-
-def has_decomposition(target: Any) -> bool:
-    """Whether torch.export's default table decomposes the operator."""
-    return target in _decomposable()
-
-
-def _static(node: torch.fx.Node) -> bool:
-    vals = [_val(a) for a in node.all_input_nodes] + [node.meta.get("val")]
-    tensors = [v for v in vals if isinstance(v, torch.Tensor)]
-    return all(isinstance(d, int) for t in tensors for d in t.shape)
-
-
-def _val(arg: Any) -> Any:
-    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
 
 def _promotion_dtype(node: torch.fx.Node, positions: list[int]) -> torch.dtype | None:
@@ -250,7 +158,7 @@ def _promotion_dtype(node: torch.fx.Node, positions: list[int]) -> torch.dtype |
     return None if dtypes == {target} else target
 
 
-def _insert_type_promotion(gm: torch.fx.GraphModule) -> int:
+def insert_type_promotion(gm: torch.fx.GraphModule) -> int:
     """Cast the tensor inputs of pointwise operators to the dtype ATen computes in."""
     count = 0
     for node in list(gm.graph.nodes):
@@ -294,46 +202,3 @@ def _insert_type_promotion(gm: torch.fx.GraphModule) -> int:
     if count:
         gm.recompile()
     return count
-
-
-def lower(
-    ep: torch.export.ExportedProgram, registry: OnnxRegistry, also: Iterable[Any] = ()
-) -> tuple[torch.export.ExportedProgram, int, int]:
-    """Decompose ``ep`` (and the operators in ``also``, even if registered).
-
-    Returns the program, the number of views rewritten and of casts inserted.
-    """
-    views = _rewrite_views(ep)
-    ep = ep.run_decompositions(registry.decomposition_table(also))
-    casts = sum(_insert_type_promotion(gm) for gm in _graph_modules(ep))
-    return ep, views, casts
-
-
-def run(
-    ctx: DiagnosticContext, ep: torch.export.ExportedProgram, registry: OnnxRegistry
-) -> torch.export.ExportedProgram:
-    """Decompose ``ep`` into operators the registry can translate (re-tracing only if needed)."""
-    _rewrite_aliases(ep)
-    reason = retrace_reason(ep, registry)
-    ctx.record(
-        "decomposition-plan",
-        properties={"retraced": reason is not None},
-        plan=(
-            f"re-traced with torch.export's decompositions because {reason}"
-            if reason is not None
-            else "not re-traced: the captured graph is functional and every operator in it "
-            "is translatable"
-        ),
-    )
-    if reason is None:
-        views = 0
-        casts = sum(_insert_type_promotion(gm) for gm in _graph_modules(ep))
-    else:
-        ep, views, casts = lower(ep, registry)
-    for gm in _graph_modules(ep):
-        _static_reshape_sizes(gm)
-    if views:
-        ctx.record("view-rewritten-as-reshape", count=views)
-    if casts:
-        ctx.record("type-promotion-inserted", count=casts)
-    return ep

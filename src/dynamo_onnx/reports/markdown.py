@@ -25,7 +25,7 @@ _LEVELS = (
 @functools.cache
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("dynamo_onnx", "templates"),
+        loader=jinja2.PackageLoader("dynamo_onnx.reports", "templates"),
         autoescape=False,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -335,7 +335,7 @@ class _Builder:
             "warningsAsErrors": ctx.options.warnings_as_errors,
             "recordedFindings": len(ctx.findings),
             "renderedFindings": len(visible),
-            **_jsonable(ctx.summary),
+            **ctx.summary.to_json(),
         }
         return om.Run(
             tool=om.Tool(driver=driver),

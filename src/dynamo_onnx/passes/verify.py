@@ -1,4 +1,5 @@
-"""Verification: ONNX Runtime against eager PyTorch, output by output, with explicit tolerances.
+"""The verification pass: ONNX Runtime against eager PyTorch, output by output, with explicit
+tolerances.
 
 torch.onnx's verify uses fixed, silent thresholds (5e-3 absolute, 1e-1 relative). Here the
 tolerances are arguments and every comparison is a finding: a mismatch is a warning with the
@@ -9,8 +10,8 @@ differs, with its source line.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import onnx_ir as ir
 import torch
@@ -19,13 +20,12 @@ from torch.export import graph_signature as gs
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
-from dynamo_onnx.exporter.inputs import onnx_input_tensors, user_input_leaves
-from dynamo_onnx.exporter.registry import target_name
+from dynamo_onnx.errors import OnnxExporterError, VerificationError
+from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
+from dynamo_onnx.passes.base import PassName
+from dynamo_onnx.registry import target_name
 
-if TYPE_CHECKING:
-    from dynamo_onnx.exporter.program import ONNXProgram
-
-__all__ = ["Comparison", "run", "compare"]
+__all__ = ["Comparison", "VerifyPass", "VerifyRequest", "compare"]
 
 #: Tolerances of verify() unless given: tight enough to catch a wrong translation of fp32.
 DEFAULT_ATOL = 1e-4
@@ -79,29 +79,49 @@ def compare(
     return Comparison(index, name, max_abs, max_rel, ok, detail)
 
 
-def run(
-    ctx: DiagnosticContext,
-    program: ONNXProgram,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any] | None = None,
-    *,
-    reference: Any = None,
-    atol: float = DEFAULT_ATOL,
-    rtol: float = DEFAULT_RTOL,
-    find_divergence: bool = False,
-) -> list[Comparison]:
-    """Compare every output of ``program`` with eager PyTorch; record the findings.
+@dataclasses.dataclass
+class VerifyRequest:
+    """What to verify: the model, the program it came from, how to run it, on what inputs.
 
-    ``reference`` computes the eager outputs (default: the exported program's module).
+    ``run`` runs the ONNX model in ONNX Runtime (``ONNXProgram.__call__``); ``reference``
+    computes the eager outputs (default: the exported program's module). The pass fills in
+    ``comparisons``.
     """
-    kwargs = dict(kwargs or {})
+
+    model: ir.Model
+    exported_program: torch.export.ExportedProgram | None
+    run: Callable[..., list[torch.Tensor]]
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] | None = None
+    reference: Callable[..., Any] | None = None
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+    find_divergence: bool = False
+    comparisons: list[Comparison] = dataclasses.field(default_factory=list)
+
+
+class VerifyPass:
+    """Compare every output with eager PyTorch; a finding for each mismatch or the match."""
+
+    name: ClassVar[str] = PassName.VERIFICATION
+    error_type: ClassVar[type[OnnxExporterError]] = VerificationError
+
+    def __call__(self, ctx: DiagnosticContext, request: VerifyRequest) -> VerifyRequest:
+        comparisons = _verify(ctx, request)
+        return dataclasses.replace(request, comparisons=comparisons)
+
+
+def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
+    args, atol, rtol = request.args, request.atol, request.rtol
+    kwargs = dict(request.kwargs or {})
+    reference = request.reference
     if reference is None:
-        assert program.exported_program is not None
-        reference = program.exported_program.module()
+        assert request.exported_program is not None
+        reference = request.exported_program.module()
     with torch.no_grad():
         expected = _leaves(reference(*args, **kwargs))
-    actual = program(*args, **kwargs)
-    names = [v.name or f"output_{i}" for i, v in enumerate(program.model.graph.outputs)]
+    actual = request.run(*args, **kwargs)
+    names = [v.name or f"output_{i}" for i, v in enumerate(request.model.graph.outputs)]
     if len(actual) != len(expected):
         raise ValueError(
             f"the ONNX model has {len(actual)} outputs, eager PyTorch returned {len(expected)}"
@@ -122,8 +142,8 @@ def run(
             "outputs-match", count=len(results), atol=atol, rtol=rtol,
             max_abs=max((r.max_abs for r in results), default=0.0),
         )
-    elif find_divergence:
-        _first_divergence(ctx, program, args, kwargs, atol, rtol)
+    elif request.find_divergence:
+        _first_divergence(ctx, request, kwargs)
     return results
 
 
@@ -153,15 +173,8 @@ def _graph_inputs(ep: torch.export.ExportedProgram, user_inputs: list[Any]) -> l
     return flat
 
 
-def _first_divergence(
-    ctx: DiagnosticContext,
-    program: ONNXProgram,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    atol: float,
-    rtol: float,
-) -> None:
-    ep = program.exported_program
+def _first_divergence(ctx: DiagnosticContext, request: VerifyRequest, kwargs: Mapping[str, Any]) -> None:
+    ep, args, atol, rtol = request.exported_program, request.args, request.atol, request.rtol
     if ep is None:
         return
     leaves = user_input_leaves(ep, args, kwargs)
@@ -169,7 +182,7 @@ def _first_divergence(
     with torch.no_grad():
         recorder.run(*_graph_inputs(ep, leaves))
     # Expose the ONNX value of every FX node that kept its name.
-    probe = ir.from_proto(program.model_proto)
+    probe = ir.from_proto(ir.to_proto(request.model))
     by_name = {v.name: v for node in probe.graph for v in node.outputs if v.name}
     nodes = [
         n for n in ep.graph.nodes

@@ -1,4 +1,8 @@
-"""ONNXProgram: the result of an export, callable with torch tensors."""
+"""ONNXProgram: the result of an export, callable with torch tensors.
+
+Work on the program after the export (``optimize``, ``verify``, ``save``) runs as passes
+of the export's diagnostic context, so the log records them and recomputes success.
+"""
 
 from __future__ import annotations
 
@@ -6,33 +10,26 @@ import functools
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import onnx
 import onnx_ir as ir
 import torch
 
-from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.diagnostics.context import mark_recorded
-from dynamo_onnx.exporter import reporting, serialization, verification
-from dynamo_onnx.exporter.errors import (
-    FakeWeightsError,
-    SaveError,
-    OnnxExporterError,
-    OptimizationError,
-    WeightsMismatchError,
-    format_message,
-)
-from dynamo_onnx.exporter.fake import is_fake
-from dynamo_onnx.exporter.inputs import onnx_input_tensors
-from dynamo_onnx.exporter.options import ONNXRuntimeOptions
-from dynamo_onnx.exporter.tensors import TORCH_TO_ONNX_DTYPE, torch_tensor_to_ir
-from dynamo_onnx.rules import get_rule
-
-if TYPE_CHECKING:
-    import onnxruntime
+from dynamo_onnx.errors import FakeWeightsError, OnnxExporterError, WeightsMismatchError
+from dynamo_onnx.io import save as io_save
+from dynamo_onnx.io.inputs import onnx_input_tensors
+from dynamo_onnx.options import ONNXRuntimeOptions
+from dynamo_onnx.passes.base import Pass, run_pipeline
+from dynamo_onnx.passes.onnx.optimize import OptimizePass
+from dynamo_onnx.passes.save import SavePass, SaveRequest
+from dynamo_onnx.passes.verify import DEFAULT_ATOL, DEFAULT_RTOL, Comparison, VerifyPass, VerifyRequest
+from dynamo_onnx.reports import ReportingContext
+from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE, torch_tensor_to_ir
 
 __all__ = ["ONNXProgram"]
+
+S = TypeVar("S")
 
 
 def _default_session(model: str | bytes, options: ONNXRuntimeOptions | None = None) -> Any:
@@ -51,11 +48,6 @@ def _default_session(model: str | bytes, options: ONNXRuntimeOptions | None = No
     )
 
 
-def _count_nodes(model: ir.Model) -> int:
-    """Nodes of the main graph and of every function."""
-    return len(model.graph) + sum(len(f) for f in model.functions.values())
-
-
 class ONNXProgram:
     """A class to represent an ONNX program that is callable with torch tensors.
 
@@ -69,50 +61,38 @@ class ONNXProgram:
         self,
         model: ir.Model,
         exported_program: torch.export.ExportedProgram | None,
-        diagnostics: DiagnosticContext | None = None,
+        diagnostics: ReportingContext | None = None,
     ) -> None:
         self.model = model
         self.exported_program = exported_program
         self.diagnostics = diagnostics
         self._session: Any = None
-        self._session_initializer: Callable[..., Any] | None = None
-        #: Where export(report=True) wrote the reports; a failed save rewrites them there.
+        #: Where export(report=True) wrote the reports; a failure after export rewrites them.
         self.report_dir: str | None = None
 
     def __repr__(self) -> str:
         return f"ONNXProgram(model=<{len(self.model.graph)} nodes>, diagnostics={self.diagnostics!r})"
 
-    # -- weights ---------------------------------------------------------------------------
-
-    def _context(self) -> DiagnosticContext:
+    def _context(self) -> ReportingContext:
         if self.diagnostics is None:
-            self.diagnostics = DiagnosticContext()
+            self.diagnostics = ReportingContext()
         return self.diagnostics
 
-    def _fail(self, error_type: type[OnnxExporterError], rule_name: str, **fields: Any) -> None:
-        """Record a finding of ``rule_name`` and raise ``error_type`` with its message."""
-        rule = get_rule(rule_name)
-        finding = self._context().record(rule, locations=[self._context().model_location], **fields)
-        error = error_type(
-            format_message(rule.id, rule.name, finding.message, rule.fix),
-            rule_id=rule.id,
-            diagnostics=self.diagnostics,
-        )
-        mark_recorded(error)
-        raise error
+    def _run(self, passes: Sequence[Pass[S]], state: S) -> S:
+        """Run passes after the export; a failure rewrites the reports export wrote."""
+        ctx = self._context()
+        try:
+            return run_pipeline(ctx, passes, state)
+        except OnnxExporterError as error:
+            if self.report_dir is not None:
+                error.report_paths = ctx.try_write_reports(self.report_dir)
+            raise
+
+    # -- weights ---------------------------------------------------------------------------
 
     def fake_weights(self) -> list[str]:
         """Names of the initializers that are fake (meta tensors, no data)."""
-        return [
-            name
-            for name, value in self.model.graph.initializers.items()
-            if is_fake(getattr(value.const_value, "raw", None))
-        ]
-
-    def _require_real_weights(self, action: str) -> None:
-        fake = self.fake_weights()
-        if fake:
-            self._fail(FakeWeightsError, "fake-weights", count=len(fake), name=fake[0], action=action)
+        return io_save.fake_weight_names(self.model)
 
     def apply_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Replace the model's initializers with the tensors of ``state_dict``, by name.
@@ -147,7 +127,11 @@ class ONNXProgram:
                     f"{name} has dtype {real.dtype}, the model's is {value.dtype.name.lower()}"  # type: ignore[union-attr]
                 )
         if problems:
-            self._fail(WeightsMismatchError, "weights-mismatch", problems="; ".join(problems))
+            ctx = self._context()
+            ctx.fail(
+                "weights-mismatch", WeightsMismatchError, ctx.model_location,
+                problems="; ".join(problems),
+            )
         for name, tensor in state_dict.items():
             initializers[name].const_value = torch_tensor_to_ir(tensor, name)
         self.release()
@@ -159,30 +143,7 @@ class ONNXProgram:
         the optimizer while it runs, so it works before and after ``apply_weights``. A
         ``model-optimized`` finding records the node counts before and after.
         """
-        import onnxscript.optimizer
-
-        ctx = self._context()
-        before = _count_nodes(self.model)
-        hidden = {name: self.model.graph.initializers[name] for name in self.fake_weights()}
-        saved = {name: value.const_value for name, value in hidden.items()}
-        try:
-            for value in hidden.values():
-                value.const_value = None
-            with ctx.pass_("optimization"):
-                onnxscript.optimizer.optimize_ir(self.model)
-        except Exception as exc:
-            rule = get_rule("optimization-failed")
-            finding = next(f for f in reversed(ctx.findings) if f.rule is rule)
-            error = OptimizationError(
-                format_message(rule.id, rule.name, finding.message, rule.fix),
-                rule_id=rule.id, diagnostics=ctx,
-            )
-            mark_recorded(error)
-            raise error from exc
-        finally:
-            for name, value in hidden.items():
-                value.const_value = saved[name]
-        ctx.record("model-optimized", before=before, after=_count_nodes(self.model))
+        self._run([OptimizePass()], self.model)
         self.release()
 
     # -- the model -------------------------------------------------------------------------
@@ -190,7 +151,7 @@ class ONNXProgram:
     @property
     def model_proto(self) -> onnx.ModelProto:
         """Return the ONNX ``ModelProto`` object."""
-        return serialization.to_proto(self.model)
+        return io_save.to_proto(self.model)
 
     def save(
         self,
@@ -206,7 +167,9 @@ class ONNXProgram:
         bytes are saved in ``<destination>.data`` beside the model (smaller ones stay inline).
 
         Raises:
-            TypeError: if ``external_data`` is True and destination is not a file path.
+            TypeError: if the destination is not a file path.
+            SaveError: if it cannot be written (also an ``OSError``).
+            FakeWeightsError: if the weights are fake and ``include_initializers`` is True.
         """
         if not isinstance(destination, (str, os.PathLike)):
             if external_data:
@@ -215,35 +178,21 @@ class ONNXProgram:
                     f"got {type(destination).__name__}"
                 )
             raise TypeError(f"destination must be a file path, got {type(destination).__name__}")
-        if include_initializers:
-            self._require_real_weights("save")
-        try:
-            serialization.save(
-                self.model,
-                destination,
-                include_initializers=include_initializers,
-                keep_initializers_as_inputs=keep_initializers_as_inputs,
-                external_data=external_data,
-            )
-        except SaveError as error:
-            ctx = self._context()
-            ctx.record("save-failed", locations=[ctx.call_site], **getattr(error, "fields", {}))
-            error.diagnostics = ctx
-            mark_recorded(error)
-            if self.report_dir is not None:
-                error.report_paths = reporting.try_write_reports(ctx, self.report_dir)
-            raise
+        request = SaveRequest(
+            self.model, destination, include_initializers, keep_initializers_as_inputs, external_data
+        )
+        self._run([SavePass()], request)
 
     def verify(
         self,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         *,
-        atol: float = verification.DEFAULT_ATOL,
-        rtol: float = verification.DEFAULT_RTOL,
+        atol: float = DEFAULT_ATOL,
+        rtol: float = DEFAULT_RTOL,
         find_divergence: bool = False,
         reference: Callable[..., Any] | None = None,
-    ) -> list[verification.Comparison]:
+    ) -> list[Comparison]:
         """Compare ONNX Runtime with eager PyTorch on these inputs, output by output.
 
         Every output beyond ``atol + rtol * |eager|`` is an ``output-mismatch`` warning with
@@ -252,12 +201,11 @@ class ONNXProgram:
         FX node whose ONNX value diverges (``first-divergence``), with its source line.
         ``reference`` computes the eager outputs (default: the exported program itself).
         """
-        ctx = self._context()
-        with ctx.pass_("verification"):
-            return verification.run(
-                ctx, self, args, kwargs, reference=reference, atol=atol, rtol=rtol,
-                find_divergence=find_divergence,
-            )
+        request = VerifyRequest(
+            self.model, self.exported_program, self, args, kwargs, reference, atol, rtol,
+            find_divergence,
+        )
+        return self._run([VerifyPass()], request).comparisons
 
     def save_diagnostics(self, destination: str | os.PathLike[str]) -> None:
         """Save the export's diagnostics as a SARIF log, as the PyTorch 2.1-2.5 API did."""
@@ -280,13 +228,18 @@ class ONNXProgram:
         configured by ``options`` (providers, session options), on the CPU otherwise.
         """
         self.release()
-        self._require_real_weights("run")
+        fake = self.fake_weights()
+        if fake:
+            ctx = self._context()
+            ctx.fail(
+                "fake-weights", FakeWeightsError, ctx.model_location,
+                count=len(fake), name=fake[0], action="run",
+            )
         if initializer is None:
             initializer = functools.partial(_default_session, options=options)
         elif options is not None:
             raise TypeError("give either an initializer or options, not both")
-        weights = serialization.weights_nbytes(self.model)
-        if weights < serialization.TWO_GB // 2:
+        if io_save.weights_nbytes(self.model) < io_save.TWO_GB // 2:
             self._session = initializer(self.model_proto.SerializeToString())
             return
         with tempfile.TemporaryDirectory(prefix="dynamo_onnx_session_") as tmp:

@@ -24,7 +24,6 @@ __all__ = [
     "FakeWeightsError",
     "InvalidOptionValueError",
     "InvalidOptionTypeError",
-    "option_error",
     "WeightsMismatchError",
     "OptimizationError",
     "VerificationError",
@@ -124,17 +123,3 @@ class WarningsAsErrorsError(OnnxExporterError):
 def format_message(rule_id: str, rule_name: str, cause: str, fix: str) -> str:
     """The shape of every exporter error message: rule, cause, fix."""
     return f"[{rule_id} {rule_name}] {cause}\nFix: {fix}"
-
-
-def option_error(
-    option: str,
-    problem: str,
-    allowed: str,
-    kind: type[InvalidExportOptionsError] = InvalidExportOptionsError,
-) -> InvalidExportOptionsError:
-    """The DO109 error for an option checked where no export context exists yet."""
-    from dynamo_onnx.rules import get_rule
-
-    rule = get_rule("invalid-option")
-    cause = rule.format_message(option=option, problem=problem, allowed=allowed)
-    return kind(format_message(rule.id, rule.name, cause, rule.fix), rule_id=rule.id)

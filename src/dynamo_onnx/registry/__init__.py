@@ -18,10 +18,12 @@ import onnx_ir as ir
 import onnxscript
 from onnxscript import values as onnxscript_values
 
+from dynamo_onnx.options import DEFAULT_OPSET
+
 __all__ = ["OnnxRegistry", "ONNXFunction", "qualified_name", "target_name"]
 
 #: The opset torch_lib's functions are written against.
-TORCHLIB_OPSET = 18
+TORCHLIB_OPSET = DEFAULT_OPSET
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -85,12 +87,11 @@ def target_name(target: Any) -> str:
 @functools.cache
 def _torchlib_table() -> Mapping[str, tuple[ONNXFunction, ...]]:
     """torch_lib's functions grouped by operator; built once per process (it takes seconds)."""
-    from onnxscript._framework_apis.torch_2_11 import get_torchlib_ops
-
-    from dynamo_onnx.exporter.extra_functions import EXTRA_FUNCTIONS
+    from dynamo_onnx.registry.extra_functions import EXTRA_FUNCTIONS
+    from dynamo_onnx.registry.torchlib import torchlib_ops
 
     table: dict[str, list[ONNXFunction]] = {}
-    for meta in get_torchlib_ops():
+    for meta in torchlib_ops():
         name = _normalize(meta.qualified_name)
         table.setdefault(name, []).append(
             ONNXFunction(name, meta.function, is_complex=meta.is_complex)

@@ -1,0 +1,231 @@
+"""export() and dynamo_export(): build the state, run the pipeline, close the context, write
+the reports. An export is a list of passes run in one diagnostic context."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from dynamo_onnx.diagnostics import Level, Location
+from dynamo_onnx.diagnostics.context import ProgressEvent, default_library_prefixes
+from dynamo_onnx.errors import OnnxExporterError, WarningsAsErrorsError
+from dynamo_onnx.options import DiagnosticOptions, ExportOptions
+from dynamo_onnx.passes.base import ExportRequest, ExportState, Pass, run_pipeline
+from dynamo_onnx.passes.capture import CapturePass
+from dynamo_onnx.passes.decompose import DecomposePass, lower
+from dynamo_onnx.passes.dynamic_shapes import DynamicShapesPass
+from dynamo_onnx.passes.onnx.describe import describe_model, describe_value
+from dynamo_onnx.passes.onnx.finalize import FinalizePass
+from dynamo_onnx.passes.onnx.module_functions import ModuleFunctionsPass
+from dynamo_onnx.passes.onnx.opset import OpsetConversionPass
+from dynamo_onnx.passes.onnx.weights import WeightCheckPass
+from dynamo_onnx.passes.translate import TranslatePass
+from dynamo_onnx.passes.validate import ValidatePass
+from dynamo_onnx.program import ONNXProgram
+from dynamo_onnx.registry import OnnxRegistry
+from dynamo_onnx.reports import ReportingContext
+from dynamo_onnx.versions import package_version, tool_versions
+
+__all__ = ["dynamo_export", "export", "export_passes"]
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _call_site() -> Location | None:
+    """The user's line that called the exporter: the first frame outside this package
+    that is a real file (not ``<frozen runpy>`` or ``<string>``)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        path = os.path.abspath(filename)
+        if not filename.startswith("<") and not path.startswith(_PACKAGE_DIR):
+            return Location(path, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def _subject(model: Any) -> str:
+    """A short name of what is exported, for report titles and file names."""
+    if isinstance(model, torch.export.ExportedProgram):
+        return "ExportedProgram"
+    if isinstance(model, torch.nn.Module):
+        return type(model).__name__
+    return getattr(model, "__name__", type(model).__name__)
+
+
+def export_passes() -> list[Pass[ExportState]]:
+    """The passes of an export, in order. Translation gets the decompose pass's ``lower`` for
+    its per-node fallback: the two passes do not import each other."""
+    return [
+        ValidatePass(),
+        CapturePass(),
+        DynamicShapesPass(),
+        DecomposePass(),
+        TranslatePass(lower),
+        FinalizePass(),
+        OpsetConversionPass(),
+        ModuleFunctionsPass(),
+        WeightCheckPass(),
+    ]
+
+
+def _warnings_as_errors(ctx: ReportingContext) -> WarningsAsErrorsError | None:
+    """The error to raise when warnings-as-errors is on and the export produced warnings."""
+    if not ctx.options.warnings_as_errors:
+        return None
+    warnings = [f for f in ctx.findings if f.level == Level.WARNING]
+    if not warnings:
+        return None
+    listing = "\n".join(f"  - {f.rule.id} {f.rule.name}: {f.message}" for f in warnings)
+    cause = (
+        f"the export produced {len(warnings)} warning(s), which warnings_as_errors=True "
+        f"turns into errors:\n{listing}"
+    )
+    return ctx.error_for(warnings, WarningsAsErrorsError, cause)  # type: ignore[return-value]
+
+
+def _run(
+    request: ExportRequest,
+    *,
+    report: bool,
+    artifacts_dir: str | os.PathLike[str],
+    optimize: bool,
+    verify: bool,
+    source_root: str | os.PathLike[str] | None,
+    progress: Callable[[ProgressEvent], None] | None,
+    call_site: Location | None,
+) -> ONNXProgram:
+    subject = _subject(request.model)
+    options = request.diagnostic_options
+    if isinstance(request.export_options, ExportOptions) and options is None:
+        options = request.export_options.diagnostic_options
+    ctx = ReportingContext(
+        options if isinstance(options, DiagnosticOptions) else None,
+        source_root=source_root,
+        call_site=call_site,
+        library_prefixes=default_library_prefixes(torch, sys.modules[__package__]),
+        arguments=[f"export({subject})"],
+        versions={"dynamo-onnx": package_version(), **tool_versions()},
+        subject=subject,
+        listener=progress,
+    )
+    try:
+        state = run_pipeline(ctx, export_passes(), ExportState(request))
+        assert state.onnx_model is not None
+        model = state.onnx_model
+        ctx.summary.model = describe_model(model)
+        ctx.summary.inputs = [describe_value(v) for v in model.graph.inputs]
+        ctx.summary.outputs = [describe_value(v) for v in model.graph.outputs]
+        program = ONNXProgram(model, state.exported_program, ctx)
+        if optimize:
+            program.optimize()
+        if verify:
+            reference = request.model
+            if isinstance(reference, torch.export.ExportedProgram):
+                reference = reference.module()
+            program.verify(state.args, state.kwargs, reference=reference)
+    except OnnxExporterError as error:
+        ctx.finish(error)
+        if report:
+            error.report_paths = ctx.try_write_reports(artifacts_dir)
+        raise
+    gate = _warnings_as_errors(ctx)
+    ctx.finish(gate)
+    if report:
+        program.report_dir = os.fspath(artifacts_dir)
+        paths = ctx.try_write_reports(artifacts_dir)
+        if gate is not None:
+            gate.report_paths = paths
+    if gate is not None:
+        gate.program = program
+        raise gate
+    return program
+
+
+def export(
+    model: torch.nn.Module | Callable[..., Any] | torch.export.ExportedProgram,
+    args: tuple[Any, ...] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    dynamic_shapes: Any = None,
+    opset_version: int | None = None,
+    registry: OnnxRegistry | None = None,
+    diagnostic_options: DiagnosticOptions | None = None,
+    report: bool = False,
+    artifacts_dir: str | os.PathLike[str] = ".",
+    optimize: bool = False,
+    verify: bool = False,
+    module_functions: bool = False,
+    source_root: str | os.PathLike[str] | None = None,
+    progress: Callable[[ProgressEvent], None] | None = None,
+) -> ONNXProgram:
+    """Export a PyTorch model to an :class:`ONNXProgram`.
+
+    Args:
+        model: an ``nn.Module``, a callable, or a ``torch.export.ExportedProgram`` (which is
+            copied, never changed).
+        args: positional example inputs.
+        kwargs: keyword example inputs.
+        dynamic_shapes: torch.export dynamic shape specs (``Dim``, ``Dim.AUTO``, dicts and
+            tuples per input), names as strings (``{"x": {0: "batch"}}``), or ``True`` for
+            every dimension. Dynamic dims appear in the ONNX model under the user's names,
+            else as ``<input>_dim_<i>``.
+        opset_version: the ONNX opset of the result; default: the registry's (18).
+        registry: the ONNX functions to use; default: onnxscript's torch_lib.
+        diagnostic_options: verbosity and warnings-as-errors of the reports.
+        report: write ``<artifacts_dir>/<Model>.sarif`` and ``<Model>.md``, on success and
+            on failure (then the exception message names both paths).
+        artifacts_dir: where the reports go (created if missing).
+        optimize: run the onnxscript optimizer on the result (``ONNXProgram.optimize``).
+        verify: compare ONNX Runtime with the model in eager PyTorch on the example inputs
+            (``ONNXProgram.verify``, default tolerances); a mismatch is a warning finding.
+        module_functions: group each submodule call into an ONNX local function named after
+            its module path (Netron then shows the layer hierarchy); default: inline.
+        source_root: the directory SARIF paths are relative to (default: cwd).
+        progress: called with a ``ProgressEvent`` as passes start, end and advance.
+
+    Raises:
+        OnnxExporterError: a subclass naming the rule, the cause and the fix; its
+            ``diagnostics`` hold every finding.
+    """
+    request = ExportRequest(
+        model, args, kwargs, dynamic_shapes, opset_version, registry, diagnostic_options,
+        module_functions=module_functions,
+    )
+    return _run(
+        request, report=report, artifacts_dir=artifacts_dir, optimize=optimize, verify=verify,
+        source_root=source_root, progress=progress, call_site=_call_site(),
+    )
+
+
+def dynamo_export(
+    model: torch.nn.Module | Callable[..., Any] | torch.export.ExportedProgram,
+    /,
+    *model_args: Any,
+    export_options: ExportOptions | None = None,
+    **model_kwargs: Any,
+) -> ONNXProgram:
+    """Export a model to ONNX, as ``torch.onnx.dynamo_export`` did in PyTorch 2.1-2.5.
+
+    Args:
+        model: an ``nn.Module``, a callable, or a ``torch.export.ExportedProgram``.
+        model_args: positional inputs to the model.
+        export_options: options of the export (checked like every option: DO109).
+        model_kwargs: keyword inputs to the model.
+    """
+    options = export_options if isinstance(export_options, ExportOptions) else None
+    request = ExportRequest(
+        model,
+        model_args,
+        model_kwargs,
+        registry=options.onnx_registry if options is not None else None,
+        export_options=export_options,
+    )
+    return _run(
+        request, report=False, artifacts_dir=".", optimize=False, verify=False,
+        source_root=None, progress=None, call_site=_call_site(),
+    )

@@ -1,0 +1,118 @@
+"""Atomic saves of an ONNX model: a ModelProto, or a file written to a temporary name in the
+destination's directory and renamed only when complete, so a failed or interrupted save
+never leaves a half-written file and never destroys an earlier one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import tempfile
+from collections.abc import Iterator
+
+import onnx
+import onnx_ir as ir
+
+from dynamo_onnx.fake import is_fake
+from dynamo_onnx.io import protowriter
+
+__all__ = ["TWO_GB", "initializers_layout", "save", "to_proto", "unwritable", "weights_nbytes"]
+
+#: Protobuf cannot hold more than this; larger models must use external data.
+TWO_GB = 2**31
+
+
+def weights_nbytes(model: ir.Model) -> int:
+    """Bytes of initializer data (fake or missing weights count as zero)."""
+    total = 0
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if tensor is not None:
+            total += tensor.nbytes
+    return total
+
+
+@contextlib.contextmanager
+def initializers_layout(
+    model: ir.Model, *, include_initializers: bool, keep_initializers_as_inputs: bool
+) -> Iterator[ir.Model]:
+    """Temporarily lay the initializers out as the four ``save`` combinations ask."""
+    graph = model.graph
+    saved_inputs = list(graph.inputs)
+    saved_initializers = dict(graph.initializers)
+    try:
+        if keep_initializers_as_inputs:
+            present = {id(v) for v in graph.inputs}
+            graph.inputs.extend(v for v in saved_initializers.values() if id(v) not in present)
+        if not include_initializers:
+            graph.initializers.clear()
+        yield model
+    finally:
+        graph.inputs.clear()
+        graph.inputs.extend(saved_inputs)
+        graph.initializers.clear()
+        for name, value in saved_initializers.items():
+            graph.initializers[name] = value
+
+
+def to_proto(model: ir.Model) -> onnx.ModelProto:
+    """The model as an ``onnx.ModelProto`` (weights are copied into it)."""
+    return ir.to_proto(model)
+
+
+def save(
+    model: ir.Model,
+    destination: str | os.PathLike[str],
+    *,
+    include_initializers: bool = True,
+    keep_initializers_as_inputs: bool = False,
+    external_data: bool | None = None,
+) -> None:
+    """Write the model to ``destination`` atomically.
+
+    With external data (asked for, or automatic above 2 GB of weights) the weights go to
+    ``<destination>.data`` beside it, written and renamed the same way. Raises
+    ``OSError`` as the file system does; check :func:`unwritable` first for a clear cause.
+    """
+    destination = pathlib.Path(os.fspath(destination))
+    directory = destination.parent
+    if external_data is None:
+        external_data = include_initializers and weights_nbytes(model) >= TWO_GB
+    with initializers_layout(
+        model,
+        include_initializers=include_initializers,
+        keep_initializers_as_inputs=keep_initializers_as_inputs,
+    ), tempfile.TemporaryDirectory(dir=directory, prefix=f".{destination.name}.") as tmp:
+        staged = pathlib.Path(tmp) / destination.name
+        if external_data:
+            data_name = f"{destination.name}.data"
+            ir.save(model, staged, external_data=data_name)
+            os.replace(pathlib.Path(tmp) / data_name, directory / data_name)
+        elif all(protowriter.streamable(v) for v in model.graph.initializers.values()):
+            with open(staged, "wb") as file:
+                protowriter.write_model(model, file)
+        else:
+            ir.save(model, staged)
+        os.replace(staged, destination)
+
+
+def unwritable(destination: str | os.PathLike[str]) -> str | None:
+    """Why ``destination`` cannot be written, before anything is written; None if it can."""
+    destination = pathlib.Path(os.fspath(destination))
+    directory = destination.parent
+    if destination.is_dir():
+        return "it is a directory; give a file path such as model.onnx"
+    if not directory.is_dir():
+        return f"its directory {directory} does not exist"
+    if not os.access(directory, os.W_OK):
+        return f"its directory {directory} is not writable"
+    return None
+
+
+def fake_weight_names(model: ir.Model) -> list[str]:
+    """Names of the initializers that are fake (meta tensors, no data)."""
+    return [
+        name
+        for name, value in model.graph.initializers.items()
+        if is_fake(getattr(value.const_value, "raw", None))
+    ]

@@ -1,0 +1,139 @@
+"""The shape every pass has, the state an export carries between passes, and the pipeline.
+
+A pass is a small object with a constant ``name`` (the pass name in the reports), the
+``error_type`` an unexplained failure becomes, and ``__call__(ctx, state) -> state``. Like
+onnx_ir's ``PassBase``, a pass gets what the previous one returned and returns what the next
+one needs; the findings are the record of what happened, never the way passes steer each
+other. :func:`run_pipeline` is the only place that opens ``ctx.pass_``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+from dynamo_onnx.diagnostics import DiagnosticContext, Level
+from dynamo_onnx.errors import OnnxExporterError
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    import torch
+
+    from dynamo_onnx.registry import OnnxRegistry
+
+__all__ = ["ExportRequest", "ExportState", "Pass", "PassName", "run_pipeline"]
+
+
+class PassName:
+    """The name of every pass, as the reports and the rule catalog spell it."""
+
+    VALIDATE = "validate"
+    CAPTURE = "capture"
+    DYNAMIC_SHAPES = "dynamic-shapes"
+    DECOMPOSITION = "decomposition"
+    TRANSLATION = "translation"
+    FINALIZE = "finalize"
+    OPSET_CONVERSION = "opset-conversion"
+    MODULE_FUNCTIONS = "module-functions"
+    WEIGHT_CHECK = "weight-check"
+    OPTIMIZATION = "optimization"
+    VERIFICATION = "verification"
+    SAVE = "save"
+
+    @classmethod
+    def all(cls) -> tuple[str, ...]:
+        """Every pass name, in pipeline order."""
+        return tuple(v for k, v in vars(cls).items() if k.isupper())
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportRequest:
+    """What the caller asked for, as given: the validate pass checks it."""
+
+    model: Any
+    args: Any = ()
+    kwargs: Any = None
+    dynamic_shapes: Any = None
+    opset_version: Any = None
+    registry: OnnxRegistry | None = None
+    diagnostic_options: Any = None
+    export_options: Any = None
+    module_functions: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportState:
+    """What the export knows after each pass; each pass returns a new one.
+
+    Attributes:
+        request: the caller's arguments.
+        args, kwargs: the example inputs, checked (a tuple and a dict).
+        registry: the ONNX functions to translate with.
+        dynamic_shapes: torch.export's spec (strings already turned into ``Dim.AUTO``).
+        requested_dims: (input name, dimension) -> example size, for every dimension asked
+            to be dynamic.
+        exported_program: the captured, then decomposed, program (never the caller's object).
+        shape_log: torch's symbolic-shape log records of the capture that succeeded.
+        dim_names: torch's dimension symbols (``s17``) -> names in the ONNX model.
+        onnx_model: the ONNX model, from translation on.
+    """
+
+    request: ExportRequest
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    registry: OnnxRegistry | None = None
+    dynamic_shapes: Any = None
+    requested_dims: Mapping[tuple[str, int], int] = dataclasses.field(default_factory=dict)
+    exported_program: torch.export.ExportedProgram | None = None
+    shape_log: tuple[str, ...] = ()
+    dim_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    onnx_model: ir.Model | None = None
+
+    def replace(self, **changes: Any) -> ExportState:
+        """A copy with ``changes``: passes never change the state they were given."""
+        return dataclasses.replace(self, **changes)
+
+
+S = TypeVar("S")
+
+
+class Pass(Protocol[S]):
+    """One step of an export, or of the work after it (optimize, verify, save)."""
+
+    name: ClassVar[str]
+    error_type: ClassVar[type[OnnxExporterError]]
+
+    def __call__(self, ctx: DiagnosticContext, state: S) -> S: ...
+
+
+def run_pipeline(ctx: DiagnosticContext, passes: Sequence[Pass[S]], state: S) -> S:
+    """Run ``passes`` in order, each inside its own ``ctx.pass_``.
+
+    An exception that no finding explains becomes the pass's failure rule (recorded by
+    ``ctx.pass_``) and is raised as the pass's ``error_type``, with the context attached.
+    When the context was already closed (work after the export), it is closed again with
+    the outcome, so the reports recompute success.
+    """
+    reopened = ctx.finished is not None
+    try:
+        for step in passes:
+            with ctx.pass_(step.name):
+                state = step(ctx, state)
+    except OnnxExporterError as error:
+        error.diagnostics = error.diagnostics or ctx
+        if reopened:
+            ctx.finish(error)
+        raise
+    except Exception as exc:
+        failed = ctx.passes[-1].name
+        error_type = next((s.error_type for s in passes if s.name == failed), OnnxExporterError)
+        finding = next(f for f in reversed(ctx.findings) if f.level >= Level.ERROR)
+        error = ctx.error_for([finding], error_type, finding.message)
+        if reopened:
+            ctx.finish(error)
+        raise error from exc
+    if reopened:
+        ctx.finish(None)
+    return state
+

@@ -1,0 +1,185 @@
+"""The capture pass: the model becomes a ``torch.export.ExportedProgram``.
+
+Strategies are objects tried in order: ``torch.export.export`` non-strict (traces with real
+Python, the most permissive), then strict (TorchDynamo). Each failure is a finding with its
+root cause; only when all fail does capture fail (DO100, or DO104 when the cause is a branch
+on a tensor's value). A program the caller passed in is copied, never rewritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import logging
+import traceback
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+import torch
+from torch.export import graph_signature as gs
+
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.diagnostics.context import exception_summary
+from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.errors import CaptureError, OnnxExporterError
+from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.model import as_module, describe_value
+
+__all__ = ["STRATEGIES", "CapturePass", "TorchExportStrategy", "copy_program"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchExportStrategy:
+    """``torch.export.export`` in strict or non-strict mode."""
+
+    strict: bool
+
+    @property
+    def label(self) -> str:
+        return f"torch.export.export(strict={self.strict})"
+
+    def capture(
+        self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
+    ) -> torch.export.ExportedProgram:
+        return torch.export.export(
+            module, tuple(args), kwargs=dict(kwargs), dynamic_shapes=dynamic_shapes, strict=self.strict
+        )
+
+
+#: The strategies, in the order they are tried.
+STRATEGIES: tuple[TorchExportStrategy, ...] = (
+    TorchExportStrategy(strict=False),
+    TorchExportStrategy(strict=True),
+)
+
+
+class _ShapeLog(logging.Handler):
+    """Collects torch's symbolic-shape log records (without printing them) during capture."""
+
+    LOGGER = "torch.fx.experimental.symbolic_shapes"
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[None]:
+        logger = logging.getLogger(self.LOGGER)
+        level, propagate, handlers = logger.level, logger.propagate, list(logger.handlers)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # the records are ours to read, not the user's to see
+        logger.handlers = [self]
+        try:
+            yield
+        finally:
+            logger.handlers = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+
+def copy_program(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """A program whose graph can be rewritten without touching ``ep`` (weights shared)."""
+    gm = copy.deepcopy(ep.graph_module)
+    return torch.export.ExportedProgram(
+        root=gm,
+        graph=gm.graph,
+        graph_signature=copy.deepcopy(ep.graph_signature),
+        state_dict=ep.state_dict,
+        range_constraints=ep.range_constraints,
+        module_call_graph=copy.deepcopy(ep.module_call_graph),
+        example_inputs=ep.example_inputs,
+        constants=ep.constants,
+        verifiers=ep.verifiers,
+    )
+
+
+def _frames(exc: BaseException) -> tuple[Location, ...]:
+    """Frames of the exception's traceback and of any traceback text in its message."""
+    frames = [
+        Location(fs.filename, fs.lineno or 1, fs.name)
+        for fs in reversed(traceback.extract_tb(exc.__traceback__))
+    ]
+    # torch.export (strict) reports the user's frames in the message, not the traceback.
+    return tuple(list(parse_stack_trace(str(exc))) + frames)
+
+
+def _is_data_dependent(exc: BaseException) -> bool:
+    """Whether capture failed on a branch over a tensor's value."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return "guardondatadependent" in text.replace("_", "") or "data-dependent" in text
+
+
+class CapturePass:
+    """The model -> an ExportedProgram, by the first strategy that succeeds."""
+
+    name: ClassVar[str] = PassName.CAPTURE
+    error_type: ClassVar[type[OnnxExporterError]] = CaptureError
+
+    def __init__(self, strategies: tuple[TorchExportStrategy, ...] = STRATEGIES) -> None:
+        self.strategies = strategies
+
+    def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        model = state.request.model
+        if isinstance(model, torch.export.ExportedProgram):
+            ctx.record(
+                "capture-strategy-succeeded",
+                strategy="the given ExportedProgram",
+                nodes=len(model.graph.nodes),
+            )
+            program = copy_program(model)
+            _check_outputs(ctx, program)
+            return state.replace(exported_program=program)
+        module = as_module(model)
+        causes: list[str] = []
+        data_dependent: tuple[Location | None, str] | None = None
+        for strategy in self.strategies:
+            shape_log = _ShapeLog()
+            try:
+                with shape_log.listening():
+                    program = strategy.capture(module, state.args, state.kwargs, state.dynamic_shapes)
+            except Exception as exc:  # noqa: BLE001 - each failure is a finding
+                frames = _frames(exc)
+                cause = exception_summary(exc)
+                causes.append(f"{strategy.label}: {cause}")
+                if data_dependent is None and _is_data_dependent(exc):
+                    data_dependent = (ctx.user_frame(frames), cause)
+                ctx.record(
+                    "capture-strategy-failed",
+                    locations=[ctx.user_frame(frames)],
+                    stack=frames,
+                    properties={"exception": type(exc).__name__},
+                    strategy=strategy.label,
+                    cause=cause,
+                )
+                continue
+            ctx.record(
+                "capture-strategy-succeeded", strategy=strategy.label, nodes=len(program.graph.nodes)
+            )
+            _check_outputs(ctx, program)
+            return state.replace(exported_program=program, shape_log=tuple(shape_log.messages))
+        if data_dependent is not None:
+            where, cause = data_dependent
+            ctx.fail(
+                "data-dependent-control-flow", CaptureError, where,
+                source=ctx.display(where), cause=cause,
+            )
+        first = ctx.by_rule("capture-strategy-failed")
+        ctx.fail(
+            "capture-failed", CaptureError, first[0].primary if first else None,
+            cause="no strategy could capture it:\n" + "\n".join(f"  - {c}" for c in causes),
+        )
+
+
+def _check_outputs(ctx: DiagnosticContext, ep: torch.export.ExportedProgram) -> None:
+    """Every user output of the captured program is a tensor (or a symbolic integer)."""
+    user = [s for s in ep.graph_signature.output_specs if s.kind == gs.OutputKind.USER_OUTPUT]
+    for index, spec in enumerate(user):
+        if isinstance(spec.arg, gs.ConstantArgument):
+            ctx.fail(
+                "non-tensor-output", CaptureError, ctx.model_location,
+                index=index, what=describe_value(spec.arg.value),
+            )

@@ -1,0 +1,77 @@
+"""The decompose pass: the captured program is lowered to ATen operators we can translate.
+
+The table is torch.export's default decompositions minus every operator the registry can
+translate, so ``aten.gelu`` stays ``gelu`` (one ONNX function) instead of ten primitives.
+The re-trace is skipped when it is not needed (``plan``); either way the graph gets the same
+rewrites (``rewrites``), and finding DO203 says which way was taken and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import torch
+
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.errors import DecompositionError, OnnxExporterError
+from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.decompose.plan import retrace_reason
+from dynamo_onnx.passes.decompose.rewrites import (
+    insert_type_promotion,
+    rewrite_aliases,
+    rewrite_views,
+    static_reshape_sizes,
+)
+from dynamo_onnx.passes.fx import graph_modules
+from dynamo_onnx.registry import OnnxRegistry
+
+__all__ = ["DecomposePass", "lower", "retrace_reason"]
+
+
+def lower(
+    ep: torch.export.ExportedProgram, registry: OnnxRegistry, also: Iterable[Any] = ()
+) -> tuple[torch.export.ExportedProgram, int, int]:
+    """Decompose ``ep`` (and the operators in ``also``, even if registered).
+
+    Returns the program, the number of views rewritten and of casts inserted.
+    """
+    views = rewrite_views(ep)
+    ep = ep.run_decompositions(registry.decomposition_table(also))
+    casts = sum(insert_type_promotion(gm) for gm in graph_modules(ep))
+    return ep, views, casts
+
+
+class DecomposePass:
+    """ExportedProgram -> ExportedProgram of operators the registry can translate."""
+
+    name: ClassVar[str] = PassName.DECOMPOSITION
+    error_type: ClassVar[type[OnnxExporterError]] = DecompositionError
+
+    def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        ep, registry = state.exported_program, state.registry
+        assert ep is not None and registry is not None
+        rewrite_aliases(ep)
+        reason = retrace_reason(ep, registry)
+        ctx.record(
+            "decomposition-plan",
+            properties={"retraced": reason is not None},
+            plan=(
+                f"re-traced with torch.export's decompositions because {reason}"
+                if reason is not None
+                else "not re-traced: the captured graph is functional and every operator in "
+                "it is translatable"
+            ),
+        )
+        if reason is None:
+            views = 0
+            casts = sum(insert_type_promotion(gm) for gm in graph_modules(ep))
+        else:
+            ep, views, casts = lower(ep, registry)
+        for gm in graph_modules(ep):
+            static_reshape_sizes(gm)
+        if views:
+            ctx.record("view-rewritten-as-reshape", count=views)
+        if casts:
+            ctx.record("type-promotion-inserted", count=casts)
+        return state.replace(exported_program=ep)

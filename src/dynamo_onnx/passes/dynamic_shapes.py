@@ -1,0 +1,126 @@
+"""The dynamic-shapes pass: what the caller asked to be dynamic against what the captured
+program has, and the names of the dynamic dimensions in the ONNX model.
+
+A dimension asked dynamic that torch specialized is a warning (DO106) naming the input, the
+dimension, the value and the guard's line. The dynamic ones get the caller's names (a
+string or a ``Dim``'s name) in the ONNX model, else ``<input>_dim_<i>``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.errors import CaptureError, OnnxExporterError
+from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.model import forward_signature
+
+__all__ = ["DynamicShapesPass", "dimension_names"]
+
+_CREATE = re.compile(r"create_symbol (\w+) = \d+ for L\['(\w+)'\]\.size\(\)\[(\d+)\]")
+_GUARD = re.compile(r"eval (.+?) \[guard added\].*?\((\S+?):(\d+) in (\w+)\)")
+_REPLACE = re.compile(r"set_replacement (\w+) = (-?\d+)")
+
+
+class DynamicShapesPass:
+    """Specialization findings and dimension names."""
+
+    name: ClassVar[str] = PassName.DYNAMIC_SHAPES
+    error_type: ClassVar[type[OnnxExporterError]] = CaptureError
+
+    def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        program = state.exported_program
+        assert program is not None
+        _report_specializations(ctx, state.shape_log, state.requested_dims)
+        names = dimension_names(program, state.request.model, state.request.dynamic_shapes)
+        return state.replace(dim_names=names)
+
+
+def _resolve(suffix: str) -> str | None:
+    """torch logs paths cut from the left to a width (``ork/main/model.py``): find the
+    loaded module whose file ends that way."""
+    suffix = suffix.replace("/", os.sep)
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and os.path.abspath(path).endswith(suffix):
+            return os.path.abspath(path)
+    return None
+
+
+def _report_specializations(
+    ctx: DiagnosticContext, messages: tuple[str, ...], requested: Mapping[tuple[str, int], int]
+) -> None:
+    """A warning for each requested-dynamic dimension torch specialized, with its guard."""
+    symbols: dict[str, tuple[str, int]] = {}
+    guards: list[tuple[str, str, int, str]] = []
+    for message in messages:
+        if created := _CREATE.search(message):
+            symbols[created[1]] = (created[2], int(created[3]))
+        elif guard := _GUARD.search(message):
+            guards.append((guard[1], guard[2], int(guard[3]), guard[4]))
+        elif (replaced := _REPLACE.search(message)) and replaced[1] in symbols:
+            input_name, dim = symbols[replaced[1]]
+            if (input_name, dim) not in requested:
+                continue
+            symbol = re.compile(rf"\b{re.escape(replaced[1])}\b")
+            culprit = next((g for g in reversed(guards) if symbol.search(g[0])), None)
+            where = None
+            if culprit is not None and (path := _resolve(culprit[1])):
+                where = Location(path, culprit[2], culprit[3])
+            ctx.record(
+                "dynamic-dim-specialized",
+                locations=[where],
+                input=input_name,
+                dim=dim,
+                value=int(replaced[2]),
+                guard=culprit[0] if culprit else "unknown",
+                source=ctx.display(where) if where else "an unknown line",
+            )
+
+
+def _given_names(spec: Any, model: Any) -> dict[tuple[str, int], str]:
+    """(input name, dimension) -> the name the caller gave it, for top-level tensor inputs."""
+    if isinstance(spec, (list, tuple)):
+        signature = forward_signature(model)
+        params = list(signature.parameters) if signature is not None else []
+        spec = dict(zip(params, spec))
+    names: dict[tuple[str, int], str] = {}
+    if not isinstance(spec, dict):
+        return names
+    for input_name, dims in spec.items():
+        items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
+        for index, dim in items:
+            name = dim if isinstance(dim, str) else getattr(dim, "__name__", None)
+            if isinstance(name, str) and name.isidentifier():
+                names[(input_name, int(index))] = name
+    return names
+
+
+def dimension_names(program: torch.export.ExportedProgram, model: Any, spec: Any) -> dict[str, str]:
+    """torch's symbols (``s17``) -> names for the ONNX dims: the caller's, else
+    ``<input>_dim_<i>``."""
+    given = _given_names(spec, model) if spec is not None and spec is not True else {}
+    user_inputs = {
+        s.arg.name
+        for s in program.graph_signature.input_specs
+        if s.kind == torch.export.graph_signature.InputKind.USER_INPUT and hasattr(s.arg, "name")
+    }
+    mapping: dict[str, str] = {}
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in user_inputs:
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for index, dim in enumerate(val.shape):
+            symbol = str(dim)
+            if isinstance(dim, int) or not symbol.isidentifier() or symbol in mapping:
+                continue
+            mapping[symbol] = given.get((node.name, index), f"{node.name}_dim_{index}")
+    return mapping

@@ -1,0 +1,104 @@
+"""Where an FX node came from, and the ``metadata_props`` keys that carry it into ONNX.
+
+Every ONNX node keeps its origin: the FX node, the module path and classes, and the Python
+stack. Translation writes these keys; grouping modules into functions and finding the
+operators that block an opset conversion read them. The keys are defined here only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.fx
+
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.diagnostics.findings import parse_stack_trace
+
+__all__ = [
+    "FX_NODE",
+    "FX_NODE_NAME",
+    "META_PREFIX",
+    "MODULE_CHAIN",
+    "MODULE_CLASS",
+    "MODULE_CLASSES",
+    "MODULE_PATH",
+    "NAMESPACE",
+    "NodeSource",
+    "STACK_TRACE",
+    "control_flow_source",
+    "node_source",
+    "origin_props",
+]
+
+#: Prefix of the metadata_props keys that record each ONNX node's origin.
+META_PREFIX = "pkg.dynamo_onnx."
+FX_NODE = f"{META_PREFIX}fx_node"
+FX_NODE_NAME = f"{META_PREFIX}fx_node_name"
+MODULE_PATH = f"{META_PREFIX}module_path"
+MODULE_CHAIN = f"{META_PREFIX}module_chain"
+MODULE_CLASSES = f"{META_PREFIX}module_classes"
+#: The class of the module a local function stands for (``module_functions=True``).
+MODULE_CLASS = f"{META_PREFIX}module_class"
+STACK_TRACE = f"{META_PREFIX}stack_trace"
+#: The key Netron and torch.onnx use for a node's module path.
+NAMESPACE = "namespace"
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSource:
+    """Where an FX node came from in the user's code."""
+
+    frames: tuple[Location, ...]
+    primary: Location | None
+    module_path: str
+    stack_trace: str
+    #: Paths of the modules whose forward was on the stack, outermost first.
+    module_chain: tuple[str, ...] = ()
+    #: Their classes, as ``module.Class`` names.
+    module_classes: tuple[str, ...] = ()
+
+
+def node_source(ctx: DiagnosticContext, node: torch.fx.Node) -> NodeSource:
+    """The node's stack (from ``meta["stack_trace"]``), user frame and module path."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = parse_stack_trace(trace)
+    stack = node.meta.get("nn_module_stack") or {}
+    entries = [(path, cls) for path, cls in stack.values() if path]
+    chain = tuple(path for path, _ in entries)
+    classes = tuple(
+        cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}" for _, cls in entries
+    )
+    module_path = chain[-1] if chain else ""
+    return NodeSource(frames, ctx.user_frame(frames), module_path, trace, chain, classes)
+
+
+def control_flow_source(ctx: DiagnosticContext, node: torch.fx.Node) -> NodeSource:
+    """Where a control-flow node is in the user's code.
+
+    torch records the higher-order call with a generated stack (``<eval_with_key>``); the
+    nodes computing its operands, like the predicate of a ``cond``, carry the user's line.
+    """
+    source = node_source(ctx, node)
+    if source.primary is not None:
+        return source
+    for arg in node.all_input_nodes:
+        candidate = node_source(ctx, arg)
+        if candidate.primary is not None:
+            return dataclasses.replace(
+                candidate, stack_trace=candidate.stack_trace or source.stack_trace
+            )
+    return source
+
+
+def origin_props(node: torch.fx.Node, source: NodeSource) -> dict[str, str]:
+    """The ``metadata_props`` of every ONNX node translated from ``node``."""
+    return {
+        FX_NODE: node.format_node(),
+        FX_NODE_NAME: node.name,
+        MODULE_PATH: source.module_path,
+        MODULE_CHAIN: ";".join(source.module_chain),
+        MODULE_CLASSES: ";".join(source.module_classes),
+        STACK_TRACE: source.stack_trace,
+        NAMESPACE: source.module_path,
+    }

@@ -1,0 +1,76 @@
+"""The user's model as torch.export sees it: a module, its ``forward`` and where its code is.
+Shared by the passes that read the model (validate, capture, dynamic shapes)."""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from dynamo_onnx.diagnostics import Location
+
+__all__ = ["as_module", "code_location", "describe_value", "forward_signature"]
+
+
+class _CallableModule(torch.nn.Module):
+    """Lets torch.export capture a plain callable, which it only accepts as a module."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self._fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(*args, **kwargs)
+
+
+def as_module(model: Any) -> torch.nn.Module:
+    """The model as an ``nn.Module``.
+
+    A Python function becomes the ``forward`` of a module itself (its code renamed
+    ``forward``): torch records in ``stack_trace`` only frames of functions named
+    ``forward``, so calling the function from a wrapper's forward would lose every line of
+    the user's function. Other callables are called from a wrapper.
+    """
+    if isinstance(model, torch.nn.Module):
+        return model
+    if isinstance(model, types.FunctionType):
+        code = model.__code__.replace(co_name="forward")
+        forward = types.FunctionType(
+            code, model.__globals__, "forward", model.__defaults__, model.__closure__
+        )
+        forward.__kwdefaults__ = model.__kwdefaults__
+        forward.__annotations__ = model.__annotations__
+        module_type = type(model.__name__, (torch.nn.Module,), {"forward": staticmethod(forward)})
+        return module_type()
+    return _CallableModule(model)
+
+
+def forward_signature(model: Any) -> inspect.Signature | None:
+    """The signature of the model's ``forward`` (None for builtins without one)."""
+    try:
+        return inspect.signature(as_module(model).forward)
+    except (TypeError, ValueError):
+        return None
+
+
+def code_location(model: Any) -> Location | None:
+    """Where the model's code starts: its class's ``forward``, or the function itself."""
+    code_owner = type(model).forward if isinstance(model, torch.nn.Module) else model
+    try:
+        path = inspect.getsourcefile(code_owner)
+        _, line = inspect.getsourcelines(code_owner)
+    except (TypeError, OSError):
+        return None
+    return Location(path, line, getattr(code_owner, "__name__", None)) if path else None
+
+
+def describe_value(value: Any) -> str:
+    """``an int (42)``: what a value is, for messages about bad input."""
+    text = repr(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    name = type(value).__name__
+    article = "an" if name[:1].lower() in "aeiou" else "a"
+    return f"{article} {name} ({text})"

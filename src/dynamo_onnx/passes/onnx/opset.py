@@ -1,0 +1,128 @@
+"""The opset-conversion pass: the model converted to the opset the caller asked for.
+
+Translation writes opset 18 (torch_lib's); onnxscript's version converter takes it to the
+target. The converter may leave a model unchanged instead of failing, so the result is
+checked, and a failure names the operators that block it (each converted alone) and the
+first one's line in the model.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import onnx
+import onnx.version_converter
+import onnx_ir as ir
+import onnxscript.version_converter
+
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics.context import exception_summary
+from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.errors import OnnxExporterError, SerializationError
+from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.metadata import STACK_TRACE
+
+__all__ = ["OpsetConversionPass"]
+
+
+class OpsetConversionPass:
+    """Convert to ``opset_version`` when it is not the opset translation wrote."""
+
+    name: ClassVar[str] = PassName.OPSET_CONVERSION
+    error_type: ClassVar[type[OnnxExporterError]] = SerializationError
+
+    def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        model, target = state.onnx_model, state.request.opset_version
+        assert model is not None
+        if target is not None and target != model.opset_imports.get(""):
+            _convert_opset(ctx, model, target)
+        return state
+
+
+def _convert_opset(ctx: DiagnosticContext, model: ir.Model, target: int) -> None:
+    """Convert to ``target`` and check it happened: the converter may leave the model as is."""
+    source = model.opset_imports.get("", 0)
+    cause = "the ONNX version converter left the model unchanged"
+    try:
+        onnxscript.version_converter.convert_version(model, target, fallback=True)
+    except Exception as exc:  # noqa: BLE001 - reported as the finding's cause
+        cause = exception_summary(exc)
+    if model.opset_imports.get("") == target:
+        return
+    blockers = _blocking_nodes(model, source, target)
+    if blockers:
+        cause = "blocked by " + "; ".join(
+            f"{op_type} ({count} node(s): {reason})" for op_type, (count, reason, _) in blockers.items()
+        )
+    first = next(iter(blockers.values()), None)
+    frames = parse_stack_trace(first[2]) if first else ()
+    ctx.fail(
+        "opset-conversion-failed",
+        SerializationError,
+        ctx.user_frame(frames),
+        stack=frames,
+        properties={"blocking_ops": sorted(blockers)},
+        source=source,
+        target=target,
+        cause=cause,
+    )
+
+
+#: Nodes tried per operator type when looking for what blocks a conversion.
+_PROBES_PER_OP = 3
+
+
+def _probe_model(node: ir.Node, source: int) -> onnx.ModelProto:
+    """A model of one node: constant inputs as initializers, others as typed inputs."""
+    inputs, initializers = [], []
+    for i, value in enumerate(node.inputs):
+        if value is None:
+            continue
+        name = f"in{i}"
+        producer = value.producer()
+        constant = value.const_value
+        if constant is None and producer is not None and producer.op_type == "Constant":
+            attr = producer.attributes.get("value")
+            constant = attr.value if attr is not None else None
+        if constant is not None:
+            initializers.append(onnx.numpy_helper.from_array(constant.numpy(), name))
+            continue
+        dtype = value.dtype.value if value.dtype is not None else onnx.TensorProto.FLOAT
+        inputs.append(onnx.helper.make_tensor_value_info(name, dtype, None))
+    names = [f"in{i}" if v is not None else "" for i, v in enumerate(node.inputs)]
+    copy = onnx.helper.make_node(
+        node.op_type, names, [f"out{i}" for i in range(len(node.outputs))],
+        domain=node.domain,
+    )
+    copy.attribute.extend(ir.serde.serialize_attribute(a) for a in node.attributes.values())
+    outputs = [onnx.helper.make_empty_tensor_value_info(f"out{i}") for i in range(len(node.outputs))]
+    graph = onnx.helper.make_graph([copy], "probe", inputs, outputs, initializers)
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", source)])
+
+
+def _blocking_nodes(
+    model: ir.Model, source: int, target: int
+) -> dict[str, tuple[int, str, str]]:
+    """Operator type -> (how many nodes, why, the first one's stack trace) for every
+    operator that the ONNX version converter cannot take from ``source`` to ``target``."""
+    tried: dict[str, int] = {}
+    blockers: dict[str, tuple[int, str, str]] = {}
+    for node in model.graph:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        op_type = node.op_type
+        if op_type in blockers:
+            count, reason, trace = blockers[op_type]
+            blockers[op_type] = (count + 1, reason, trace)
+            continue
+        if tried.get(op_type, 0) >= _PROBES_PER_OP:
+            continue
+        tried[op_type] = tried.get(op_type, 0) + 1
+        try:
+            onnx.version_converter.convert_version(_probe_model(node, source), target)
+        except Exception as exc:  # noqa: BLE001 - the reason is the finding
+            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            reason = reason.split("failed: ", 1)[-1]
+            trace = node.metadata_props.get(STACK_TRACE, "")
+            blockers[op_type] = (1, reason, trace)
+    return blockers

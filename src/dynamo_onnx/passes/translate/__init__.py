@@ -1,0 +1,110 @@
+"""The translate pass: the decomposed ExportedProgram becomes an ``onnx_ir`` model.
+
+The FX graph is run through the :class:`~dynamo_onnx.passes.translate.interpreter.Translator`,
+then the program's signature says which values are the graph's inputs, weights and outputs.
+Translation is collect-all: an export that meets three unsupported operators reports all
+three, with a coverage figure, and fails once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import onnx_ir as ir
+import torch
+from torch.export import graph_signature as gs
+
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.errors import OnnxExporterError, TranslationError
+from dynamo_onnx.options import DEFAULT_OPSET
+from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.metadata import FX_NODE_NAME
+from dynamo_onnx.passes.translate import problems
+from dynamo_onnx.passes.translate.builder import GraphBuilder
+from dynamo_onnx.passes.translate.fallback import Lower
+from dynamo_onnx.passes.translate.interpreter import Translator
+from dynamo_onnx.passes.translate.problems import OperatorTally
+from dynamo_onnx.versions import package_version
+
+__all__ = ["Decompose", "TranslatePass"]
+
+#: ``lower(ep, registry, also) -> (program, views, casts)`` of the decompose pass.
+Decompose = Callable[..., tuple[Any, int, int]]
+
+
+class TranslatePass:
+    """ExportedProgram (ATen) -> ``onnx_ir.Model``, reporting every node it cannot translate.
+
+    Args:
+        decompose: the decompose pass's ``lower(ep, registry, also)``; enables the per-node
+            fallback (a node whose operator has no working ONNX function but a torch
+            decomposition is decomposed alone).
+    """
+
+    name: ClassVar[str] = PassName.TRANSLATION
+    error_type: ClassVar[type[OnnxExporterError]] = TranslationError
+
+    def __init__(self, decompose: Decompose | None = None) -> None:
+        self.decompose = decompose
+
+    def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        ep = state.exported_program
+        registry = state.registry
+        assert ep is not None and registry is not None
+        opset = state.request.opset_version or DEFAULT_OPSET
+        graph = ir.Graph([], [], nodes=[], name="main_graph")
+        model = ir.Model(
+            graph, ir_version=10, producer_name="dynamo-onnx", producer_version=package_version()
+        )
+        builder = GraphBuilder(model, graph)
+        tally = OperatorTally()
+        lower: Lower | None = None
+        if self.decompose is not None:
+            decompose = self.decompose
+
+            def lower(program: torch.export.ExportedProgram, ops: Sequence[Any]) -> Any:
+                return decompose(program, registry, ops)[0]
+
+        translator = Translator(
+            ctx, registry, builder, opset=opset, tally=tally, lower=lower, module=ep.graph_module
+        )
+        translator.run(ep.graph)
+        ctx.summary.operators = tally.uses()
+        translated, total = tally.coverage()
+        if total:
+            ctx.record("operator-coverage", translated=translated, total=total)
+        problems.raise_for_failures(ctx, tally)
+        _bind_signature(ctx, ep, builder)
+        return state.replace(onnx_model=model)
+
+
+def _bind_signature(
+    ctx: DiagnosticContext, ep: torch.export.ExportedProgram, builder: GraphBuilder
+) -> None:
+    """Inputs, initializers and outputs from the ExportedProgram's graph signature."""
+    graph = builder.graph
+    state = {**ep.state_dict, **ep.constants}
+    for spec in ep.graph_signature.input_specs:
+        if isinstance(spec.arg, gs.ConstantArgument) or not hasattr(spec.arg, "name"):
+            continue
+        value = builder.value(spec.arg.name)
+        if spec.kind == gs.InputKind.USER_INPUT:
+            graph.inputs.append(value)
+            continue
+        tensor = state.get(spec.target) if spec.target is not None else None
+        if tensor is None:
+            ctx.fail(
+                "translation-failed", TranslationError,
+                cause=f"the program has no tensor for its {spec.kind.name} {spec.target!r}",
+            )
+        if isinstance(tensor, torch.nn.Parameter):
+            tensor = tensor.data
+        builder.add_initializer(spec.target, tensor, value)
+        value.metadata_props[FX_NODE_NAME] = spec.arg.name
+    outputs = [
+        builder.value(spec.arg.name)
+        for spec in ep.graph_signature.output_specs
+        if spec.kind == gs.OutputKind.USER_OUTPUT and hasattr(spec.arg, "name")
+    ]
+    builder.set_outputs(outputs)

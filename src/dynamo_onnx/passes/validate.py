@@ -1,0 +1,241 @@
+"""The validate pass: the model, the arguments and the options, before anything runs.
+
+Bad input should fail before any work, with the rule, the cause and the fix, instead of
+deep inside torch.export. Each check fails through ``ctx.fail``, so the reports say it.
+The pass also normalizes what the caller gave: ``args`` as a tuple, ``kwargs`` as a dict,
+the dynamic-shape spec in torch.export's terms, and the registry to translate with.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+from torch.export import pytree
+
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.errors import InvalidExportOptionsError, OnnxExporterError
+from dynamo_onnx.options import (
+    ExportOptions,
+    OptionProblem,
+    diagnostic_options_problem,
+    export_options_problem,
+    opset_problem,
+)
+from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.model import as_module, code_location, describe_value, forward_signature
+from dynamo_onnx.registry import OnnxRegistry
+
+__all__ = ["ValidatePass", "normalize_dynamic_shapes"]
+
+#: Leaf types torch.export takes as inputs (others must be registered pytree containers).
+_LEAF_TYPES = (torch.Tensor, bool, int, float, complex, str, type(None), torch.dtype, torch.device)
+
+#: torch.onnx.export's own keywords: passed to dynamo_export they reach the model.
+_EXPORT_KEYWORDS = frozenset(
+    {"args", "kwargs", "opset_version", "export_params", "verbose", "input_names",
+     "output_names", "dynamic_axes", "do_constant_folding", "dynamo", "f",
+     "training", "operator_export_type", "keep_initializers_as_inputs",
+     "custom_opsets", "export_modules_as_functions", "external_data", "report",
+     "optimize", "verify", "dynamic_shapes", "artifacts_dir"}
+)
+
+
+class ValidatePass:
+    """Check the request; return the state the capture needs."""
+
+    name: ClassVar[str] = PassName.VALIDATE
+    #: Anything unexpected here is an internal error (DO900); bad input fails on purpose.
+    error_type: ClassVar[type[OnnxExporterError]] = OnnxExporterError
+
+    def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        request = state.request
+        for problem in (
+            diagnostic_options_problem(request.diagnostic_options),
+            export_options_problem(request.export_options),
+            opset_problem(request.opset_version),
+        ):
+            _fail_option(ctx, problem)
+        _check_model(ctx, request.model)
+        args, kwargs = _check_arguments(ctx, request.args, request.kwargs)
+        registry = request.registry if request.registry is not None else OnnxRegistry()
+        if isinstance(request.model, torch.export.ExportedProgram):
+            return state.replace(args=args, kwargs=kwargs, registry=registry)
+        ctx.model_location = code_location(request.model)
+        _check_inputs(ctx, request.model, args, kwargs)
+        spec = request.dynamic_shapes
+        options = request.export_options
+        if spec is True or (isinstance(options, ExportOptions) and options.dynamic_shapes):
+            spec = _all_dimensions_dynamic(request.model, args, kwargs)
+        spec = normalize_dynamic_shapes(spec)
+        requested = _requested_dynamic(spec, request.model, args, kwargs)
+        for (input_name, dim), size in requested.items():
+            if size in (0, 1):
+                ctx.record(
+                    "dynamic-dim-example-too-small",
+                    locations=[ctx.call_site],
+                    input=input_name, dim=dim, size=size,
+                )
+        return state.replace(
+            args=args, kwargs=kwargs, registry=registry, dynamic_shapes=spec, requested_dims=requested
+        )
+
+
+def _fail_option(ctx: DiagnosticContext, problem: OptionProblem | None) -> None:
+    if problem is not None:
+        ctx.fail("invalid-option", problem.error_type, **problem.fields)
+
+
+def _check_model(ctx: DiagnosticContext, model: Any) -> None:
+    if isinstance(model, (torch.nn.Module, torch.export.ExportedProgram)):
+        return
+    if isinstance(model, type) or not callable(model):
+        what = f"the class {model.__name__}" if isinstance(model, type) else describe_value(model)
+        ctx.fail("invalid-model", InvalidExportOptionsError, what=what)
+
+
+def _check_arguments(
+    ctx: DiagnosticContext, args: Any, kwargs: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` as a tuple (a lone tensor becomes one), ``kwargs`` as a dict, leaves checked."""
+    if isinstance(args, torch.Tensor):
+        args = (args,)
+    if not isinstance(args, tuple):
+        ctx.fail(
+            "invalid-arguments", InvalidExportOptionsError,
+            problem=f"`args` must be a tuple of the model's positional inputs, got "
+            f"{describe_value(args)}; for one input write `(x,)`",
+        )
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        ctx.fail(
+            "invalid-arguments", InvalidExportOptionsError,
+            problem=f"`kwargs` must be a dict of keyword inputs by name, got {describe_value(kwargs)}",
+        )
+    leaves, _ = pytree.tree_flatten((args, dict(kwargs)))
+    for leaf in leaves:
+        if not isinstance(leaf, _LEAF_TYPES):
+            ctx.fail(
+                "invalid-arguments", InvalidExportOptionsError,
+                problem=f"an input is {describe_value(leaf)}, which torch.export cannot take "
+                "(inputs are tensors, numbers, bools, strings, None, and lists, tuples, dicts "
+                "or registered containers of them)",
+            )
+    return args, dict(kwargs)
+
+
+def _right_call(args: tuple[Any, ...], kwargs: Mapping[str, Any], unexpected: list[str]) -> str:
+    """The call the user most likely meant, written out."""
+    inputs = [f"<{type(a).__name__}>" for a in args]
+    given = kwargs.get("args")
+    if not args and given is not None:
+        given = given if isinstance(given, tuple) else (given,)
+        inputs = [f"<{type(a).__name__}>" for a in given]
+    inputs += [f"{k}=<{type(v).__name__}>" for k, v in kwargs.items() if k not in unexpected]
+    options = [f"{k}={kwargs[k]!r}" for k in ("opset_version",) if k in kwargs]
+    model_inputs = ", ".join(["model", *inputs])
+    call = f"dynamo_onnx.dynamo_export({model_inputs})"
+    if options:
+        call += f", or dynamo_onnx.export(model, ({', '.join(inputs)},), {', '.join(options)})"
+    return call
+
+
+def _check_inputs(
+    ctx: DiagnosticContext, model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> None:
+    """Fail early, with the names, when the inputs do not fit ``forward``'s signature."""
+    signature = forward_signature(model)
+    if signature is None:  # builtins without a signature: let torch.export judge
+        return
+    try:
+        signature.bind(*args, **kwargs)
+        return
+    except TypeError as exc:
+        reason = str(exc)
+    accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    unexpected = [] if accepts_any else [k for k in kwargs if k not in signature.parameters]
+    if unexpected:
+        problem = f"the keyword argument(s) {', '.join(unexpected)}"
+        export_words = [k for k in unexpected if k in _EXPORT_KEYWORDS]
+        if export_words:
+            problem += (
+                f" ({', '.join(export_words)} are torch.onnx.export options, which "
+                "dynamo_export passes to the model)"
+            )
+    else:
+        problem = f"these inputs ({reason})"
+    ctx.fail(
+        "inputs-do-not-match-forward",
+        InvalidExportOptionsError,
+        properties={"unexpected": unexpected},
+        signature=str(signature),
+        problem=problem,
+        call=_right_call(args, kwargs, unexpected),
+    )
+
+
+def _auto_spec(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return {dim: torch.export.Dim.AUTO for dim in range(value.dim())} or None
+    if isinstance(value, (list, tuple)):
+        return type(value)(_auto_spec(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _auto_spec(v) for k, v in value.items()}
+    return None
+
+
+def _all_dimensions_dynamic(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """``dynamic_shapes=True``: every dimension of every tensor input dynamic.
+
+    ``Dim.AUTO`` lets torch.export keep a dimension static where the model requires it (the
+    8 input features of a Linear(8, ...)) instead of failing; the seed's "most compatible"
+    meaning.
+    """
+    bound = inspect.signature(as_module(model).forward).bind(*args, **kwargs)
+    return {name: _auto_spec(value) for name, value in bound.arguments.items()}
+
+
+def normalize_dynamic_shapes(spec: Any) -> Any:
+    """torch.export's specs, plus names as strings: ``{0: "batch"}`` -> ``{0: Dim.AUTO}``.
+
+    A named string is dynamic where the model allows it: a dimension the model specializes
+    becomes a ``dynamic-dim-specialized`` warning instead of a failed capture (``Dim``
+    objects keep torch's strict meaning). The names are applied to the ONNX dims after.
+    """
+    if isinstance(spec, str):
+        return torch.export.Dim.AUTO
+    if isinstance(spec, dict):
+        return {k: normalize_dynamic_shapes(v) for k, v in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(normalize_dynamic_shapes(v) for v in spec)
+    return spec
+
+
+def _requested_dynamic(
+    spec: Any, model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> dict[tuple[str, int], int]:
+    """(input name, dimension) -> example size, for every dimension the spec makes dynamic."""
+    signature = forward_signature(model)
+    if spec is None or signature is None:
+        return {}
+    try:
+        bound = signature.bind(*args, **kwargs).arguments
+    except TypeError:
+        return {}
+    if isinstance(spec, (list, tuple)):
+        spec = dict(zip(bound, spec))
+    requested: dict[tuple[str, int], int] = {}
+    if not isinstance(spec, dict):
+        return requested
+    for name, dims in spec.items():
+        value = bound.get(name)
+        if not isinstance(value, torch.Tensor):
+            continue
+        items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
+        for index, dim in items:
+            if dim is not None and dim is not torch.export.Dim.STATIC and int(index) < value.dim():
+                requested[(name, int(index))] = int(value.shape[int(index)])
+    return requested
