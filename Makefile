@@ -20,7 +20,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/mlp.py
 
+LINTED = src tests benchmarks examples
+
 test: $(STAMP) $(SARIF_TOOL)
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
 	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
 # The Microsoft SARIF multitool, used by the tests to check logs with GitHub's rules.

@@ -187,7 +187,9 @@ def measure(model_name: str, exporter: str, diagnostics: str, workdir: str) -> d
 
 
 def _subprocess(*args: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         return {"error": "\n".join(done.stderr.strip().splitlines()[-15:])}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -208,9 +210,7 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {key: _median(good, key) for key in METRICS}
     if good and "passes_s" in good[0]:
         names = good[0]["passes_s"]
-        summary["passes_s"] = {
-            n: statistics.median(r["passes_s"][n] for r in good) for n in names
-        }
+        summary["passes_s"] = {n: statistics.median(r["passes_s"][n] for r in good) for n in names}
     errors = [r["error"] for r in runs if "error" in r]
     if errors:
         summary["error"] = errors[0]
@@ -240,7 +240,12 @@ def _machine() -> dict[str, Any]:
 
 
 def run(models: list[str], repeats: int, log: Any = sys.stderr) -> dict[str, Any]:
-    results: dict[str, Any] = {"machine": _machine(), "repeats": repeats, "opset": OPSET, "models": {}}
+    results: dict[str, Any] = {
+        "machine": _machine(),
+        "repeats": repeats,
+        "opset": OPSET,
+        "models": {},
+    }
     for model in models:
         runs: dict[str, list[dict[str, Any]]] = {e: [] for e in EXPORTERS}
         levels: dict[str, list[dict[str, Any]]] = {"info": [], "debug": []}
@@ -256,7 +261,10 @@ def run(models: list[str], repeats: int, log: Any = sys.stderr) -> dict[str, Any
                 for level, level_runs in levels.items():
                     level_runs.append(_run_worker(model, "dynamo-onnx", level, workdir))
             for exporter in EXPORTERS:
-                print(f"{model:16} {exporter:12} run {i + 1}/{repeats}: {_brief(runs[exporter][-1])}", file=log)
+                print(
+                    f"{model:16} {exporter:12} run {i + 1}/{repeats}: {_brief(runs[exporter][-1])}",
+                    file=log,
+                )
             print(
                 f"{model:16} reports: "
                 + ", ".join(f"{lv} {_brief_report(rs[-1])}" for lv, rs in levels.items()),
@@ -302,7 +310,9 @@ def markdown(results: dict[str, Any]) -> str:
         "the optimized models, one thread, both models run in turns in one process; "
         "ratio = dynamo-onnx / torch.onnx (below 1 is better).",
         "",
-        "| model | " + " | ".join(f"{title} (ours / torch.onnx, ratio)" for title, _ in METRICS.values()) + " |",
+        "| model | "
+        + " | ".join(f"{title} (ours / torch.onnx, ratio)" for title, _ in METRICS.values())
+        + " |",
         "|---|" + "---|" * len(METRICS),
     ]
     for model, entry in results["models"].items():
@@ -327,8 +337,10 @@ def markdown(results: dict[str, Any]) -> str:
     for model, entry in results["models"].items():
         ours = entry["dynamo-onnx"]
         passes = ours.get("passes_s", {})
-        cells = [f"{passes[p]:.2f}" if p in passes else "-" for p in
-                 ("capture", "decomposition", "translation", "serialization")]
+        cells = [
+            f"{passes[p]:.2f}" if p in passes else "-"
+            for p in ("capture", "decomposition", "translation", "serialization")
+        ]
         cells.append(f"{ours['export_s']:.2f}" if ours.get("export_s") else "failed")
         for level in ("info", "debug"):
             r = entry["reports"][level]
@@ -345,7 +357,9 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     if errors:
         lines += ["", "Failures:", ""]
-        lines += [f"- {model}, {exporter}: `{err.splitlines()[-1]}`" for model, exporter, err in errors]
+        lines += [
+            f"- {model}, {exporter}: `{err.splitlines()[-1]}`" for model, exporter, err in errors
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -359,7 +373,9 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from models import MODELS  # noqa: PLC0415
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=str(HERE / "results" / "results.json"))

@@ -65,10 +65,14 @@ def main() -> None:
     peak_after_save = peak_rss_mib()
     data = path + ".data"
     print(f"weights {weights_mib:.0f} MiB in {layers} x Linear({width}, {width})")
-    print(f"saved in {save_s:.1f} s: {os.path.getsize(path) / 1e3:.0f} kB model, "
-          f"{os.path.getsize(data) / 2**20:.0f} MiB external data")
-    print(f"RSS before save {before_save:.0f} MiB, peak through save {peak_after_save:.0f} MiB "
-          f"(growth {peak_after_save - before_save:.0f} MiB; weights {weights_mib:.0f} MiB)")
+    print(
+        f"saved in {save_s:.1f} s: {os.path.getsize(path) / 1e3:.0f} kB model, "
+        f"{os.path.getsize(data) / 2**20:.0f} MiB external data"
+    )
+    print(
+        f"RSS before save {before_save:.0f} MiB, peak through save {peak_after_save:.0f} MiB "
+        f"(growth {peak_after_save - before_save:.0f} MiB; weights {weights_mib:.0f} MiB)"
+    )
     program.release()
     del program
     import onnxruntime as ort

@@ -33,9 +33,14 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     config = transformers.LlamaConfig(
-        hidden_size=4096, intermediate_size=11008, num_attention_heads=32,
-        num_key_value_heads=32, num_hidden_layers=args.layers, vocab_size=32000,
-        max_position_embeddings=4096, use_cache=False,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        num_hidden_layers=args.layers,
+        vocab_size=32000,
+        max_position_embeddings=4096,
+        use_cache=False,
     )
     start_rss = peak_rss_mb()
     t0 = time.perf_counter()
@@ -50,8 +55,12 @@ def main() -> None:
     program.save(args.out, include_initializers=False, keep_initializers_as_inputs=True)
     saved = time.perf_counter()
     passes = ", ".join(f"{p.name} {p.duration_s:.1f} s" for p in program.diagnostics.passes)
-    print(f"model: Llama, {args.layers} layers, hidden 4096, {params / 1e9:.2f} B parameters (fake)")
-    print(f"build {built - t0:.1f} s, export {exported - built:.1f} s ({passes}), save {saved - exported:.1f} s")
+    print(
+        f"model: Llama, {args.layers} layers, hidden 4096, {params / 1e9:.2f} B parameters (fake)"
+    )
+    print(
+        f"build {built - t0:.1f} s, export {exported - built:.1f} s ({passes}), save {saved - exported:.1f} s"
+    )
     print(f"ONNX: {len(program.model.graph)} nodes, {os.path.getsize(args.out) / 1e6:.1f} MB file")
     print(f"peak RSS {peak_rss_mb():.0f} MiB (at start {start_rss:.0f} MiB); target < 1536 MiB")
 

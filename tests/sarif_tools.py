@@ -23,13 +23,30 @@ def multitool_errors(log_path: pathlib.Path, tmp_path: pathlib.Path) -> list[str
     tool = pathlib.Path(os.environ.get("SARIF_MULTITOOL", MULTITOOL))
     if not tool.exists() or not GITHUB_CONFIG.exists():
         if os.environ.get("CI"):
-            pytest.fail(f"the SARIF multitool or its GitHub policy is missing: {tool}, {GITHUB_CONFIG}")
-        pytest.skip("SARIF multitool not installed (npm install --prefix .sarif-tools @microsoft/sarif-multitool)")
+            pytest.fail(
+                f"the SARIF multitool or its GitHub policy is missing: {tool}, {GITHUB_CONFIG}"
+            )
+        pytest.skip(
+            "SARIF multitool not installed (npm install --prefix .sarif-tools @microsoft/sarif-multitool)"
+        )
     out = tmp_path / f"{log_path.stem}.validation.sarif"
     subprocess.run(
-        [str(tool), "validate", str(log_path), "--rule-kind", "Sarif;Ghas",
-         "-c", str(GITHUB_CONFIG), "-o", str(out), "--log", "ForceOverwrite"],
-        check=False, capture_output=True, timeout=120,
+        [
+            str(tool),
+            "validate",
+            str(log_path),
+            "--rule-kind",
+            "Sarif;Ghas",
+            "-c",
+            str(GITHUB_CONFIG),
+            "-o",
+            str(out),
+            "--log",
+            "ForceOverwrite",
+        ],
+        check=False,
+        capture_output=True,
+        timeout=120,
     )
     assert out.exists(), "the multitool wrote no output file"
     results = json.loads(out.read_text())["runs"][0].get("results", [])

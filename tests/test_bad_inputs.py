@@ -48,55 +48,83 @@ X = torch.randn(2, 4)
 CASES = {
     "model is an int": (
         lambda **r: dynamo_onnx.export(42, (X,), **r),
-        dynamo_onnx.InvalidExportOptionsError, "DO107", ["an int (42)", "instantiate"],
+        dynamo_onnx.InvalidExportOptionsError,
+        "DO107",
+        ["an int (42)", "instantiate"],
     ),
     "model is a class": (
         lambda **r: dynamo_onnx.export(Linear, (X,), **r),
-        dynamo_onnx.InvalidExportOptionsError, "DO107", ["the class Linear"],
+        dynamo_onnx.InvalidExportOptionsError,
+        "DO107",
+        ["the class Linear"],
     ),
     "args is a list": (
         lambda **r: dynamo_onnx.export(Linear(), [X], **r),
-        dynamo_onnx.InvalidExportOptionsError, "DO108", ["`args` must be a tuple", "(x,)"],
+        dynamo_onnx.InvalidExportOptionsError,
+        "DO108",
+        ["`args` must be a tuple", "(x,)"],
     ),
     "kwargs is a list": (
         lambda **r: dynamo_onnx.export(Linear(), (X,), [X], **r),
-        dynamo_onnx.InvalidExportOptionsError, "DO108", ["`kwargs` must be a dict"],
+        dynamo_onnx.InvalidExportOptionsError,
+        "DO108",
+        ["`kwargs` must be a dict"],
     ),
     "wrong number of args": (
         lambda **r: dynamo_onnx.export(Linear(), (X, X), **r),
-        dynamo_onnx.InvalidExportOptionsError, "DO103", ["too many positional arguments"],
+        dynamo_onnx.InvalidExportOptionsError,
+        "DO103",
+        ["too many positional arguments"],
     ),
     "input of unsupported type": (
         lambda **r: dynamo_onnx.export(Linear(), (object(),), **r),
-        dynamo_onnx.InvalidExportOptionsError, "DO108", ["an object", "register_dataclass"],
+        dynamo_onnx.InvalidExportOptionsError,
+        "DO108",
+        ["an object", "register_dataclass"],
     ),
     "forward raises": (
         lambda **r: dynamo_onnx.export(Raises(), (X,), **r),
-        dynamo_onnx.CaptureError, "DO100", ["ValueError: boom in forward"],
+        dynamo_onnx.CaptureError,
+        "DO100",
+        ["ValueError: boom in forward"],
     ),
     "output is a string": (
         lambda **r: dynamo_onnx.export(ReturnsText(), (X,), **r),
-        dynamo_onnx.CaptureError, "DO110", ["Output 0", "a str ('hello')"],
+        dynamo_onnx.CaptureError,
+        "DO110",
+        ["Output 0", "a str ('hello')"],
     ),
     "output is a constant int": (
         lambda **r: dynamo_onnx.export(ReturnsSize(), (X,), **r),
-        dynamo_onnx.CaptureError, "DO110", ["an int (2)", "torch.tensor"],
+        dynamo_onnx.CaptureError,
+        "DO110",
+        ["an int (2)", "torch.tensor"],
     ),
     "output holds None": (
         lambda **r: dynamo_onnx.export(ReturnsNone(), (X,), **r),
-        dynamo_onnx.CaptureError, "DO110", ["Output 1", "NoneType"],
+        dynamo_onnx.CaptureError,
+        "DO110",
+        ["Output 1", "NoneType"],
     ),
     "opset too high": (
         lambda **r: dynamo_onnx.export(Linear(), (X,), opset_version=99, **r),
-        dynamo_onnx.InvalidExportOptionsError, "DO109", ["`opset_version` is 99", "from 7 to"],
+        dynamo_onnx.InvalidExportOptionsError,
+        "DO109",
+        ["`opset_version` is 99", "from 7 to"],
     ),
     "opset not an int": (
         lambda **r: dynamo_onnx.export(Linear(), (X,), opset_version="18", **r),
-        dynamo_onnx.InvalidExportOptionsError, "DO109", ["`opset_version` is '18'"],
+        dynamo_onnx.InvalidExportOptionsError,
+        "DO109",
+        ["`opset_version` is '18'"],
     ),
     "diagnostic_options of the wrong type": (
-        lambda **r: dynamo_onnx.export(Linear(), (X,), diagnostic_options={"verbosity_level": 10}, **r),
-        dynamo_onnx.InvalidExportOptionsError, "DO109", ["`diagnostic_options` is a dict"],
+        lambda **r: dynamo_onnx.export(
+            Linear(), (X,), diagnostic_options={"verbosity_level": 10}, **r
+        ),
+        dynamo_onnx.InvalidExportOptionsError,
+        "DO109",
+        ["`diagnostic_options` is a dict"],
     ),
 }
 

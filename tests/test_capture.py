@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import line_of
 
 import dynamo_onnx
+from conftest import line_of
 
 
 class Raises(torch.nn.Module):
     def forward(self, x):
-        y = x + 1
+        x = x + 1
         raise ValueError("the model refuses")  # marker: raise
 
 
@@ -110,12 +110,18 @@ def test_seed_article_call_gets_a_finding_not_a_torch_export_crash():
     assert "dynamo_onnx.export(model, (<Tensor>,), opset_version=11)" in text
     (finding,) = info.value.diagnostics.by_rule("DO103")
     assert finding.properties["unexpected"] == ["args", "opset_version", "export_params", "verbose"]
-    assert finding.primary.line == line_of(test_seed_article_call_gets_a_finding_not_a_torch_export_crash, "marker: seed call")
-    assert not info.value.diagnostics.by_rule("capture-strategy-failed"), "stopped before torch.export"
+    assert finding.primary.line == line_of(
+        test_seed_article_call_gets_a_finding_not_a_torch_export_crash, "marker: seed call"
+    )
+    assert not info.value.diagnostics.by_rule("capture-strategy-failed"), (
+        "stopped before torch.export"
+    )
 
 
 def test_missing_positional_input_is_named():
-    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="missing a required argument: 'x'"):
+    with pytest.raises(
+        dynamo_onnx.InvalidExportOptionsError, match="missing a required argument: 'x'"
+    ):
         dynamo_onnx.export(LinearModel(5, 3), ())
 
 

@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+
 from sarif_tools import multitool_errors
 
 MODELS = textwrap.dedent(
@@ -83,17 +84,32 @@ def workdir(tmp_path):
 def run(workdir, *args, env=None):
     return subprocess.run(
         [sys.executable, "-m", "dynamo_onnx.cli", *args],
-        cwd=workdir, capture_output=True, text=True, timeout=300,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, **(env or {})},
     )
 
 
 def test_exit_0_exports_and_writes_every_file(workdir):
-    proc = run(workdir, "export", "models.py:build", "-o", "net.onnx", "--sarif", "net.sarif",
-               "--report", "net.md")
+    proc = run(
+        workdir,
+        "export",
+        "models.py:build",
+        "-o",
+        "net.onnx",
+        "--sarif",
+        "net.sarif",
+        "--report",
+        "net.md",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("exported Net in ")
-    assert "0 error(s), 0 warning(s); wrote model net.onnx, SARIF net.sarif, report net.md" in proc.stdout
+    assert (
+        "0 error(s), 0 warning(s); wrote model net.onnx, SARIF net.sarif, report net.md"
+        in proc.stdout
+    )
     assert proc.stderr.strip() == "", "no progress and no noise when output is not a terminal"
     import onnxruntime as ort
 
@@ -103,9 +119,13 @@ def test_exit_0_exports_and_writes_every_file(workdir):
 
 
 def test_inputs_function_and_input_specs(workdir):
-    proc = run(workdir, "export", "models:bare", "--inputs", "models:inputs", "-o", "a.onnx", "--quiet")
+    proc = run(
+        workdir, "export", "models:bare", "--inputs", "models:inputs", "-o", "a.onnx", "--quiet"
+    )
     assert proc.returncode == 0, proc.stderr
-    proc = run(workdir, "export", "models.py:bare", "--input", "x=7x4:float32", "-o", "b.onnx", "--dynamic")
+    proc = run(
+        workdir, "export", "models.py:bare", "--input", "x=7x4:float32", "-o", "b.onnx", "--dynamic"
+    )
     assert proc.returncode == 0, proc.stderr
     import onnx
 
@@ -117,7 +137,10 @@ def test_exit_1_when_the_export_fails(workdir):
     proc = run(workdir, "export", "models.py:mysterious", "--sarif", "m.sarif", "--report", "m.md")
     assert proc.returncode == 1
     assert "export of Mysterious failed: 1 error(s)" in proc.stdout
-    assert "[DO301 unsupported-operator]" in proc.stdout and "dxcli::mystery at models.py:" in proc.stdout
+    assert (
+        "[DO301 unsupported-operator]" in proc.stdout
+        and "dxcli::mystery at models.py:" in proc.stdout
+    )
     assert not (workdir / "model.onnx").exists()
     log = json.loads((workdir / "m.sarif").read_text())
     assert log["runs"][0]["invocations"][0]["executionSuccessful"] is False
@@ -146,8 +169,16 @@ def test_exit_2_on_usage_errors(workdir, args, message):
 
 
 def test_exit_3_when_warnings_are_errors_and_the_model_is_still_written(workdir):
-    proc = run(workdir, "export", "models.py:nan_net", "--warnings-as-errors", "-o", "nan.onnx",
-               "--sarif", "nan.sarif")
+    proc = run(
+        workdir,
+        "export",
+        "models.py:nan_net",
+        "--warnings-as-errors",
+        "-o",
+        "nan.onnx",
+        "--sarif",
+        "nan.sarif",
+    )
     assert proc.returncode == 3
     assert "but warnings are errors: 1 error(s)" in proc.stdout
     assert "[DO401 non-finite-weights]" in proc.stdout
@@ -173,12 +204,16 @@ def test_rules_prints_one_rules_help(workdir):
 
 
 def _export_nan_log(workdir, name):
-    proc = run(workdir, "export", "models.py:nan_net", "-o", f"{name}.onnx", "--sarif", f"{name}.sarif")
+    proc = run(
+        workdir, "export", "models.py:nan_net", "-o", f"{name}.onnx", "--sarif", f"{name}.sarif"
+    )
     assert proc.returncode == 0, proc.stderr
     return workdir / f"{name}.sarif"
 
 
-def test_gate_fails_on_a_new_warning_and_passes_with_a_baseline_after_lines_move(workdir, tmp_path_factory):
+def test_gate_fails_on_a_new_warning_and_passes_with_a_baseline_after_lines_move(
+    workdir, tmp_path_factory
+):
     base = _export_nan_log(workdir, "base")
     proc = run(workdir, "gate", str(base), "--fail-on", "warning")
     assert proc.returncode == 1
@@ -190,8 +225,18 @@ def test_gate_fails_on_a_new_warning_and_passes_with_a_baseline_after_lines_move
     (workdir / "models.py").write_text("# moved\n\n\n" + MODELS)
     head = _export_nan_log(workdir, "head")
     summary = workdir / "summary.md"
-    proc = run(workdir, "gate", str(head), "--baseline", str(base), "--fail-on", "warning",
-               "--output", "gated.sarif", env={"GITHUB_STEP_SUMMARY": str(summary)})
+    proc = run(
+        workdir,
+        "gate",
+        str(head),
+        "--baseline",
+        str(base),
+        "--fail-on",
+        "warning",
+        "--output",
+        "gated.sarif",
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
     assert proc.returncode == 0, proc.stdout
     assert "gate passed: 0 new result(s)" in proc.stdout
     gated = json.loads((workdir / "gated.sarif").read_text())
@@ -202,8 +247,16 @@ def test_gate_fails_on_a_new_warning_and_passes_with_a_baseline_after_lines_move
     # A baseline without the warning: it is new, and the summary lists it.
     clean = run(workdir, "export", "models.py:build", "--sarif", "clean.sarif")
     assert clean.returncode == 0
-    proc = run(workdir, "gate", str(head), "--baseline", "clean.sarif", "--fail-on", "warning",
-               env={"GITHUB_STEP_SUMMARY": str(summary)})
+    proc = run(
+        workdir,
+        "gate",
+        str(head),
+        "--baseline",
+        "clean.sarif",
+        "--fail-on",
+        "warning",
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
     assert proc.returncode == 1
     assert "1 new result(s)" in proc.stdout
     assert "| warning | DO401 `non-finite-weights` | `models.py:" in summary.read_text()
@@ -213,7 +266,11 @@ def test_progress_on_a_terminal(workdir):
     master, slave = pty.openpty()
     proc = subprocess.run(
         [sys.executable, "-m", "dynamo_onnx.cli", "export", "models.py:build", "-o", "t.onnx"],
-        cwd=workdir, stdout=subprocess.PIPE, stderr=slave, text=True, timeout=300,
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        text=True,
+        timeout=300,
     )
     os.close(slave)
     chunks = []

@@ -7,9 +7,9 @@ import json
 import onnx
 import pytest
 import torch
-from conftest import line_of
 
 import dynamo_onnx
+from conftest import line_of
 
 
 class Branchy(torch.nn.Module):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 import torch
-from conftest import MLPModel, SmallCNN
 
 import dynamo_onnx
-from dynamo_onnx.passes import decompose as decomposition
+from conftest import MLPModel, SmallCNN
 from dynamo_onnx.passes.decompose import rewrites
 from dynamo_onnx.registry import target_name
 

@@ -8,10 +8,10 @@ import logging
 
 import pytest
 import torch
-from conftest import SmallCNN
-from sarif_tools import multitool_errors
 
 import dynamo_onnx
+from conftest import SmallCNN
+from sarif_tools import multitool_errors
 
 transformers = pytest.importorskip("transformers")
 
@@ -21,8 +21,9 @@ def _cnn():
 
 
 def _gpt2():
-    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100,
-                                     n_positions=64, use_cache=False)
+    config = transformers.GPT2Config(
+        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64, use_cache=False
+    )
     return transformers.GPT2Model(config).eval(), (torch.randint(0, 100, (2, 7)),)
 
 

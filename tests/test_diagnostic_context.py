@@ -32,7 +32,12 @@ def test_catalog_ids_and_names_are_unique_and_well_formed():
         assert rule.fix and "\n" not in rule.fix and rule.fix.endswith((".", ")")), rule.id
         assert rule.pass_name in (*PassName.all(), "export"), rule.id
     for pass_name in PassName.all():  # every pass has a failure rule of its own or DO900
-        assert catalog().for_pass(pass_name).pass_name in (pass_name, "finalize", "capture", "export")
+        assert catalog().for_pass(pass_name).pass_name in (
+            pass_name,
+            "finalize",
+            "capture",
+            "export",
+        )
 
 
 def test_rule_message_needs_every_field():
@@ -49,8 +54,11 @@ def test_pass_records_duration_and_turns_exceptions_into_findings():
         pass
     with pytest.raises(ZeroDivisionError):
         with ctx.pass_("decomposition"):
-            1 / 0
-    assert [(p.name, p.outcome) for p in ctx.passes] == [("capture", "ok"), ("decomposition", "failed")]
+            _ = 1 / 0
+    assert [(p.name, p.outcome) for p in ctx.passes] == [
+        ("capture", "ok"),
+        ("decomposition", "failed"),
+    ]
     assert all(p.duration_s >= 0 for p in ctx.passes)
     (finding,) = ctx.findings
     assert finding.rule.id == "DO200"
@@ -82,7 +90,9 @@ def test_verbosity_filters_rendering_not_recording():
 
 def test_warnings_as_errors_promotes_in_rendering():
     ctx = DiagnosticContext(DiagnosticOptions(warnings_as_errors=True))
-    finding = ctx.record("unsupported-operator", level=Level.WARNING, op="x", source="y", decomposition="d")
+    finding = ctx.record(
+        "unsupported-operator", level=Level.WARNING, op="x", source="y", decomposition="d"
+    )
     assert finding.level == Level.WARNING
     assert ctx.effective_level(finding) == Level.ERROR
     assert ctx.has_errors()

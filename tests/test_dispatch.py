@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import torch
-from conftest import line_of
 from onnxscript import FLOAT, INT64
 from onnxscript import opset18 as op
 
 import dynamo_onnx
+from conftest import line_of
 from dynamo_onnx.diagnostics import Level
 
 
@@ -42,7 +42,11 @@ def _registry():
 
 
 def _dispatch_note(program):
-    (note,) = [f for f in program.diagnostics.by_rule("node-dispatched") if f.properties["op"] == "dxdisp::bump"]
+    (note,) = [
+        f
+        for f in program.diagnostics.by_rule("node-dispatched")
+        if f.properties["op"] == "dxdisp::bump"
+    ]
     return note
 
 
@@ -103,7 +107,11 @@ def test_gelu_is_one_onnx_gelu_from_opset_20_and_torch_lib_nodes_below():
             assert "Erf" in ops and "Tanh" in ops  # torch_lib's opset-18 decomposition
         assert program.model_proto.opset_import[0].version == opset
         torch.testing.assert_close(program(x)[0], TwoGelus()(x), atol=1e-6, rtol=1e-5)
-        notes = [f for f in program.diagnostics.by_rule("node-dispatched") if f.properties["op"] == "aten::gelu"]
+        notes = [
+            f
+            for f in program.diagnostics.by_rule("node-dispatched")
+            if f.properties["op"] == "aten::gelu"
+        ]
         reasons = {f.properties["reason"] for f in notes}
         if expected_gelus:
             assert reasons == {"perfect match (dynamo-onnx function for opset 20)"}
@@ -126,6 +134,8 @@ def test_a_custom_gelu_still_wins_at_opset_20():
 
     registry = dynamo_onnx.OnnxRegistry()
     registry.register_op(my_gelu, "aten", "gelu")
-    program = dynamo_onnx.export(TwoGelus(), (torch.randn(2, 3),), registry=registry, opset_version=20)
+    program = dynamo_onnx.export(
+        TwoGelus(), (torch.randn(2, 3),), registry=registry, opset_version=20
+    )
     assert "Gelu" not in _op_types(program)
     assert _op_types(program).count("Sigmoid") == 2

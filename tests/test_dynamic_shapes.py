@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import MLPModel
 
 import dynamo_onnx
+from conftest import MLPModel
 
 transformers = pytest.importorskip("transformers")
 
@@ -27,11 +27,13 @@ def test_seed_mlp_dynamic_true_runs_at_batch_1_3_64():
 
 
 def test_gpt2_with_named_dynamic_batch_and_sequence():
-    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64,
-                                  use_cache=False)
+    cfg = transformers.GPT2Config(
+        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64, use_cache=False
+    )
     model = transformers.GPT2Model(cfg).eval()
     program = dynamo_onnx.export(
-        model, (torch.randint(0, 100, (2, 7)),),
+        model,
+        (torch.randint(0, 100, (2, 7)),),
         dynamic_shapes={"input_ids": {0: "batch", 1: "sequence"}},
     )
     assert _dims(program.model.graph.inputs[0]) == ["batch", "sequence"]
@@ -50,7 +52,8 @@ def test_dim_objects_and_shared_names():
 
     batch = torch.export.Dim("batch")
     program = dynamo_onnx.export(
-        Add(), (torch.randn(3, 4), torch.randn(3, 4)),
+        Add(),
+        (torch.randn(3, 4), torch.randn(3, 4)),
         dynamic_shapes=({0: batch}, {0: "batch"}),
     )
     assert [_dims(v) for v in program.model.graph.inputs] == [["batch", "4"], ["batch", "4"]]
@@ -83,9 +86,14 @@ def test_a_specialized_dynamic_dimension_is_a_warning_with_its_line():
 
 
 def test_an_example_of_size_one_for_a_dynamic_dimension_is_a_warning(capfd):
-    program = dynamo_onnx.export(MLPModel(), (torch.randn(1, 8),), dynamic_shapes={"tensor_x": {0: "batch"}})
+    program = dynamo_onnx.export(
+        MLPModel(), (torch.randn(1, 8),), dynamic_shapes={"tensor_x": {0: "batch"}}
+    )
     (warning,) = program.diagnostics.by_rule("dynamic-dim-example-too-small")
-    assert "Input `tensor_x` dimension 0 is meant to be dynamic but the example has size 1" in warning.message
+    assert (
+        "Input `tensor_x` dimension 0 is meant to be dynamic but the example has size 1"
+        in warning.message
+    )
     assert warning.primary.path == __file__  # the export call
     assert _dims(program.model.graph.inputs[0]) == ["1", "8"]
     assert "create_env" not in capfd.readouterr().err, "torch's shape log is not printed"

@@ -8,9 +8,9 @@ import onnx
 import onnx_ir as ir
 import pytest
 import torch
-from conftest import MLPModel, SeedModel, SmallCNN, first_output
 
 import dynamo_onnx
+from conftest import MLPModel, SeedModel, SmallCNN, first_output
 from dynamo_onnx.diagnostics import Level
 
 
@@ -77,7 +77,11 @@ def test_implicit_type_promotion_is_made_explicit():
             total = (ints + floats) * mask  # int64 + float32, times bool
             return scaled, total, torch.cumsum(mask, 0)
 
-    args = (torch.arange(6).reshape(2, 3), torch.randn(2, 3), torch.tensor([[True, False, True]] * 2))
+    args = (
+        torch.arange(6).reshape(2, 3),
+        torch.randn(2, 3),
+        torch.tensor([[True, False, True]] * 2),
+    )
     model = Mixed()
     program = dynamo_onnx.export(model, args)
     for actual, expected in zip(program(*args), model(*args)):
@@ -120,7 +124,11 @@ def test_export_options_diagnostic_options_reach_the_context():
 def test_unsupported_export_options_are_rejected_not_ignored():
     with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="fake_context"):
         dynamo_onnx.dynamo_export(
-            MLPModel(), torch.rand(3, 8), export_options=dynamo_onnx.ExportOptions(fake_context=object())
+            MLPModel(),
+            torch.rand(3, 8),
+            export_options=dynamo_onnx.ExportOptions(fake_context=object()),
         )
     with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="export_options"):
-        dynamo_onnx.dynamo_export(MLPModel(), torch.rand(3, 8), export_options={"dynamic_shapes": True})
+        dynamo_onnx.dynamo_export(
+            MLPModel(), torch.rand(3, 8), export_options={"dynamic_shapes": True}
+        )

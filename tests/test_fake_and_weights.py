@@ -5,9 +5,9 @@ from __future__ import annotations
 import onnx
 import pytest
 import torch
-from conftest import MLPModel
 
 import dynamo_onnx
+from conftest import MLPModel
 
 
 class SeedParamModel(torch.nn.Module):
@@ -125,18 +125,32 @@ def test_cli_fake_writes_the_architecture_with_weights_as_inputs(tmp_path):
     import sys
     import textwrap
 
-    (tmp_path / "big.py").write_text(textwrap.dedent(
-        """
+    (tmp_path / "big.py").write_text(
+        textwrap.dedent(
+            """
         import torch
 
         def build():
             model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU())
             return model, (torch.randn(2, 1024),)
         """
-    ))
+        )
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "dynamo_onnx.cli", "export", "big.py:build", "--fake", "-o", "big.onnx"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "dynamo_onnx.cli",
+            "export",
+            "big.py:build",
+            "--fake",
+            "-o",
+            "big.onnx",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert "(fake weights: saved as inputs)" in proc.stdout

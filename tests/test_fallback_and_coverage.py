@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import line_of
-from test_unsupported_operators import twice
 
 import dynamo_onnx
+from conftest import line_of
 from dynamo_onnx.diagnostics import Level
+from test_unsupported_operators import twice
 
 
 def logit_model(x):
@@ -56,7 +56,9 @@ def test_three_distinct_unsupported_operators_give_three_findings_and_coverage()
     (coverage,) = info.value.diagnostics.by_rule("operator-coverage")
     total = coverage.properties["total"]
     assert coverage.properties["translated"] == total - 3
-    assert f"3 operator(s) have no ONNX function ({total - 3} of {total} distinct" in str(info.value)
+    assert f"3 operator(s) have no ONNX function ({total - 3} of {total} distinct" in str(
+        info.value
+    )
 
 
 @pytest.mark.parametrize("opset", [18, 20, 23])

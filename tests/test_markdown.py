@@ -10,12 +10,12 @@ import sys
 
 import pytest
 import torch
+
+import dynamo_onnx
 from conftest import MLPModel
 from sarif_tools import ROOT
 from test_sarif import NanWeights
 from test_unsupported_operators import TwoCustomOps
-
-import dynamo_onnx
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +68,11 @@ def test_successful_export_report_lists_inputs_and_outputs():
     [
         (logging.WARNING, ["DO401"], ["## Passes", "DO102", "DO304"]),
         (logging.INFO, ["DO401", "## Passes", "DO102"], ["DO304"]),
-        (logging.DEBUG, ["DO401", "## Passes", "DO102", "DO304", "dispatched to `aten_linear`"], []),
+        (
+            logging.DEBUG,
+            ["DO401", "## Passes", "DO102", "DO304", "dispatched to `aten_linear`"],
+            [],
+        ),
     ],
 )
 def test_verbosity_filters_the_report(level, present, absent):
@@ -84,7 +88,10 @@ def test_verbosity_filters_the_report(level, present, absent):
 def test_warnings_as_errors_raises_after_writing_both_reports(tmp_path):
     options = dynamo_onnx.DiagnosticOptions(warnings_as_errors=True)
     error = _failure(
-        NanWeights(), (torch.randn(3, 4),), diagnostic_options=options, report=True,
+        NanWeights(),
+        (torch.randn(3, 4),),
+        diagnostic_options=options,
+        report=True,
         artifacts_dir=tmp_path,
     )
     assert isinstance(error, dynamo_onnx.WarningsAsErrorsError)
@@ -111,7 +118,9 @@ def test_without_warnings_as_errors_the_warning_is_a_warning():
 def test_report_true_writes_both_files_on_success_and_failure(tmp_path):
     dynamo_onnx.export(MLPModel(), (torch.randn(2, 8),), report=True, artifacts_dir=tmp_path / "ok")
     assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["MLPModel.md", "MLPModel.sarif"]
-    error = _failure(TwoCustomOps(), (torch.randn(3, 4),), report=True, artifacts_dir=tmp_path / "ko")
+    error = _failure(
+        TwoCustomOps(), (torch.randn(3, 4),), report=True, artifacts_dir=tmp_path / "ko"
+    )
     paths = [tmp_path / "ko" / "TwoCustomOps.sarif", tmp_path / "ko" / "TwoCustomOps.md"]
     assert all(p.exists() for p in paths)
     assert f"Reports: {paths[0]}, {paths[1]}" in str(error)
@@ -125,7 +134,9 @@ def test_report_command_renders_the_same_markdown_from_the_saved_log(tmp_path):
     out = tmp_path / "x.md"
     proc = subprocess.run(
         [sys.executable, "-m", "dynamo_onnx.cli", "report", str(sarif_path), "-o", str(out)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert out.read_text() == error.diagnostics.to_markdown()

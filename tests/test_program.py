@@ -7,9 +7,9 @@ import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import MLPModel
 
 import dynamo_onnx
+from conftest import MLPModel
 from dynamo_onnx.io import protowriter
 
 
@@ -63,7 +63,9 @@ def test_save_external_data_and_initializer_layouts(program, tmp_path):
     x = torch.randn(2, 64)
     (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
     torch.testing.assert_close(torch.from_numpy(out), linear(x), atol=1e-5, rtol=1e-5)
-    program.save(tmp_path / "bare.onnx", include_initializers=False, keep_initializers_as_inputs=True)
+    program.save(
+        tmp_path / "bare.onnx", include_initializers=False, keep_initializers_as_inputs=True
+    )
     bare = onnx.load(str(tmp_path / "bare.onnx"))
     assert not bare.graph.initializer
     assert {"fc0.weight", "fc3.bias"} <= {i.name for i in bare.graph.input}

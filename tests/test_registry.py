@@ -44,7 +44,9 @@ def ScaledGelu(x, scale: float):  # noqa: N802 - ONNX function names are CamelCa
     return op.Mul(gelu, op.CastLike(op.Constant(value_float=scale), x))
 
 
-@pytest.mark.parametrize("function", [traced_scaled_gelu, ScaledGelu], ids=["traced", "script-custom-domain"])
+@pytest.mark.parametrize(
+    "function", [traced_scaled_gelu, ScaledGelu], ids=["traced", "script-custom-domain"]
+)
 def test_custom_operator_exports_and_matches_eager(function):
     registry = dynamo_onnx.OnnxRegistry()
     registry.register_op(function, "dxreg", "scaled_gelu")
@@ -57,7 +59,9 @@ def test_custom_operator_exports_and_matches_eager(function):
     else:
         assert "Erf" in {n.op_type for n in program.model.graph}
     (dispatched,) = [
-        f for f in program.diagnostics.by_rule("node-dispatched") if f.properties["op"] == "dxreg::scaled_gelu"
+        f
+        for f in program.diagnostics.by_rule("node-dispatched")
+        if f.properties["op"] == "dxreg::scaled_gelu"
     ]
     assert dispatched.properties["reason"] == "perfect match (custom function)"
 
@@ -73,7 +77,14 @@ def test_custom_function_via_export_options():
 
 @pytest.mark.parametrize(
     ("namespace", "op_name"),
-    [("", "gelu"), ("dxreg", ""), ("dx::reg", "gelu"), ("dxreg", "ge.lu"), ("dxreg", "ge lu"), (None, "gelu")],
+    [
+        ("", "gelu"),
+        ("dxreg", ""),
+        ("dx::reg", "gelu"),
+        ("dxreg", "ge.lu"),
+        ("dxreg", "ge lu"),
+        (None, "gelu"),
+    ],
 )
 def test_register_op_rejects_names_not_of_the_form_namespace_op(namespace, op_name):
     with pytest.raises(ValueError, match="namespace::op"):
@@ -99,7 +110,9 @@ def test_is_registered_op_and_default_overload():
     assert not registry.is_registered_op("dxreg", "scaled_gelu")
     registry.register_op(traced_scaled_gelu, "dxreg", "scaled_gelu")
     assert registry.is_registered_op("dxreg", "scaled_gelu")
-    assert not dynamo_onnx.OnnxRegistry().is_registered_op("dxreg", "scaled_gelu"), "registries are independent"
+    assert not dynamo_onnx.OnnxRegistry().is_registered_op("dxreg", "scaled_gelu"), (
+        "registries are independent"
+    )
     assert registry.opset_version == 18
 
 

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
-import pathlib
 
 import jsonschema
 import pytest
 import torch
+
+import dynamo_onnx
 from conftest import MLPModel, line_of
+from dynamo_onnx.reports import sarif
 from sarif_tools import ROOT, multitool_errors
 from test_capture import Raises
 from test_unsupported_operators import TwoCustomOps
-
-import dynamo_onnx
-from dynamo_onnx.reports import sarif
 
 
 class NanWeights(torch.nn.Module):
@@ -50,7 +49,9 @@ def logs():
             "clean": _export(MLPModel(), (torch.randn(3, 8),)),
             "capture": _export(Raises(), (torch.randn(2),)),
             "unsupported": _export(TwoCustomOps(), (torch.randn(3, 4),)),
-            "warnings_as_errors": _export(NanWeights(), (torch.randn(3, 4),), diagnostic_options=waE),
+            "warnings_as_errors": _export(
+                NanWeights(), (torch.randn(3, 4),), diagnostic_options=waE
+            ),
         }
         return {name: ctx.to_sarif() for name, (_, _, ctx) in cases.items()}
 
@@ -188,7 +189,9 @@ def test_verbosity_filters_sarif_results():
     for level in (logging.DEBUG, logging.INFO, logging.WARNING):
         options = dynamo_onnx.DiagnosticOptions(verbosity_level=level)
         program = dynamo_onnx.export(model, args, diagnostic_options=options)
-        per_level[level] = {r["ruleId"] for r in program.diagnostics.to_sarif()["runs"][0]["results"]}
+        per_level[level] = {
+            r["ruleId"] for r in program.diagnostics.to_sarif()["runs"][0]["results"]
+        }
         assert len(program.diagnostics.findings) >= 4  # recorded regardless of verbosity
     assert per_level[logging.WARNING] == {"DO401"}
     assert {"DO401", "DO102", "DO302"} <= per_level[logging.INFO]

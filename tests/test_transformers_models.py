@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import first_output
 
 import dynamo_onnx
+from conftest import first_output
 from dynamo_onnx.passes import decompose as decomposition
 
 transformers = pytest.importorskip("transformers")
@@ -25,8 +25,12 @@ def _gpt2():
 
 def _bert():
     cfg = transformers.BertConfig(
-        num_hidden_layers=2, num_attention_heads=2, hidden_size=32, intermediate_size=64,
-        vocab_size=100, max_position_embeddings=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        hidden_size=32,
+        intermediate_size=64,
+        vocab_size=100,
+        max_position_embeddings=64,
     )
     ids = torch.randint(0, 100, (2, 7))
     return transformers.BertModel(cfg), (ids,), {"attention_mask": torch.ones_like(ids)}
@@ -34,16 +38,28 @@ def _bert():
 
 def _llama():
     cfg = transformers.LlamaConfig(
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
-        intermediate_size=64, vocab_size=100, max_position_embeddings=64, use_cache=False,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_size=32,
+        intermediate_size=64,
+        vocab_size=100,
+        max_position_embeddings=64,
+        use_cache=False,
     )
     return transformers.LlamaModel(cfg), (torch.randint(0, 100, (2, 7)),), {}
 
 
 def _t5():
     cfg = transformers.T5Config(
-        num_layers=2, num_decoder_layers=2, num_heads=2, d_model=32, d_kv=16, d_ff=64,
-        vocab_size=100, use_cache=False,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=2,
+        d_model=32,
+        d_kv=16,
+        d_ff=64,
+        vocab_size=100,
+        use_cache=False,
     )
     kwargs = {
         "input_ids": torch.randint(0, 100, (2, 7)),

@@ -6,9 +6,9 @@ import pathlib
 
 import pytest
 import torch
-from conftest import line_of
 
 import dynamo_onnx
+from conftest import line_of
 from dynamo_onnx.diagnostics import Level
 
 
@@ -92,5 +92,7 @@ def test_unsupported_finding_says_whether_torch_decomposes_it_and_how_to_registe
     code = finding.markdown.split("```python\n")[1].split("```")[0]
     code = code.replace("program = dynamo_onnx.export(model, args, registry=registry)\n", "")
     exec(compile(code, "<finding>", "exec"), namespace)  # it really is ready to paste
-    program = dynamo_onnx.export(OneCustomOp(), (torch.randn(3, 4),), registry=namespace["registry"])
+    program = dynamo_onnx.export(
+        OneCustomOp(), (torch.randn(3, 4),), registry=namespace["registry"]
+    )
     assert program.diagnostics.success

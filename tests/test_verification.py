@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import MLPModel, line_of
 from onnxscript import opset18 as op
 
 import dynamo_onnx
+from conftest import MLPModel, line_of
 from dynamo_onnx.diagnostics import Level
 
 
@@ -63,7 +63,10 @@ def test_mismatch_under_warnings_as_errors_fails_the_export():
     options = dynamo_onnx.DiagnosticOptions(warnings_as_errors=True)
     with pytest.raises(dynamo_onnx.WarningsAsErrorsError) as info:
         dynamo_onnx.export(
-            MLPModel(), (torch.randn(5, 8),), registry=_wrong_registry(), verify=True,
+            MLPModel(),
+            (torch.randn(5, 8),),
+            registry=_wrong_registry(),
+            verify=True,
             diagnostic_options=options,
         )
     assert str(info.value).startswith("[DO601 output-mismatch]")

@@ -87,7 +87,9 @@ def _tensor_from_spec(spec: str) -> tuple[str, Any]:
     dims_text, _, dtype_name = rest.partition(":")
     dtype = getattr(torch, dtype_name or "float32", None)
     if not isinstance(dtype, torch.dtype):
-        raise UsageError(f"--input {spec!r}: unknown dtype {dtype_name!r} (e.g. float32, int64, bool)")
+        raise UsageError(
+            f"--input {spec!r}: unknown dtype {dtype_name!r} (e.g. float32, int64, bool)"
+        )
     try:
         shape = tuple(int(d) for d in dims_text.split("x")) if dims_text else ()
     except ValueError:
@@ -107,8 +109,10 @@ def _split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if isinstance(inputs, dict):
         return (), dict(inputs)
     if (
-        isinstance(inputs, tuple) and len(inputs) == 2
-        and isinstance(inputs[0], tuple) and isinstance(inputs[1], dict)
+        isinstance(inputs, tuple)
+        and len(inputs) == 2
+        and isinstance(inputs[0], tuple)
+        and isinstance(inputs[1], dict)
     ):
         return inputs[0], inputs[1]
     if isinstance(inputs, tuple):
@@ -204,8 +208,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     code = EXIT_OK
     try:
         program = dynamo_onnx.export(
-            model, positional, keywords,
-            dynamic_shapes=dynamic, opset_version=args.opset, diagnostic_options=options,
+            model,
+            positional,
+            keywords,
+            dynamic_shapes=dynamic,
+            opset_version=args.opset,
+            diagnostic_options=options,
             source_root=args.source_root,
             progress=_Progress(sys.stderr) if show_progress else None,
         )
@@ -221,7 +229,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
         fake = bool(program.fake_weights())
         # Fake weights have no data: the architecture is saved, weights as inputs.
         program.save(args.output, include_initializers=not fake, keep_initializers_as_inputs=fake)
-        written.append(f"model {args.output}" + (" (fake weights: saved as inputs)" if fake else ""))
+        written.append(
+            f"model {args.output}" + (" (fake weights: saved as inputs)" if fake else "")
+        )
     written += _write_reports(ctx, args)
     elapsed = time.perf_counter() - start
     where = "; wrote " + ", ".join(written) if written else ""
@@ -307,7 +317,9 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         atomic_write_text(args.output, json.dumps(log, indent=2) + "\n")
     scope = "new " if args.baseline else ""
     verdict = "failed" if failing else "passed"
-    lines = [f"dynamo-onnx gate {verdict}: {len(failing)} {scope}result(s) at or above {args.fail_on}"]
+    lines = [
+        f"dynamo-onnx gate {verdict}: {len(failing)} {scope}result(s) at or above {args.fail_on}"
+    ]
     rules = run["tool"]["driver"].get("rules", [])
     for result in failing:
         location = result["locations"][0]["physicalLocation"]
@@ -329,8 +341,10 @@ def _append_step_summary(
 ) -> None:
     """A markdown table of the failing results for the GitHub Actions job summary."""
     icon = "❌" if failing else "✅"
-    text = [f"### {icon} dynamo-onnx gate {verdict}\n",
-            f"{len(failing)} {scope}result(s) at or above `{level}`.\n"]
+    text = [
+        f"### {icon} dynamo-onnx gate {verdict}\n",
+        f"{len(failing)} {scope}result(s) at or above `{level}`.\n",
+    ]
     if failing:
         text += ["| Level | Rule | Location | Message |", "| --- | --- | --- | --- |"]
         for result in failing:
@@ -358,27 +372,51 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     export = commands.add_parser(
-        "export", help="export a model to ONNX", epilog=EXIT_CODES_HELP,
+        "export",
+        help="export a model to ONNX",
+        epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    export.add_argument("factory", metavar="MODULE:FACTORY",
-                        help="a function returning the model, or (model, example inputs)")
-    export.add_argument("--inputs", metavar="MODULE:FN",
-                        help="a function returning example inputs: a tuple, a dict, or (tuple, dict)")
-    export.add_argument("--input", action="append", metavar="NAME=2x3:float32",
-                        help="a random example input for forward's NAME (repeatable)")
-    export.add_argument("-o", "--output", default="model.onnx", help="the ONNX file (default: model.onnx)")
+    export.add_argument(
+        "factory",
+        metavar="MODULE:FACTORY",
+        help="a function returning the model, or (model, example inputs)",
+    )
+    export.add_argument(
+        "--inputs",
+        metavar="MODULE:FN",
+        help="a function returning example inputs: a tuple, a dict, or (tuple, dict)",
+    )
+    export.add_argument(
+        "--input",
+        action="append",
+        metavar="NAME=2x3:float32",
+        help="a random example input for forward's NAME (repeatable)",
+    )
+    export.add_argument(
+        "-o", "--output", default="model.onnx", help="the ONNX file (default: model.onnx)"
+    )
     export.add_argument("--sarif", help="write the SARIF log here")
     export.add_argument("--report", help="write the markdown report here")
     export.add_argument("--opset", type=int, help="the ONNX opset (default 18)")
     export.add_argument("--dynamic", action="store_true", help="make every input dimension dynamic")
-    export.add_argument("--fake", action="store_true",
-                        help="build the model in fake mode (meta device, no weight memory); the "
-                        "ONNX file then has the weights as inputs, without data")
-    export.add_argument("--verbosity", choices=sorted(_VERBOSITY), default="info",
-                        help="what the reports show (default: info)")
-    export.add_argument("--warnings-as-errors", action="store_true",
-                        help="fail (exit code 3) when the export produces warnings")
+    export.add_argument(
+        "--fake",
+        action="store_true",
+        help="build the model in fake mode (meta device, no weight memory); the "
+        "ONNX file then has the weights as inputs, without data",
+    )
+    export.add_argument(
+        "--verbosity",
+        choices=sorted(_VERBOSITY),
+        default="info",
+        help="what the reports show (default: info)",
+    )
+    export.add_argument(
+        "--warnings-as-errors",
+        action="store_true",
+        help="fail (exit code 3) when the export produces warnings",
+    )
     export.add_argument("--source-root", help="SARIF paths are relative to this (default: cwd)")
     export.add_argument("--quiet", action="store_true", help="print only the final summary")
     export.set_defaults(func=_cmd_export)
@@ -393,13 +431,19 @@ def _parser() -> argparse.ArgumentParser:
     report.set_defaults(func=_cmd_report)
 
     gate = commands.add_parser(
-        "gate", help="fail when a SARIF log has results at or above a level",
-        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "gate",
+        help="fail when a SARIF log has results at or above a level",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     gate.add_argument("sarif", help="the SARIF log to judge")
     gate.add_argument("--baseline", help="a previous log: only results not in it count")
-    gate.add_argument("--fail-on", choices=["error", "warning"], default="error",
-                      help="the lowest level that fails (default: error)")
+    gate.add_argument(
+        "--fail-on",
+        choices=["error", "warning"],
+        default="error",
+        help="the lowest level that fails (default: error)",
+    )
     gate.add_argument("--output", help="write the log with baselineState set here")
     gate.set_defaults(func=_cmd_gate)
     return parser

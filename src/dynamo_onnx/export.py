@@ -193,12 +193,24 @@ def export(
             ``diagnostics`` hold every finding.
     """
     request = ExportRequest(
-        model, args, kwargs, dynamic_shapes, opset_version, registry, diagnostic_options,
+        model,
+        args,
+        kwargs,
+        dynamic_shapes,
+        opset_version,
+        registry,
+        diagnostic_options,
         module_functions=module_functions,
     )
     return _run(
-        request, report=report, artifacts_dir=artifacts_dir, optimize=optimize, verify=verify,
-        source_root=source_root, progress=progress, call_site=_call_site(),
+        request,
+        report=report,
+        artifacts_dir=artifacts_dir,
+        optimize=optimize,
+        verify=verify,
+        source_root=source_root,
+        progress=progress,
+        call_site=_call_site(),
     )
 
 
@@ -226,6 +238,12 @@ def dynamo_export(
         export_options=export_options,
     )
     return _run(
-        request, report=False, artifacts_dir=".", optimize=False, verify=False,
-        source_root=None, progress=None, call_site=_call_site(),
+        request,
+        report=False,
+        artifacts_dir=".",
+        optimize=False,
+        verify=False,
+        source_root=None,
+        progress=None,
+        call_site=_call_site(),
     )

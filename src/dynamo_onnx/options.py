@@ -105,12 +105,16 @@ def _diagnostic_fields_problem(options: DiagnosticOptions) -> OptionProblem | No
         )
     if not isinstance(options.warnings_as_errors, bool):
         return _type_problem(
-            "DiagnosticOptions.warnings_as_errors", options.warnings_as_errors, "it takes True or False"
+            "DiagnosticOptions.warnings_as_errors",
+            options.warnings_as_errors,
+            "it takes True or False",
         )
     return None
 
 
-def diagnostic_options_problem(value: Any, option: str = "diagnostic_options") -> OptionProblem | None:
+def diagnostic_options_problem(
+    value: Any, option: str = "diagnostic_options"
+) -> OptionProblem | None:
     """What is wrong with a ``diagnostic_options`` argument, or None."""
     if value is None:
         return None
@@ -159,7 +163,9 @@ def _export_fields_problem(options: ExportOptions) -> OptionProblem | None:
             options.fake_context,
             "it takes the context of `with dynamo_onnx.enable_fake_mode() as fake_context:`",
         )
-    return diagnostic_options_problem(options.diagnostic_options, "ExportOptions.diagnostic_options")
+    return diagnostic_options_problem(
+        options.diagnostic_options, "ExportOptions.diagnostic_options"
+    )
 
 
 def export_options_problem(value: Any) -> OptionProblem | None:
@@ -167,7 +173,9 @@ def export_options_problem(value: Any) -> OptionProblem | None:
     if value is None:
         return None
     if not isinstance(value, ExportOptions):
-        return _type_problem("export_options", value, "it takes a dynamo_onnx.ExportOptions or None")
+        return _type_problem(
+            "export_options", value, "it takes a dynamo_onnx.ExportOptions or None"
+        )
     return _export_fields_problem(value)
 
 

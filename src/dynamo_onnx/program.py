@@ -23,7 +23,13 @@ from dynamo_onnx.options import ONNXRuntimeOptions
 from dynamo_onnx.passes.base import Pass, run_pipeline
 from dynamo_onnx.passes.onnx.optimize import OptimizePass
 from dynamo_onnx.passes.save import SavePass, SaveRequest
-from dynamo_onnx.passes.verify import DEFAULT_ATOL, DEFAULT_RTOL, Comparison, VerifyPass, VerifyRequest
+from dynamo_onnx.passes.verify import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    Comparison,
+    VerifyPass,
+    VerifyRequest,
+)
 from dynamo_onnx.reports import ReportingContext
 from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE, torch_tensor_to_ir
 
@@ -71,7 +77,9 @@ class ONNXProgram:
         self.report_dir: str | None = None
 
     def __repr__(self) -> str:
-        return f"ONNXProgram(model=<{len(self.model.graph)} nodes>, diagnostics={self.diagnostics!r})"
+        return (
+            f"ONNXProgram(model=<{len(self.model.graph)} nodes>, diagnostics={self.diagnostics!r})"
+        )
 
     def _context(self) -> ReportingContext:
         if self.diagnostics is None:
@@ -121,7 +129,9 @@ class ONNXProgram:
             dtype = TORCH_TO_ONNX_DTYPE.get(real.dtype)
             expected_shape = [int(d) if isinstance(d, int) else str(d) for d in value.shape or []]
             if list(real.shape) != expected_shape:
-                problems.append(f"{name} has shape {list(real.shape)}, the model's is {expected_shape}")
+                problems.append(
+                    f"{name} has shape {list(real.shape)}, the model's is {expected_shape}"
+                )
             if dtype != value.dtype:
                 problems.append(
                     f"{name} has dtype {real.dtype}, the model's is {value.dtype.name.lower()}"  # type: ignore[union-attr]
@@ -129,7 +139,9 @@ class ONNXProgram:
         if problems:
             ctx = self._context()
             ctx.fail(
-                "weights-mismatch", WeightsMismatchError, ctx.model_location,
+                "weights-mismatch",
+                WeightsMismatchError,
+                ctx.model_location,
                 problems="; ".join(problems),
             )
         for name, tensor in state_dict.items():
@@ -179,7 +191,11 @@ class ONNXProgram:
                 )
             raise TypeError(f"destination must be a file path, got {type(destination).__name__}")
         request = SaveRequest(
-            self.model, destination, include_initializers, keep_initializers_as_inputs, external_data
+            self.model,
+            destination,
+            include_initializers,
+            keep_initializers_as_inputs,
+            external_data,
         )
         self._run([SavePass()], request)
 
@@ -202,7 +218,14 @@ class ONNXProgram:
         ``reference`` computes the eager outputs (default: the exported program itself).
         """
         request = VerifyRequest(
-            self.model, self.exported_program, self, args, kwargs, reference, atol, rtol,
+            self.model,
+            self.exported_program,
+            self,
+            args,
+            kwargs,
+            reference,
+            atol,
+            rtol,
             find_divergence,
         )
         return self._run([VerifyPass()], request).comparisons
@@ -210,7 +233,9 @@ class ONNXProgram:
     def save_diagnostics(self, destination: str | os.PathLike[str]) -> None:
         """Save the export's diagnostics as a SARIF log, as the PyTorch 2.1-2.5 API did."""
         if self.diagnostics is None:
-            raise ValueError("this ONNXProgram was not produced by an export: it has no diagnostics")
+            raise ValueError(
+                "this ONNXProgram was not produced by an export: it has no diagnostics"
+            )
         self.diagnostics.save_sarif(destination)
 
     # -- running it ------------------------------------------------------------------------
@@ -232,8 +257,12 @@ class ONNXProgram:
         if fake:
             ctx = self._context()
             ctx.fail(
-                "fake-weights", FakeWeightsError, ctx.model_location,
-                count=len(fake), name=fake[0], action="run",
+                "fake-weights",
+                FakeWeightsError,
+                ctx.model_location,
+                count=len(fake),
+                name=fake[0],
+                action="run",
             )
         if initializer is None:
             initializer = functools.partial(_default_session, options=options)

@@ -80,7 +80,12 @@ def _prepend_value_infos(
         for value in initializers
         if value.name
         and value.name not in input_names
-        and (value.shape is not None or value.type is not None or value.metadata_props or value.doc_string)
+        and (
+            value.shape is not None
+            or value.type is not None
+            or value.metadata_props
+            or value.doc_string
+        )
     ]
     if infos:
         rest = list(graph.value_info)

@@ -78,11 +78,14 @@ def save(
     directory = destination.parent
     if external_data is None:
         external_data = include_initializers and weights_nbytes(model) >= TWO_GB
-    with initializers_layout(
-        model,
-        include_initializers=include_initializers,
-        keep_initializers_as_inputs=keep_initializers_as_inputs,
-    ), tempfile.TemporaryDirectory(dir=directory, prefix=f".{destination.name}.") as tmp:
+    with (
+        initializers_layout(
+            model,
+            include_initializers=include_initializers,
+            keep_initializers_as_inputs=keep_initializers_as_inputs,
+        ),
+        tempfile.TemporaryDirectory(dir=directory, prefix=f".{destination.name}.") as tmp,
+    ):
         staged = pathlib.Path(tmp) / destination.name
         if external_data:
             data_name = f"{destination.name}.data"

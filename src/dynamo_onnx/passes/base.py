@@ -136,4 +136,3 @@ def run_pipeline(ctx: DiagnosticContext, passes: Sequence[Pass[S]], state: S) ->
     if reopened:
         ctx.finish(None)
     return state
-

@@ -40,10 +40,18 @@ class TorchExportStrategy:
         return f"torch.export.export(strict={self.strict})"
 
     def capture(
-        self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any
+        self,
+        module: torch.nn.Module,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        dynamic_shapes: Any,
     ) -> torch.export.ExportedProgram:
         return torch.export.export(
-            module, tuple(args), kwargs=dict(kwargs), dynamic_shapes=dynamic_shapes, strict=self.strict
+            module,
+            tuple(args),
+            kwargs=dict(kwargs),
+            dynamic_shapes=dynamic_shapes,
+            strict=self.strict,
         )
 
 
@@ -140,7 +148,9 @@ class CapturePass:
             shape_log = _ShapeLog()
             try:
                 with shape_log.listening():
-                    program = strategy.capture(module, state.args, state.kwargs, state.dynamic_shapes)
+                    program = strategy.capture(
+                        module, state.args, state.kwargs, state.dynamic_shapes
+                    )
             except Exception as exc:  # noqa: BLE001 - each failure is a finding
                 frames = _frames(exc)
                 cause = exception_summary(exc)
@@ -157,19 +167,26 @@ class CapturePass:
                 )
                 continue
             ctx.record(
-                "capture-strategy-succeeded", strategy=strategy.label, nodes=len(program.graph.nodes)
+                "capture-strategy-succeeded",
+                strategy=strategy.label,
+                nodes=len(program.graph.nodes),
             )
             _check_outputs(ctx, program)
             return state.replace(exported_program=program, shape_log=tuple(shape_log.messages))
         if data_dependent is not None:
             where, cause = data_dependent
             ctx.fail(
-                "data-dependent-control-flow", CaptureError, where,
-                source=ctx.display(where), cause=cause,
+                "data-dependent-control-flow",
+                CaptureError,
+                where,
+                source=ctx.display(where),
+                cause=cause,
             )
         first = ctx.by_rule("capture-strategy-failed")
         ctx.fail(
-            "capture-failed", CaptureError, first[0].primary if first else None,
+            "capture-failed",
+            CaptureError,
+            first[0].primary if first else None,
             cause="no strategy could capture it:\n" + "\n".join(f"  - {c}" for c in causes),
         )
 
@@ -180,6 +197,9 @@ def _check_outputs(ctx: DiagnosticContext, ep: torch.export.ExportedProgram) -> 
     for index, spec in enumerate(user):
         if isinstance(spec.arg, gs.ConstantArgument):
             ctx.fail(
-                "non-tensor-output", CaptureError, ctx.model_location,
-                index=index, what=describe_value(spec.arg.value),
+                "non-tensor-output",
+                CaptureError,
+                ctx.model_location,
+                index=index,
+                what=describe_value(spec.arg.value),
             )

@@ -67,7 +67,8 @@ def node_source(ctx: DiagnosticContext, node: torch.fx.Node) -> NodeSource:
     entries = [(path, cls) for path, cls in stack.values() if path]
     chain = tuple(path for path, _ in entries)
     classes = tuple(
-        cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}" for _, cls in entries
+        cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
+        for _, cls in entries
     )
     module_path = chain[-1] if chain else ""
     return NodeSource(frames, ctx.user_frame(frames), module_path, trace, chain, classes)

@@ -42,8 +42,12 @@ class SavePass:
             fake = io_save.fake_weight_names(request.model)
             if fake:
                 ctx.fail(
-                    "fake-weights", FakeWeightsError, ctx.model_location,
-                    count=len(fake), name=fake[0], action="save",
+                    "fake-weights",
+                    FakeWeightsError,
+                    ctx.model_location,
+                    count=len(fake),
+                    name=fake[0],
+                    action="save",
                 )
         path = os.fspath(request.destination)
         cause = io_save.unwritable(path)

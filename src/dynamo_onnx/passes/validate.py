@@ -35,11 +35,30 @@ _LEAF_TYPES = (torch.Tensor, bool, int, float, complex, str, type(None), torch.d
 
 #: torch.onnx.export's own keywords: passed to dynamo_export they reach the model.
 _EXPORT_KEYWORDS = frozenset(
-    {"args", "kwargs", "opset_version", "export_params", "verbose", "input_names",
-     "output_names", "dynamic_axes", "do_constant_folding", "dynamo", "f",
-     "training", "operator_export_type", "keep_initializers_as_inputs",
-     "custom_opsets", "export_modules_as_functions", "external_data", "report",
-     "optimize", "verify", "dynamic_shapes", "artifacts_dir"}
+    {
+        "args",
+        "kwargs",
+        "opset_version",
+        "export_params",
+        "verbose",
+        "input_names",
+        "output_names",
+        "dynamic_axes",
+        "do_constant_folding",
+        "dynamo",
+        "f",
+        "training",
+        "operator_export_type",
+        "keep_initializers_as_inputs",
+        "custom_opsets",
+        "export_modules_as_functions",
+        "external_data",
+        "report",
+        "optimize",
+        "verify",
+        "dynamic_shapes",
+        "artifacts_dir",
+    }
 )
 
 
@@ -76,10 +95,16 @@ class ValidatePass:
                 ctx.record(
                     "dynamic-dim-example-too-small",
                     locations=[ctx.call_site],
-                    input=input_name, dim=dim, size=size,
+                    input=input_name,
+                    dim=dim,
+                    size=size,
                 )
         return state.replace(
-            args=args, kwargs=kwargs, registry=registry, dynamic_shapes=spec, requested_dims=requested
+            args=args,
+            kwargs=kwargs,
+            registry=registry,
+            dynamic_shapes=spec,
+            requested_dims=requested,
         )
 
 
@@ -104,7 +129,8 @@ def _check_arguments(
         args = (args,)
     if not isinstance(args, tuple):
         ctx.fail(
-            "invalid-arguments", InvalidExportOptionsError,
+            "invalid-arguments",
+            InvalidExportOptionsError,
             problem=f"`args` must be a tuple of the model's positional inputs, got "
             f"{describe_value(args)}; for one input write `(x,)`",
         )
@@ -112,14 +138,16 @@ def _check_arguments(
         kwargs = {}
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
         ctx.fail(
-            "invalid-arguments", InvalidExportOptionsError,
+            "invalid-arguments",
+            InvalidExportOptionsError,
             problem=f"`kwargs` must be a dict of keyword inputs by name, got {describe_value(kwargs)}",
         )
     leaves, _ = pytree.tree_flatten((args, dict(kwargs)))
     for leaf in leaves:
         if not isinstance(leaf, _LEAF_TYPES):
             ctx.fail(
-                "invalid-arguments", InvalidExportOptionsError,
+                "invalid-arguments",
+                InvalidExportOptionsError,
                 problem=f"an input is {describe_value(leaf)}, which torch.export cannot take "
                 "(inputs are tensors, numbers, bools, strings, None, and lists, tuples, dicts "
                 "or registered containers of them)",

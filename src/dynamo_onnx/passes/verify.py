@@ -134,12 +134,20 @@ def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
             ctx.record(
                 "output-mismatch",
                 properties={"output": result.name},
-                index=result.index, name=result.name, max_abs=result.max_abs,
-                max_rel=result.max_rel, atol=atol, rtol=rtol, detail=result.detail,
+                index=result.index,
+                name=result.name,
+                max_abs=result.max_abs,
+                max_rel=result.max_rel,
+                atol=atol,
+                rtol=rtol,
+                detail=result.detail,
             )
     if all(r.ok for r in results):
         ctx.record(
-            "outputs-match", count=len(results), atol=atol, rtol=rtol,
+            "outputs-match",
+            count=len(results),
+            atol=atol,
+            rtol=rtol,
             max_abs=max((r.max_abs for r in results), default=0.0),
         )
     elif request.find_divergence:
@@ -173,7 +181,9 @@ def _graph_inputs(ep: torch.export.ExportedProgram, user_inputs: list[Any]) -> l
     return flat
 
 
-def _first_divergence(ctx: DiagnosticContext, request: VerifyRequest, kwargs: Mapping[str, Any]) -> None:
+def _first_divergence(
+    ctx: DiagnosticContext, request: VerifyRequest, kwargs: Mapping[str, Any]
+) -> None:
     ep, args, atol, rtol = request.exported_program, request.args, request.atol, request.rtol
     if ep is None:
         return
@@ -185,8 +195,10 @@ def _first_divergence(ctx: DiagnosticContext, request: VerifyRequest, kwargs: Ma
     probe = ir.from_proto(ir.to_proto(request.model))
     by_name = {v.name: v for node in probe.graph for v in node.outputs if v.name}
     nodes = [
-        n for n in ep.graph.nodes
-        if n.op == "call_function" and n.name in by_name
+        n
+        for n in ep.graph.nodes
+        if n.op == "call_function"
+        and n.name in by_name
         and isinstance(recorder.values.get(n.name), torch.Tensor)
     ]
     for n in nodes:

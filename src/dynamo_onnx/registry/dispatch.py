@@ -71,8 +71,13 @@ def _mismatches(node: torch.fx.Node, signature: ir.schemas.OpSignature) -> list[
             continue
         if isinstance(param, ir.schemas.AttributeParameter):
             allowed = _ATTR_PY_TYPES.get(param.type)
-            if arg is not None and allowed and not isinstance(arg, allowed) and not isinstance(
-                arg, (torch.dtype, torch.device, torch.layout, torch.memory_format)
+            if (
+                arg is not None
+                and allowed
+                and not isinstance(arg, allowed)
+                and not isinstance(
+                    arg, (torch.dtype, torch.device, torch.layout, torch.memory_format)
+                )
             ):
                 problems.append(
                     f"attribute {param.name} is {type(arg).__name__}, the function takes {param.type.name}"
@@ -147,5 +152,7 @@ def dispatch(node: torch.fx.Node, registry: OnnxRegistry, opset: int | None = No
     if len(matching) == 1:
         # No choice was made: the annotation is likely narrower than what the function handles.
         detail = "; ".join(problems)
-        return Dispatch(op, nearest, f"only function (its annotations do not list: {detail})", (), 1)
+        return Dispatch(
+            op, nearest, f"only function (its annotations do not list: {detail})", (), 1
+        )
     return Dispatch(op, nearest, "nearest match", tuple(problems), len(matching))

@@ -65,7 +65,8 @@ def _where(result: Mapping[str, Any]) -> dict[str, Any] | None:
         "origin": properties.get("origin"),
         "path": uri,
         "line": region.get("startLine"),
-        "snippet": properties.get("originSnippet") if "origin" in properties
+        "snippet": properties.get("originSnippet")
+        if "origin" in properties
         else (region.get("snippet") or {}).get("text"),
         "function": function,
     }
@@ -100,7 +101,13 @@ def _groups(run: Mapping[str, Any]) -> list[dict[str, Any]]:
         if by_rule:
             count = sum(len(r["results"]) for r in by_rule.values())
             groups.append(
-                {"level": level, "icon": icon, "title": title, "count": count, "rules": list(by_rule.values())}
+                {
+                    "level": level,
+                    "icon": icon,
+                    "title": title,
+                    "count": count,
+                    "rules": list(by_rule.values()),
+                }
             )
     return groups
 
@@ -117,7 +124,9 @@ def render(log: Mapping[str, Any]) -> str:
         "subject": properties.get("subject", "model"),
         "succeeded": bool(invocation.get("executionSuccessful")),
         "failure": notifications[0]["message"]["text"] if notifications else None,
-        "failure_detail": (notifications[0].get("exception") or {}).get("message") if notifications else None,
+        "failure_detail": (notifications[0].get("exception") or {}).get("message")
+        if notifications
+        else None,
         "verbosity": properties.get("verbosity", "INFO"),
         "warnings_as_errors": properties.get("warningsAsErrors", False),
         "passes": (invocation.get("properties") or {}).get("passes"),

@@ -110,6 +110,7 @@ NOTE_CAP = 500
 #: Results kept per rule for warnings and errors.
 PROBLEM_CAP = 5000
 
+
 class _Builder:
     """Builds the one run of a log from a context."""
 
@@ -282,7 +283,11 @@ class _Builder:
             help=om.MultiformatMessageString(text=rule.fix or rule.short, markdown=rule.help),
             help_uri=rule.help_uri,
             default_configuration=om.ReportingConfiguration(level=rule.level),
-            properties={"tags": list(rule.tags), "pass": rule.pass_name, "deprecated": rule.deprecated},
+            properties={
+                "tags": list(rule.tags),
+                "pass": rule.pass_name,
+                "deprecated": rule.deprecated,
+            },
         )
 
     # -- the run -----------------------------------------------------------------------
@@ -308,7 +313,9 @@ class _Builder:
             rule_id = getattr(exc, "rule_id", None)
             notification = om.Notification(
                 level="error",
-                message=om.Message(text=str(exc).splitlines()[0] if str(exc) else type(exc).__name__),
+                message=om.Message(
+                    text=str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                ),
                 exception=om.Exception(kind=type(exc).__name__, message=str(exc)),
             )
             if rule_id in self.rule_index:

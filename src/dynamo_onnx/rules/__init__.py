@@ -46,9 +46,7 @@ class Rule:
     @property
     def fields(self) -> tuple[str, ...]:
         """The named fields of the message template, in order of appearance."""
-        return tuple(
-            name for _, name, _, _ in string.Formatter().parse(self.message) if name
-        )
+        return tuple(name for _, name, _, _ in string.Formatter().parse(self.message) if name)
 
     @property
     def help_uri(self) -> str:

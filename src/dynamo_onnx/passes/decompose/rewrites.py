@@ -151,7 +151,9 @@ def _promotion_dtype(node: torch.fx.Node, positions: list[int]) -> torch.dtype |
         # Comparisons: inputs are promoted among themselves, scalars included.
         if len(dtypes) <= 1:
             return None
-        probe = [torch.empty((1,) if t.dim() else (), dtype=t.dtype, device="meta") for t in tensors]
+        probe = [
+            torch.empty((1,) if t.dim() else (), dtype=t.dtype, device="meta") for t in tensors
+        ]
         target = probe[0].dtype
         for other in probe[1:]:
             target = torch.promote_types(target, other.dtype)

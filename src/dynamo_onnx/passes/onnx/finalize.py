@@ -38,7 +38,9 @@ class RenameDimsPass(ir.passes.InPlacePass):
             r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b"
         )
         values = [*model.graph.inputs, *model.graph.outputs]
-        values += [v for node in ir.traversal.RecursiveGraphIterator(model.graph) for v in node.outputs]
+        values += [
+            v for node in ir.traversal.RecursiveGraphIterator(model.graph) for v in node.outputs
+        ]
         modified = False
         for value in values:
             if value.shape is None:

@@ -87,7 +87,7 @@ def _group(model: ir.Model, path: str) -> bool:
     member_ids = {id(n) for n in members}
     produced = {id(v) for n in members for v in n.outputs}
     first, last = order[id(members[0])], order[id(members[-1])]
-    for node in list(graph)[first:last + 1]:
+    for node in list(graph)[first : last + 1]:
         if id(node) not in member_ids and any(
             v is not None and id(v) in produced for v in node.inputs
         ):
@@ -102,7 +102,9 @@ def _group(model: ir.Model, path: str) -> bool:
                 inputs.append(value)
     graph_outputs = {id(v) for v in graph.outputs}
     outputs = [
-        v for n in members for v in n.outputs
+        v
+        for n in members
+        for v in n.outputs
         if id(v) in graph_outputs or any(id(user) not in member_ids for user, _ in v.uses())
     ]
     chain = _chain(members[0])

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import onnx
-import onnx.version_converter
 import onnx_ir as ir
 import onnxscript.version_converter
 
+import onnx
+import onnx.version_converter
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
@@ -52,7 +52,8 @@ def _convert_opset(ctx: DiagnosticContext, model: ir.Model, target: int) -> None
     blockers = _blocking_nodes(model, source, target)
     if blockers:
         cause = "blocked by " + "; ".join(
-            f"{op_type} ({count} node(s): {reason})" for op_type, (count, reason, _) in blockers.items()
+            f"{op_type} ({count} node(s): {reason})"
+            for op_type, (count, reason, _) in blockers.items()
         )
     first = next(iter(blockers.values()), None)
     frames = parse_stack_trace(first[2]) if first else ()
@@ -91,18 +92,20 @@ def _probe_model(node: ir.Node, source: int) -> onnx.ModelProto:
         inputs.append(onnx.helper.make_tensor_value_info(name, dtype, None))
     names = [f"in{i}" if v is not None else "" for i, v in enumerate(node.inputs)]
     copy = onnx.helper.make_node(
-        node.op_type, names, [f"out{i}" for i in range(len(node.outputs))],
+        node.op_type,
+        names,
+        [f"out{i}" for i in range(len(node.outputs))],
         domain=node.domain,
     )
     copy.attribute.extend(ir.serde.serialize_attribute(a) for a in node.attributes.values())
-    outputs = [onnx.helper.make_empty_tensor_value_info(f"out{i}") for i in range(len(node.outputs))]
+    outputs = [
+        onnx.helper.make_empty_tensor_value_info(f"out{i}") for i in range(len(node.outputs))
+    ]
     graph = onnx.helper.make_graph([copy], "probe", inputs, outputs, initializers)
     return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", source)])
 
 
-def _blocking_nodes(
-    model: ir.Model, source: int, target: int
-) -> dict[str, tuple[int, str, str]]:
+def _blocking_nodes(model: ir.Model, source: int, target: int) -> dict[str, tuple[int, str, str]]:
     """Operator type -> (how many nodes, why, the first one's stack trace) for every
     operator that the ONNX version converter cannot take from ``source`` to ``target``."""
     tried: dict[str, int] = {}

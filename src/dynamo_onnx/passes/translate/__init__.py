@@ -95,7 +95,8 @@ def _bind_signature(
         tensor = state.get(spec.target) if spec.target is not None else None
         if tensor is None:
             ctx.fail(
-                "translation-failed", TranslationError,
+                "translation-failed",
+                TranslationError,
                 cause=f"the program has no tensor for its {spec.kind.name} {spec.target!r}",
             )
         if isinstance(tensor, torch.nn.Parameter):

@@ -123,7 +123,9 @@ class GraphBuilder:
         nodes can still be translated and checked (translation collects every problem)."""
         meta = node.meta.get("val")
         if isinstance(meta, (list, tuple)):
-            self.bind(node.name, tuple(self.new_value(f"{node.name}__{i}", m) for i, m in enumerate(meta)))
+            self.bind(
+                node.name, tuple(self.new_value(f"{node.name}__{i}", m) for i, m in enumerate(meta))
+            )
         else:
             self.bind(node.name, self.new_value(node.name, meta))
 
@@ -173,7 +175,9 @@ class GraphBuilder:
         meta = node.meta.get("val")
         count = len(meta) if isinstance(meta, (list, tuple)) else 1
         onnx_node = ir.Node("", op_type, inputs, attributes, num_outputs=count)
-        outputs: Any = tuple(onnx_node.outputs) if isinstance(meta, (list, tuple)) else onnx_node.outputs[0]
+        outputs: Any = (
+            tuple(onnx_node.outputs) if isinstance(meta, (list, tuple)) else onnx_node.outputs[0]
+        )
         self.adopt(node, outputs, [onnx_node], props)
 
     def set_outputs(self, values: Sequence[ir.Value]) -> None:
@@ -190,7 +194,9 @@ class GraphBuilder:
             if producer is not None:
                 outside = producer.graph is not self.graph
             if outside:
-                identity = ir.Node("", "Identity", [value], num_outputs=1, name=f"{self.prefix}out{i}")
+                identity = ir.Node(
+                    "", "Identity", [value], num_outputs=1, name=f"{self.prefix}out{i}"
+                )
                 identity.outputs[0].name = f"{self.prefix}out{i}"
                 identity.outputs[0].dtype, identity.outputs[0].shape = value.dtype, value.shape
                 self.graph.append(identity)

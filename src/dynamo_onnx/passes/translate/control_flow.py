@@ -71,7 +71,9 @@ def handlers() -> dict[Any, Handler]:
     return table
 
 
-def translate(translator: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource) -> str | None:
+def translate(
+    translator: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource
+) -> str | None:
     """Translate one higher-order operator node; the ONNX operator, or None and a finding."""
     handler = handlers().get(node.target)
     problem = None if handler is not None else "dynamo-onnx has no ONNX translation for it"
@@ -125,7 +127,9 @@ def _emit(
     translator.builder.emit(node, op_type, inputs, attributes, origin_props(node, source))
 
 
-def _cond(t: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource) -> tuple[str, list[int]]:
+def _cond(
+    t: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource
+) -> tuple[str, list[int]]:
     """``cond(pred, true_fn, false_fn, operands)`` -> ``If`` with two subgraphs."""
     pred, true_fn, false_fn, operands = node.args
     outer = _values(t, operands)
@@ -134,7 +138,11 @@ def _cond(t: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource) -> 
     then_branch.set_outputs(then_out)
     else_branch.set_outputs(else_out)
     _emit(
-        t, node, source, "If", [t.builder.convert(pred)],
+        t,
+        node,
+        source,
+        "If",
+        [t.builder.convert(pred)],
         [
             ir.AttrGraph("then_branch", then_branch.graph),
             ir.AttrGraph("else_branch", else_branch.graph),
@@ -143,7 +151,9 @@ def _cond(t: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource) -> 
     return "ONNX `If`", [len(then_branch.graph), len(else_branch.graph)]
 
 
-def _while_loop(t: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource) -> tuple[str, list[int]]:
+def _while_loop(
+    t: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource
+) -> tuple[str, list[int]]:
     """``while_loop(cond_fn, body_fn, carried, additional)`` -> ``Loop``.
 
     The first condition is computed before the loop; the body computes the next carried
@@ -192,7 +202,9 @@ def _scan_over_first_axis(
     return "ONNX `Scan`", [len(body.graph)]
 
 
-def _scan(t: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource) -> tuple[str, list[int]]:
+def _scan(
+    t: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource
+) -> tuple[str, list[int]]:
     """``scan(combine_fn, init, xs, additional)`` -> ``Scan`` over the first axis."""
     combine_fn, init, xs, additional = node.args
     return _scan_over_first_axis(
@@ -200,10 +212,14 @@ def _scan(t: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource) -> 
     )
 
 
-def _map(t: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource) -> tuple[str, list[int]]:
+def _map(
+    t: ControlFlowTranslator, node: torch.fx.Node, source: NodeSource
+) -> tuple[str, list[int]]:
     """``map_impl(f, xs, args)`` -> ``Scan`` without state: ``f`` on each slice, stacked."""
     body_fn, xs, additional = node.args
-    return _scan_over_first_axis(t, node, source, body_fn, [], _values(t, xs), _values(t, additional))
+    return _scan_over_first_axis(
+        t, node, source, body_fn, [], _values(t, xs), _values(t, additional)
+    )
 
 
 def _inline_grad_mode(

@@ -72,8 +72,14 @@ class Translator:
     ) -> Translator:
         """A translator for a nested scope (a subgraph, a decomposed node) sharing the rest."""
         return Translator(
-            self.ctx, self.registry, builder, opset=self.opset, tally=self.tally,
-            lower=self.lower, module=module, source=source,
+            self.ctx,
+            self.registry,
+            builder,
+            opset=self.opset,
+            tally=self.tally,
+            lower=self.lower,
+            module=module,
+            source=source,
         )
 
     def source(self, node: torch.fx.Node) -> NodeSource:
@@ -94,7 +100,9 @@ class Translator:
         handler = getattr(self, node.op, None)
         if handler is None:
             self.ctx.fail(
-                "translation-failed", TranslationError, self.source(node).primary,
+                "translation-failed",
+                TranslationError,
+                self.source(node).primary,
                 cause=f"FX node {node.format_node()} of kind {node.op!r} is not supported",
             )
         handler(node)
@@ -114,7 +122,9 @@ class Translator:
         attribute = _fetch_attr(self.module, str(node.target))
         if not isinstance(attribute, torch.fx.GraphModule):
             self.ctx.fail(
-                "translation-failed", TranslationError, self.source(node).primary,
+                "translation-failed",
+                TranslationError,
+                self.source(node).primary,
                 cause=f"get_attr node {node.name!r} refers to a {type(attribute).__name__}, "
                 "neither a tensor nor a control-flow subgraph",
             )
@@ -198,7 +208,9 @@ class Translator:
         (output,) = [n for n in program.graph.nodes if n.op == "output"]
         results = [nested.builder[a.name] for a in output.args[0]]
         self.builder.bind(node.name, results[0] if len(results) == 1 else tuple(results))  # type: ignore[arg-type]
-        ops = sorted({target_name(n.target) for n in program.graph.nodes if n.op == "call_function"})
+        ops = sorted(
+            {target_name(n.target) for n in program.graph.nodes if n.op == "call_function"}
+        )
         self.ctx.record(
             "decomposition-fallback",
             locations=[source.primary],

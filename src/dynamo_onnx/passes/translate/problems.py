@@ -69,7 +69,11 @@ def _node_properties(node: torch.fx.Node, source: NodeSource) -> dict[str, objec
 
 
 def unsupported(
-    ctx: DiagnosticContext, tally: OperatorTally, node: torch.fx.Node, source: NodeSource, chosen: Dispatch
+    ctx: DiagnosticContext,
+    tally: OperatorTally,
+    node: torch.fx.Node,
+    source: NodeSource,
+    chosen: Dispatch,
 ) -> None:
     """DO301: no ONNX function for the operator (with a ready-to-paste registration)."""
     decomposable = has_decomposition(node.target)
@@ -117,7 +121,12 @@ def translation_failed(
 
 
 def control_flow_unsupported(
-    ctx: DiagnosticContext, tally: OperatorTally, node: torch.fx.Node, source: NodeSource, op: str, problem: str
+    ctx: DiagnosticContext,
+    tally: OperatorTally,
+    node: torch.fx.Node,
+    source: NodeSource,
+    op: str,
+    problem: str,
 ) -> None:
     """DO308: a control-flow node that cannot become ONNX."""
     tally.failures.append(
@@ -147,7 +156,9 @@ def nearest_match(
     )
 
 
-def dispatched(ctx: DiagnosticContext, node: torch.fx.Node, source: NodeSource, chosen: Dispatch) -> None:
+def dispatched(
+    ctx: DiagnosticContext, node: torch.fx.Node, source: NodeSource, chosen: Dispatch
+) -> None:
     """DO304 (DEBUG): which function translated the node, and why it was chosen."""
     assert chosen.function is not None
     ctx.record(
@@ -171,7 +182,9 @@ def raise_for_failures(ctx: DiagnosticContext, tally: OperatorTally) -> None:
     unsupported_ops = [f for f in problems if f.rule.name == "unsupported-operator"]
     if unsupported_ops:
         distinct = sorted({str(f.properties["op"]) for f in unsupported_ops})
-        cause = f"{len(distinct)} operator(s) have no ONNX function ({coverage}):\n" + "\n".join(lines)
+        cause = f"{len(distinct)} operator(s) have no ONNX function ({coverage}):\n" + "\n".join(
+            lines
+        )
         ctx.raise_for(unsupported_ops, UnsupportedOperatorError, cause)
     control_flow = [f for f in problems if f.rule.name == "control-flow-unsupported"]
     if control_flow:
