@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from dynamo_onnx.diagnostics import DiagnosticContext, Level
+from dynamo_onnx.diagnostics import DiagnosticContext, Level, Location
 from dynamo_onnx.errors import OnnxExporterError
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from dynamo_onnx.registry import OnnxRegistry
 
-__all__ = ["ExportRequest", "ExportState", "Pass", "PassName", "run_pipeline"]
+__all__ = ["ExportRequest", "ExportState", "Pass", "PassName", "ShapeLogRecord", "run_pipeline"]
 
 
 class PassName:
@@ -45,6 +45,16 @@ class PassName:
     def all(cls) -> tuple[str, ...]:
         """Every pass name, in pipeline order."""
         return tuple(v for k, v in vars(cls).items() if k.isupper())
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeLogRecord:
+    """One record of torch's symbolic-shape log during capture, with the Python stack at the
+    time it was logged (innermost first): torch names only its own frame for a guard, the
+    stack still holds the user's line that caused it."""
+
+    message: str
+    stack: tuple[Location, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +96,7 @@ class ExportState:
     dynamic_shapes: Any = None
     requested_dims: Mapping[tuple[str, int], int] = dataclasses.field(default_factory=dict)
     exported_program: torch.export.ExportedProgram | None = None
-    shape_log: tuple[str, ...] = ()
+    shape_log: tuple[ShapeLogRecord, ...] = ()
     dim_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     onnx_model: ir.Model | None = None
 

@@ -23,7 +23,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
-from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.model import as_module, describe_value
 
 __all__ = ["STRATEGIES", "CapturePass", "TorchExportStrategy", "copy_program"]
@@ -69,10 +69,17 @@ class _ShapeLog(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
-        self.messages: list[str] = []
+        self.records: list[ShapeLogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        message = record.getMessage()
+        stack: tuple[Location, ...] = ()
+        if "[guard added]" in message:  # the stack holds the user's line behind the guard
+            stack = tuple(
+                Location(fs.filename, fs.lineno or 1, fs.name)
+                for fs in reversed(traceback.extract_stack())
+            )
+        self.records.append(ShapeLogRecord(message, stack))
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
@@ -172,7 +179,7 @@ class CapturePass:
                 nodes=len(program.graph.nodes),
             )
             _check_outputs(ctx, program)
-            return state.replace(exported_program=program, shape_log=tuple(shape_log.messages))
+            return state.replace(exported_program=program, shape_log=tuple(shape_log.records))
         if data_dependent is not None:
             where, cause = data_dependent
             ctx.fail(

@@ -18,7 +18,7 @@ import torch
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
-from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.model import forward_signature
 
 __all__ = ["DynamicShapesPass", "dimension_names"]
@@ -54,25 +54,31 @@ def _resolve(suffix: str) -> str | None:
 
 
 def _report_specializations(
-    ctx: DiagnosticContext, messages: tuple[str, ...], requested: Mapping[tuple[str, int], int]
+    ctx: DiagnosticContext,
+    records: tuple[ShapeLogRecord, ...],
+    requested: Mapping[tuple[str, int], int],
 ) -> None:
-    """A warning for each requested-dynamic dimension torch specialized, with its guard."""
+    """A warning for each requested-dynamic dimension torch specialized, with its guard and
+    the user's line behind it (torch's log names its own frame; the stack has the user's)."""
     symbols: dict[str, tuple[str, int]] = {}
-    guards: list[tuple[str, str, int, str]] = []
-    for message in messages:
+    guards: list[tuple[str, Location | None]] = []
+    for record in records:
+        message = record.message
         if created := _CREATE.search(message):
             symbols[created[1]] = (created[2], int(created[3]))
         elif guard := _GUARD.search(message):
-            guards.append((guard[1], guard[2], int(guard[3]), guard[4]))
+            where = ctx.user_frame(record.stack)
+            if where is None and (path := _resolve(guard[2])):
+                where = Location(path, int(guard[3]), guard[4])
+                where = where if ctx.user_frame([where]) is not None else None
+            guards.append((guard[1], where))
         elif (replaced := _REPLACE.search(message)) and replaced[1] in symbols:
             input_name, dim = symbols[replaced[1]]
             if (input_name, dim) not in requested:
                 continue
             symbol = re.compile(rf"\b{re.escape(replaced[1])}\b")
             culprit = next((g for g in reversed(guards) if symbol.search(g[0])), None)
-            where = None
-            if culprit is not None and (path := _resolve(culprit[1])):
-                where = Location(path, culprit[2], culprit[3])
+            where = culprit[1] if culprit is not None else None
             ctx.record(
                 "dynamic-dim-specialized",
                 locations=[where],

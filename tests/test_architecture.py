@@ -1,0 +1,226 @@
+"""The shape of the code, enforced: import direction, no cycles, one place that opens a pass,
+one way to fail, and message fields that match their rules (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+from dynamo_onnx.rules import catalog
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "dynamo_onnx"
+
+#: Lower layers never import higher ones. Within a layer, a unit imports only itself, except
+#: the edges in SAME_LAYER_EDGES.
+LAYERS = {
+    "errors": 0,
+    "versions": 0,
+    "fake": 0,
+    "tensors": 0,
+    "rules": 1,
+    "options": 2,
+    "diagnostics": 3,
+    "reports": 4,
+    "registry": 4,
+    "io": 4,
+    "passes": 5,
+    "program": 6,
+    "export": 6,
+    "cli": 7,
+    "__init__": 7,
+}
+SAME_LAYER_EDGES = {("export", "program"), ("cli", "__init__")}
+#: Packages that must know nothing of torch, ONNX or the passes.
+PURE = {"diagnostics", "reports"}
+FORBIDDEN_IN_PURE = {"torch", "onnx", "onnx_ir", "onnxscript", "onnxruntime"}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def _unit(module: str) -> str:
+    """``dynamo_onnx.passes.translate.builder`` -> ``passes``; the package itself -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def _imports(module: str) -> list[tuple[str, int]]:
+    """(imported module, line) for every runtime import (not under TYPE_CHECKING)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skip = _type_checking_lines(tree)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + [base]
+                ).strip(".")
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.append((candidate if candidate in MODULES else base, node.lineno))
+    return found
+
+
+def _local_edges() -> dict[str, list[tuple[str, int]]]:
+    return {
+        module: [
+            (target, line)
+            for target, line in _imports(module)
+            if target in MODULES and target != module
+        ]
+        for module in MODULES
+    }
+
+
+def test_every_unit_has_a_layer():
+    assert {_unit(m) for m in MODULES} <= set(LAYERS), sorted(
+        {_unit(m) for m in MODULES} - set(LAYERS)
+    )
+
+
+def test_imports_point_one_way():
+    offenders = []
+    for module, edges in _local_edges().items():
+        source = _unit(module)
+        for target, line in edges:
+            dest = _unit(target)
+            if source == dest or (source, dest) in SAME_LAYER_EDGES:
+                continue
+            if LAYERS[dest] >= LAYERS[source]:
+                offenders.append(f"{MODULES[module].name}:{line} {module} -> {target}")
+    assert not offenders, offenders
+
+
+def test_no_import_cycles():
+    edges = {m: [t for t, _ in e] for m, e in _local_edges().items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in edges[module]:
+            if state.get(target) == 1:
+                cycles.append(" -> ".join([*path[path.index(target) :], target]))
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in MODULES:
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, cycles
+
+
+def test_diagnostics_and_reports_know_nothing_of_torch_onnx_or_passes():
+    offenders = []
+    for module in MODULES:
+        if _unit(module) not in PURE:
+            continue
+        for target, line in _imports(module):
+            top = target.split(".")[0]
+            if top in FORBIDDEN_IN_PURE or target.startswith("dynamo_onnx.passes"):
+                offenders.append(f"{module}:{line} imports {target}")
+    assert not offenders, offenders
+
+
+def test_the_layer_check_can_fail():
+    # diagnostics (layer 3) importing a pass (layer 5) is an arrow against the direction.
+    assert (
+        LAYERS[_unit("dynamo_onnx.passes.capture")]
+        > LAYERS[_unit("dynamo_onnx.diagnostics.context")]
+    )
+
+
+def _calls(method: str):
+    """(module, call node) for every ``<something>.<method>(...)`` call in src/."""
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == method
+            ):
+                yield module, node
+
+
+def test_only_run_pipeline_opens_a_pass():
+    openers = {module for module, _ in _calls("pass_")}
+    assert openers == {"dynamo_onnx.passes.base"}
+
+
+#: Keyword arguments of ctx.record / ctx.fail that are not message fields.
+_RESERVED = {"level", "locations", "stack", "related", "properties", "markdown"}
+
+
+def _checked_calls():
+    for method, rule_arg in (("record", 0), ("fail", 0)):
+        for module, call in _calls(method):
+            if len(call.args) <= rule_arg or not isinstance(call.args[rule_arg], ast.Constant):
+                continue
+            yield module, method, call
+
+
+def test_every_record_and_fail_call_gives_its_rules_fields():
+    problems = []
+    checked = 0
+    for module, method, call in _checked_calls():
+        rule = catalog().get(call.args[0].value)
+        if any(k.arg is None for k in call.keywords):
+            continue  # **fields: checked at run time by Rule.format_message
+        given = {k.arg for k in call.keywords} - _RESERVED
+        missing = set(rule.fields) - given
+        if missing:
+            problems.append(f"{module}:{call.lineno} {method}({rule.id}) misses {sorted(missing)}")
+        checked += 1
+    assert checked >= 30  # the check reads the calls it means to
+    assert not problems, problems
+
+
+def test_errors_are_built_in_one_place():
+    """No hand-written ``Fix:`` and no message formatting outside the context and options."""
+    allowed = {"dynamo_onnx.errors", "dynamo_onnx.diagnostics.context", "dynamo_onnx.options"}
+    offenders = [
+        f"{module}:{call.lineno}"
+        for module, path in MODULES.items()
+        if module not in allowed
+        for call in ast.walk(ast.parse(path.read_text()))
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "format_message"
+    ]
+    offenders += [
+        f"{module}: 'Fix:'"
+        for module, path in MODULES.items()
+        if module not in allowed | {"dynamo_onnx.rules.docs"} and "Fix:" in path.read_text()
+    ]
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize("rule", list(catalog()), ids=lambda r: r.id)
+def test_each_rule_has_a_one_line_fix(rule):
+    assert rule.fix.strip() == rule.fix and "\n" not in rule.fix
+    assert rule.fix.endswith((".", ")")) and len(rule.fix.split()) >= 4

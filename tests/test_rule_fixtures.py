@@ -1,0 +1,241 @@
+"""One fixture per rule: a small model or call that produces the rule, with its level and the
+line it points at (``# marker: DOnnn`` in this file), or None where the rule has no line of
+its own. Every rule of the catalog is here, or in NOT_FROM_A_FIXTURE with the reason."""
+
+from __future__ import annotations
+
+import inspect
+import pathlib
+
+import onnxscript.optimizer
+import pytest
+import torch
+
+import dynamo_onnx
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.rules import catalog
+
+HERE = pathlib.Path(__file__).resolve()
+SOURCE = HERE.read_text().splitlines()
+X = torch.randn(2, 4)
+X1 = torch.randn(1, 4)
+BATCH = {"x": {0: "b"}}
+
+
+def marker_line(rule_id: str) -> int:
+    return next(i for i, text in enumerate(SOURCE, 1) if f"# marker: {rule_id}" in text)
+
+
+def diagnostics_of(call) -> DiagnosticContext:
+    """The diagnostics of a call that exports: from the program, or from the error."""
+    try:
+        result = call()
+    except dynamo_onnx.OnnxExporterError as error:
+        assert error.diagnostics is not None
+        return error.diagnostics
+    return result.diagnostics
+
+
+class Lin(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x)  # marker: DO402
+
+
+class Refuses(torch.nn.Module):
+    def forward(self, x):
+        raise ValueError("no")  # marker: DO100
+
+
+class Branches(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # marker: DO104
+            return x + 1
+        return x - 1
+
+
+class Reshapes(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(2, -1)  # marker: DO106
+
+
+class ReturnsInt(torch.nn.Module):
+    def forward(self, x):  # marker: DO110
+        return x.shape[0]
+
+
+class Mutates(torch.nn.Module):
+    def forward(self, x):
+        y = x.clone()
+        y.add_(1)
+        return y.view(-1)
+
+
+class Promotes(torch.nn.Module):
+    def forward(self, x, n):
+        return x * n
+
+
+class Bessel(torch.nn.Module):
+    def forward(self, x):
+        return torch.special.bessel_j0(x)  # marker: DO301
+
+
+class Conditional(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x + 1, lambda x: x - 1, (x,))  # marker: DO307
+
+
+class Scans(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.higher_order.associative_scan(lambda a, b: a + b, [x], ())  # marker: DO308
+
+
+def _size_one_example(tmp_path):
+    return dynamo_onnx.export(Lin(), (X1,), dynamic_shapes=BATCH)  # marker: DO105
+
+
+def _nan_model() -> Lin:
+    model = Lin()
+    with torch.no_grad():
+        model.lin.weight[0, 0] = float("nan")
+    return model
+
+
+def _fake_program():
+    with dynamo_onnx.enable_fake_mode() as fake:
+        model = Lin()
+        x = torch.randn(2, 4)
+    options = dynamo_onnx.ExportOptions(fake_context=fake)
+    return dynamo_onnx.dynamo_export(model, x, export_options=options)
+
+
+def _save_fake(tmp_path):
+    program = _fake_program()
+    with pytest.raises(dynamo_onnx.FakeWeightsError):
+        program.save(tmp_path / "m.onnx")
+    return program
+
+
+def _apply_wrong_weights(tmp_path):
+    program = dynamo_onnx.export(Lin(), (X,))
+    with pytest.raises(dynamo_onnx.WeightsMismatchError):
+        program.apply_weights({"lin.weight": torch.zeros(1)})
+    return program
+
+
+def _save_to_directory(tmp_path):
+    program = dynamo_onnx.export(Lin(), (X,))
+    with pytest.raises(dynamo_onnx.SaveError):
+        program.save(tmp_path)
+    return program
+
+
+def _optimize(tmp_path):
+    program = dynamo_onnx.export(Lin(), (X,))
+    program.optimize()
+    return program
+
+
+def _broken_optimizer(tmp_path, monkeypatch):
+    program = dynamo_onnx.export(Lin(), (X,))
+    monkeypatch.setattr(onnxscript.optimizer, "optimize_ir", lambda m: 1 / 0)
+    with pytest.raises(dynamo_onnx.OptimizationError):
+        program.optimize()
+    return program
+
+
+def _verify(reference_offset):
+    def call(tmp_path):
+        model = Lin()
+        program = dynamo_onnx.export(model, (X,))
+        program.verify((X,), reference=lambda x: model(x) + reference_offset)
+        return program
+
+    return call
+
+
+def _unwritable_reports(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.warns(RuntimeWarning):
+        return dynamo_onnx.export(Lin(), (X,), report=True, artifacts_dir=blocker / "sub")
+
+
+#: rule id -> (call(tmp_path[, monkeypatch]), line marker or None)
+FIXTURES = {
+    "DO100": (lambda t: dynamo_onnx.export(Refuses(), (X,)), "DO100"),
+    "DO101": (lambda t: dynamo_onnx.export(Refuses(), (X,)), "DO100"),
+    "DO102": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),
+    "DO103": (lambda t: dynamo_onnx.dynamo_export(Lin(), X, opset=11), "DO103"),  # marker: DO103
+    "DO104": (lambda t: dynamo_onnx.export(Branches(), (X,)), "DO104"),
+    "DO105": (_size_one_example, "DO105"),
+    "DO106": (
+        lambda t: dynamo_onnx.export(Reshapes(), (X,), dynamic_shapes={"x": {0: "b"}}),
+        "DO106",
+    ),
+    "DO107": (lambda t: dynamo_onnx.export(42, (X,)), "DO107"),  # marker: DO107
+    "DO108": (lambda t: dynamo_onnx.export(Lin(), [X]), "DO108"),  # marker: DO108
+    "DO109": (lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=0), "DO109"),  # marker: DO109
+    "DO110": (lambda t: dynamo_onnx.export(ReturnsInt(), (X,)), "DO110"),
+    "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
+    "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
+    "DO203": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),
+    "DO301": (lambda t: dynamo_onnx.export(Bessel(), (X,)), "DO301"),
+    "DO302": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),
+    "DO304": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),
+    "DO307": (lambda t: dynamo_onnx.export(Conditional(), (X,)), "DO307"),
+    "DO308": (lambda t: dynamo_onnx.export(Scans(), (X,)), "DO308"),
+    "DO401": (lambda t: dynamo_onnx.export(_nan_model(), (X,)), None),
+    "DO402": (lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=11), "DO402"),
+    "DO403": (_save_fake, None),
+    "DO404": (_apply_wrong_weights, None),
+    "DO405": (lambda t: dynamo_onnx.export(Lin(), (X,), module_functions=True), None),
+    "DO406": (_save_to_directory, None),
+    "DO500": (_broken_optimizer, None),
+    "DO501": (_optimize, None),
+    "DO601": (_verify(1.0), None),
+    "DO602": (_verify(0.0), None),
+    "DO901": (_unwritable_reports, None),
+}
+
+#: Rules no small fixture can produce, and where they are tested instead.
+NOT_FROM_A_FIXTURE = {
+    "DO200": "a bug in a torch decomposition; the pass's failure rule (test_diagnostic_context)",
+    "DO300": "a translation crash outside any operator; the pass's failure rule",
+    "DO303": "needs a registered function that raises: test_unsupported_operators",
+    "DO305": "needs two registered functions: test_dispatch",
+    "DO306": "needs a registered function that fails: test_fallback_and_coverage",
+    "DO400": "a finalize crash; the pass's failure rule",
+    "DO600": "ONNX Runtime failing to run a valid model; the pass's failure rule",
+    "DO603": "needs a wrong registered function: test_verification",
+    "DO900": "an internal error: test_diagnostic_context (a broken registry)",
+}
+
+
+def test_every_rule_has_a_fixture_or_a_reason():
+    ids = {r.id for r in catalog() if not r.deprecated}
+    assert set(FIXTURES) | set(NOT_FROM_A_FIXTURE) == ids
+    assert not set(FIXTURES) & set(NOT_FROM_A_FIXTURE)
+
+
+@pytest.mark.parametrize("rule_id", sorted(FIXTURES))
+def test_fixture_produces_its_rule_at_its_level_and_line(rule_id, tmp_path, monkeypatch):
+    call, marker = FIXTURES[rule_id]
+    takes_monkeypatch = len(inspect.signature(call).parameters) == 2
+    ctx = diagnostics_of(
+        lambda: call(tmp_path, monkeypatch) if takes_monkeypatch else call(tmp_path)
+    )
+    rule = catalog().get(rule_id)
+    findings = ctx.by_rule(rule_id)
+    assert findings, [f.rule.id for f in ctx.findings]
+    finding = findings[0]
+    assert finding.level.name.lower() == rule.level
+    if marker is not None:
+        assert finding.primary is not None, finding
+        assert (finding.primary.path, finding.primary.line) == (str(HERE), marker_line(marker))
+    log = ctx.to_sarif()
+    assert any(r["ruleId"] == rule_id for r in log["runs"][0]["results"]) or rule.level == "none"
