@@ -224,3 +224,22 @@ def test_errors_are_built_in_one_place():
 def test_each_rule_has_a_one_line_fix(rule):
     assert rule.fix.strip() == rule.fix and "\n" not in rule.fix
     assert rule.fix.endswith((".", ")")) and len(rule.fix.split()) >= 4
+
+
+SHARED_PASS_MODULES = {"base", "fx", "metadata", "model"}
+
+
+def test_a_pass_never_imports_another_pass():
+    offenders = []
+    for module in MODULES:
+        parts = module.split(".")
+        if parts[:2] != ["dynamo_onnx", "passes"] or len(parts) < 3:
+            continue
+        own = parts[2]
+        for target, line in _imports(module):
+            tparts = target.split(".")
+            if tparts[:2] != ["dynamo_onnx", "passes"] or len(tparts) < 3:
+                continue
+            if tparts[2] not in SHARED_PASS_MODULES | {own}:
+                offenders.append(f"{module}:{line} imports {target}")
+    assert not offenders, offenders

@@ -10,7 +10,7 @@ import torch
 
 import dynamo_onnx
 from dynamo_onnx.io import protowriter
-from dynamo_onnx.io.save import initializers_layout
+from dynamo_onnx.io.onnx_file import initializers_layout
 
 
 class ManyDtypes(torch.nn.Module):

@@ -16,13 +16,13 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from dynamo_onnx.errors import FakeWeightsError, OnnxExporterError, WeightsMismatchError
-from dynamo_onnx.io import save as io_save
+from dynamo_onnx.errors import OnnxExporterError, WeightsMismatchError
+from dynamo_onnx.io import onnx_file
 from dynamo_onnx.io.inputs import onnx_input_tensors
 from dynamo_onnx.options import ONNXRuntimeOptions
 from dynamo_onnx.passes.base import Pass, run_pipeline
 from dynamo_onnx.passes.onnx.optimize import OptimizePass
-from dynamo_onnx.passes.save import SavePass, SaveRequest
+from dynamo_onnx.passes.save import SavePass, SaveRequest, require_real_weights
 from dynamo_onnx.passes.verify import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
@@ -100,7 +100,7 @@ class ONNXProgram:
 
     def fake_weights(self) -> list[str]:
         """Names of the initializers that are fake (meta tensors, no data)."""
-        return io_save.fake_weight_names(self.model)
+        return onnx_file.fake_weight_names(self.model)
 
     def apply_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Replace the model's initializers with the tensors of ``state_dict``, by name.
@@ -163,7 +163,7 @@ class ONNXProgram:
     @property
     def model_proto(self) -> onnx.ModelProto:
         """Return the ONNX ``ModelProto`` object."""
-        return io_save.to_proto(self.model)
+        return onnx_file.to_proto(self.model)
 
     def save(
         self,
@@ -253,22 +253,12 @@ class ONNXProgram:
         configured by ``options`` (providers, session options), on the CPU otherwise.
         """
         self.release()
-        fake = self.fake_weights()
-        if fake:
-            ctx = self._context()
-            ctx.fail(
-                "fake-weights",
-                FakeWeightsError,
-                ctx.model_location,
-                count=len(fake),
-                name=fake[0],
-                action="run",
-            )
+        require_real_weights(self._context(), self.model, "run")
         if initializer is None:
             initializer = functools.partial(_default_session, options=options)
         elif options is not None:
             raise TypeError("give either an initializer or options, not both")
-        if io_save.weights_nbytes(self.model) < io_save.TWO_GB // 2:
+        if onnx_file.weights_nbytes(self.model) < onnx_file.TWO_GB // 2:
             self._session = initializer(self.model_proto.SerializeToString())
             return
         with tempfile.TemporaryDirectory(prefix="dynamo_onnx_session_") as tmp:

@@ -14,10 +14,24 @@ import onnx_ir as ir
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import FakeWeightsError, OnnxExporterError, SaveError, SerializationError
-from dynamo_onnx.io import save as io_save
+from dynamo_onnx.io import onnx_file
 from dynamo_onnx.passes.base import PassName
 
-__all__ = ["SavePass", "SaveRequest"]
+__all__ = ["SavePass", "SaveRequest", "require_real_weights"]
+
+
+def require_real_weights(ctx: DiagnosticContext, model: ir.Model, action: str) -> None:
+    """Fail with DO403 when the model's weights are fake (meta): they cannot be saved or run."""
+    fake = onnx_file.fake_weight_names(model)
+    if fake:
+        ctx.fail(
+            "fake-weights",
+            FakeWeightsError,
+            ctx.model_location,
+            count=len(fake),
+            name=fake[0],
+            action=action,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,21 +53,12 @@ class SavePass:
 
     def __call__(self, ctx: DiagnosticContext, request: SaveRequest) -> SaveRequest:
         if request.include_initializers:
-            fake = io_save.fake_weight_names(request.model)
-            if fake:
-                ctx.fail(
-                    "fake-weights",
-                    FakeWeightsError,
-                    ctx.model_location,
-                    count=len(fake),
-                    name=fake[0],
-                    action="save",
-                )
+            require_real_weights(ctx, request.model, "save")
         path = os.fspath(request.destination)
-        cause = io_save.unwritable(path)
+        cause = onnx_file.unwritable(path)
         if cause is None:
             try:
-                io_save.save(
+                onnx_file.save(
                     request.model,
                     path,
                     include_initializers=request.include_initializers,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from dynamo_onnx.diagnostics.summary import ModelSummary, ValueSummary
-from dynamo_onnx.io.save import weights_nbytes
+from dynamo_onnx.io.onnx_file import weights_nbytes
 
 __all__ = ["describe_model", "describe_value"]
 
