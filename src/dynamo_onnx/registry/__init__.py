@@ -39,6 +39,8 @@ class ONNXFunction:
         is_custom: whether the user registered it (custom functions are preferred).
         opset_introduced: the lowest ONNX opset its operators exist in; dispatch only
             offers it to exports targeting that opset or a newer one.
+        is_extra: one of dynamo-onnx's own functions (``extra_functions``); at the same
+            opset they come before torch_lib's, which they complete or correct.
     """
 
     qualified_name: str
@@ -46,6 +48,7 @@ class ONNXFunction:
     is_complex: bool = False
     is_custom: bool = False
     opset_introduced: int = 18
+    is_extra: bool = False
 
     @property
     def name(self) -> str:
@@ -97,7 +100,8 @@ def _torchlib_table() -> Mapping[str, tuple[ONNXFunction, ...]]:
             ONNXFunction(name, meta.function, is_complex=meta.is_complex)
         )
     for name, function, opset in EXTRA_FUNCTIONS:
-        table.setdefault(name, []).append(ONNXFunction(name, function, opset_introduced=opset))
+        extra = ONNXFunction(name, function, opset_introduced=opset, is_extra=True)
+        table.setdefault(name, []).insert(0, extra)
     return types.MappingProxyType({k: tuple(v) for k, v in table.items()})
 
 

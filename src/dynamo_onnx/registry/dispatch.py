@@ -142,9 +142,9 @@ def dispatch(node: torch.fx.Node, registry: OnnxRegistry, opset: int | None = No
             kind = (
                 "custom function"
                 if candidate.is_custom
-                else "torch_lib function"
-                if candidate.opset_introduced <= registry.opset_version
                 else f"dynamo-onnx function for opset {candidate.opset_introduced}"
+                if candidate.is_extra
+                else "torch_lib function"
             )
             return Dispatch(op, candidate, f"perfect match ({kind})", (), len(matching))
         scored.append((len(problems), index, candidate, problems))

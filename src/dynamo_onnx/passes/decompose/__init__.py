@@ -18,6 +18,7 @@ from dynamo_onnx.errors import DecompositionError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.decompose.plan import retrace_reason
 from dynamo_onnx.passes.decompose.rewrites import (
+    cast_symbolic_operands,
     insert_type_promotion,
     rewrite_aliases,
     rewrite_views,
@@ -38,7 +39,7 @@ def lower(
     """
     views = rewrite_views(ep)
     ep = ep.run_decompositions(registry.decomposition_table(also))
-    casts = sum(insert_type_promotion(gm) for gm in graph_modules(ep))
+    casts = sum(insert_type_promotion(gm) + cast_symbolic_operands(gm) for gm in graph_modules(ep))
     return ep, views, casts
 
 
@@ -65,7 +66,9 @@ class DecomposePass:
         )
         if reason is None:
             views = 0
-            casts = sum(insert_type_promotion(gm) for gm in graph_modules(ep))
+            casts = sum(
+                insert_type_promotion(gm) + cast_symbolic_operands(gm) for gm in graph_modules(ep)
+            )
         else:
             ep, views, casts = lower(ep, registry)
         for gm in graph_modules(ep):

@@ -9,6 +9,9 @@
   layout); ``__and__``/``__or__``/``__xor__`` become their ``bitwise_*`` operators.
 * After decomposing, explicit casts replace ATen's implicit type promotion, because ONNX
   operators require matching input types.
+* A symbolic number (a SymInt, SymFloat or SymBool from a dynamic size) used by a tensor
+  operator (``x * x.shape[0]``) is cast to the dtype the operator computes in: in ONNX it is
+  a 0-d int64, float or bool tensor, and ``Mul`` will not take a float and an int64.
 * Reshapes to a statically known shape get that shape instead of one with ``-1`` in it
   (``view(x, [1, -1, 128, 64])``): the ONNX optimizer can then see that a reshape to the
   shape its input already has is an ``Identity`` and remove it (12 nodes in GPT-2).
@@ -27,7 +30,15 @@ import torch.fx
 from dynamo_onnx.passes.fx import graph_modules
 from dynamo_onnx.passes.fx import meta_value as _val
 
-__all__ = ["insert_type_promotion", "rewrite_aliases", "rewrite_views", "static_reshape_sizes"]
+__all__ = [
+    "cast_symbolic_operands",
+    "insert_type_promotion",
+    "rewrite_aliases",
+    "rewrite_views",
+    "static_reshape_sizes",
+]
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 _BITWISE = {
     torch.ops.aten.__and__.Tensor: torch.ops.aten.bitwise_and.Tensor,
@@ -198,6 +209,45 @@ def insert_type_promotion(gm: torch.fx.GraphModule) -> int:
                 cast = gm.graph.call_function(_CAST, (arg, dtype))
             cast.meta.update({k: v for k, v in node.meta.items() if k != "val"})
             cast.meta["val"] = _val(arg).to(dtype)
+            args[i] = cast
+            count += 1
+        node.args = tuple(args)
+    if count:
+        gm.recompile()
+    return count
+
+
+def cast_symbolic_operands(gm: torch.fx.GraphModule) -> int:
+    """Cast symbolic numbers used by tensor operators to the dtype the operator computes in.
+
+    Arithmetic computes in the output's dtype; a comparison in its tensor operand's dtype.
+    """
+    count = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not hasattr(node.target, "tags"):
+            continue
+        if node.target in _CASTS:
+            continue
+        out = node.meta.get("val")
+        if not isinstance(out, torch.Tensor):
+            continue
+        symbolic = [
+            i
+            for i, a in enumerate(node.args)
+            if isinstance(a, torch.fx.Node) and isinstance(_val(a), _SYMBOLIC)
+        ]
+        if not symbolic:
+            continue
+        tensors = [_val(a) for a in node.args if isinstance(_val(a), torch.Tensor)]
+        dtype = out.dtype if out.dtype != torch.bool or not tensors else tensors[0].dtype
+        if out.is_complex():
+            continue
+        args = list(node.args)
+        for i in symbolic:
+            with gm.graph.inserting_before(node):
+                cast = gm.graph.call_function(_CAST, (args[i], dtype))
+            cast.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+            cast.meta["val"] = torch.empty((), dtype=dtype, device="meta")
             args[i] = cast
             count += 1
         node.args = tuple(args)
