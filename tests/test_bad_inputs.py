@@ -65,7 +65,7 @@ CASES = {
         ["`args` must be a tuple", "(x,)"],
     ),
     "kwargs is a list": (
-        lambda **r: dynamo_onnx.export(Linear(), (X,), [X], **r),
+        lambda **r: dynamo_onnx.export(Linear(), (X,), kwargs=[X], **r),
         dynamo_onnx.InvalidExportOptionsError,
         "DO108",
         ["`kwargs` must be a dict"],
@@ -105,6 +105,12 @@ CASES = {
         dynamo_onnx.CaptureError,
         "DO110",
         ["Output 1", "NoneType"],
+    ),
+    "f is not a path": (
+        lambda **r: dynamo_onnx.export(Linear(), (X,), [X], **r),
+        dynamo_onnx.InvalidExportOptionsError,
+        "DO109",
+        ["`f` is a list", "file path"],
     ),
     "opset too high": (
         lambda **r: dynamo_onnx.export(Linear(), (X,), opset_version=99, **r),

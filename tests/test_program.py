@@ -84,7 +84,7 @@ def test_save_rejects_non_path_destinations(program):
 def test_model_proto_and_session_lifecycle(program):
     proto = program.model_proto
     assert isinstance(proto, onnx.ModelProto)
-    assert proto.opset_import[0].version == 18
+    assert proto.opset_import[0].version == 20  # torch.onnx.export's default
     assert proto.producer_name == "dynamo-onnx"
     x = torch.randn(4, 8)
     first = program(x)[0]

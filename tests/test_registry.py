@@ -51,7 +51,8 @@ def test_custom_operator_exports_and_matches_eager(function):
     registry = dynamo_onnx.OnnxRegistry()
     registry.register_op(function, "dxreg", "scaled_gelu")
     model, x = UsesCustomOp(), torch.randn(3, 4)
-    program = dynamo_onnx.export(model, (x,), registry=registry)
+    # opset 18: converting to another opset inlines functions, as optimizing does
+    program = dynamo_onnx.export(model, (x,), registry=registry, opset_version=18, optimize=False)
     torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
     if function is ScaledGelu:
         assert ("com.example", "ScaledGelu", "") in program.model.functions

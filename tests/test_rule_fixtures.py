@@ -98,6 +98,11 @@ def _size_one_example(tmp_path):
     return dynamo_onnx.export(Lin(), (X1,), dynamic_shapes=BATCH)  # marker: DO105
 
 
+def _aten_fallback(tmp_path):
+    aten = torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH
+    return dynamo_onnx.export(Lin(), (X,), operator_export_type=aten)  # marker: DO112
+
+
 def _nan_model() -> Lin:
     model = Lin()
     with torch.no_grad():
@@ -181,6 +186,8 @@ FIXTURES = {
     "DO108": (lambda t: dynamo_onnx.export(Lin(), [X]), "DO108"),  # marker: DO108
     "DO109": (lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=0), "DO109"),  # marker: DO109
     "DO110": (lambda t: dynamo_onnx.export(ReturnsInt(), (X,)), "DO110"),
+    "DO111": (lambda t: dynamo_onnx.export(Lin(), (X,), verbose=True), "DO111"),  # marker: DO111
+    "DO112": (_aten_fallback, "DO112"),
     "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
     "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
     "DO203": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -25,12 +25,16 @@ from dynamo_onnx.passes.onnx.opset import OpsetConversionPass
 from dynamo_onnx.passes.onnx.weights import WeightCheckPass
 from dynamo_onnx.passes.translate import TranslatePass
 from dynamo_onnx.passes.validate import ValidatePass
+from dynamo_onnx.passes.validate.torch_onnx import TorchOnnxArguments
 from dynamo_onnx.program import ONNXProgram
 from dynamo_onnx.registry import OnnxRegistry
 from dynamo_onnx.reports import ReportingContext
 from dynamo_onnx.versions import package_version, tool_versions
 
 __all__ = ["dynamo_export", "export", "export_passes"]
+
+#: torch.onnx.export's opset when none is given (dynamo_export keeps the seed's, 18).
+TORCH_ONNX_OPSET = 20
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -98,6 +102,7 @@ def _run(
     source_root: str | os.PathLike[str] | None,
     progress: Callable[[ProgressEvent], None] | None,
     call_site: Location | None,
+    save: Mapping[str, Any] | None = None,
 ) -> ONNXProgram:
     subject = _subject(request.model)
     options = request.diagnostic_options
@@ -128,6 +133,8 @@ def _run(
             if isinstance(reference, torch.export.ExportedProgram):
                 reference = reference.module()
             program.verify(state.args, state.kwargs, reference=reference)
+        if save is not None:
+            program.save(**save)
     except OnnxExporterError as error:
         ctx.finish(error)
         if report:
@@ -149,40 +156,73 @@ def _run(
 def export(
     model: torch.nn.Module | Callable[..., Any] | torch.export.ExportedProgram,
     args: tuple[Any, ...] = (),
-    kwargs: Mapping[str, Any] | None = None,
+    f: str | os.PathLike[str] | None = None,
     *,
-    dynamic_shapes: Any = None,
+    kwargs: Mapping[str, Any] | None = None,
+    verbose: bool | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
     opset_version: int | None = None,
+    dynamo: bool = True,
+    external_data: bool = True,
+    dynamic_shapes: Any = None,
+    custom_translation_table: Mapping[Any, Any] | None = None,
+    report: bool = False,
+    optimize: bool = True,
+    verify: bool = False,
+    profile: bool = False,
+    dump_exported_program: bool = False,
+    artifacts_dir: str | os.PathLike[str] = ".",
+    export_params: bool = True,
+    keep_initializers_as_inputs: bool = False,
+    dynamic_axes: Mapping[str, Any] | None = None,
+    training: Any = torch.onnx.TrainingMode.EVAL,
+    operator_export_type: Any = torch.onnx.OperatorExportTypes.ONNX,
+    do_constant_folding: bool = True,
+    custom_opsets: Mapping[str, int] | None = None,
+    export_modules_as_functions: Any = False,
+    autograd_inlining: bool = True,
     registry: OnnxRegistry | None = None,
     diagnostic_options: DiagnosticOptions | None = None,
-    report: bool = False,
-    artifacts_dir: str | os.PathLike[str] = ".",
-    optimize: bool = False,
-    verify: bool = False,
     module_functions: bool = False,
     source_root: str | os.PathLike[str] | None = None,
     progress: Callable[[ProgressEvent], None] | None = None,
 ) -> ONNXProgram:
-    """Export a PyTorch model to an :class:`ONNXProgram`.
+    """Export a PyTorch model to an :class:`ONNXProgram`, as ``torch.onnx.export`` does.
+
+    It takes ``torch.onnx.export``'s signature and defaults as of torch 2.13, so code
+    written for it runs after ``import dynamo_onnx as onnx``; docs/usage.md ("Coming from
+    torch.onnx.export") says what each argument does here. An argument with no effect is
+    an ``argument-ignored`` finding, one that cannot be honored an ``argument-unsupported``
+    error: never a silent difference.
 
     Args:
         model: an ``nn.Module``, a callable, or a ``torch.export.ExportedProgram`` (which is
             copied, never changed).
         args: positional example inputs.
+        f: where to save the model (also returned); weights go to ``<f>.data`` when
+            ``external_data`` is True.
         kwargs: keyword example inputs.
+        input_names, output_names: names of the graph's inputs and outputs, in order.
+        opset_version: the ONNX opset of the result; default 20, as torch.onnx.
         dynamic_shapes: torch.export dynamic shape specs (``Dim``, ``Dim.AUTO``, dicts and
             tuples per input), names as strings (``{"x": {0: "batch"}}``), or ``True`` for
             every dimension. Dynamic dims appear in the ONNX model under the user's names,
             else as ``<input>_dim_<i>``.
-        opset_version: the ONNX opset of the result; default: the registry's (18).
-        registry: the ONNX functions to use; default: onnxscript's torch_lib.
-        diagnostic_options: verbosity and warnings-as-errors of the reports.
+        dynamic_axes: torch.onnx's older form, ``{"input name": {0: "batch"}}``; becomes
+            dynamic shapes with those names.
+        custom_translation_table: ``{torch.ops.ns.op.overload: onnxscript function}``,
+            registered as ``OnnxRegistry.register_op`` would.
         report: write ``<artifacts_dir>/<Model>.sarif`` and ``<Model>.md``, on success and
             on failure (then the exception message names both paths).
-        artifacts_dir: where the reports go (created if missing).
-        optimize: run the onnxscript optimizer on the result (``ONNXProgram.optimize``).
+        optimize: run the onnxscript optimizer on the result (default True, as torch.onnx).
         verify: compare ONNX Runtime with the model in eager PyTorch on the example inputs
             (``ONNXProgram.verify``, default tolerances); a mismatch is a warning finding.
+        export_params, keep_initializers_as_inputs: how ``f`` is saved.
+        custom_opsets: the opset version of custom domains.
+        export_modules_as_functions: ``True`` is ``module_functions=True``.
+        registry: the ONNX functions to use; default: onnxscript's torch_lib.
+        diagnostic_options: verbosity and warnings-as-errors of the reports.
         module_functions: group each submodule call into an ONNX local function named after
             its module path (Netron then shows the layer hierarchy); default: inline.
         source_root: the directory SARIF paths are relative to (default: cwd).
@@ -192,25 +232,57 @@ def export(
         OnnxExporterError: a subclass naming the rule, the cause and the fix; its
             ``diagnostics`` hold every finding.
     """
+    if isinstance(f, Mapping) and kwargs is None:  # dynamo-onnx 0.1's export(model, args, kwargs)
+        f, kwargs = None, f
+    arguments = TorchOnnxArguments(
+        f=f,
+        verbose=verbose,
+        dynamo=dynamo,
+        profile=profile,
+        dump_exported_program=dump_exported_program,
+        export_params=export_params,
+        keep_initializers_as_inputs=keep_initializers_as_inputs,
+        training=training,
+        operator_export_type=operator_export_type,
+        do_constant_folding=do_constant_folding,
+        optimize=optimize,
+        autograd_inlining=autograd_inlining,
+        export_modules_as_functions=export_modules_as_functions,
+    )
     request = ExportRequest(
         model,
         args,
         kwargs,
         dynamic_shapes,
-        opset_version,
+        TORCH_ONNX_OPSET if opset_version is None else opset_version,
         registry,
         diagnostic_options,
-        module_functions=module_functions,
+        module_functions=module_functions or bool(export_modules_as_functions),
+        torch_onnx=arguments,
+        input_names=input_names,
+        output_names=output_names,
+        dynamic_axes=dynamic_axes,
+        custom_translation_table=custom_translation_table,
+        custom_opsets=custom_opsets,
     )
+    save = None
+    if f is not None:
+        save = {
+            "destination": f,
+            "include_initializers": export_params,
+            "keep_initializers_as_inputs": keep_initializers_as_inputs,
+            "external_data": external_data,
+        }
     return _run(
         request,
         report=report,
         artifacts_dir=artifacts_dir,
-        optimize=optimize,
+        optimize=optimize and not request.module_functions,
         verify=verify,
         source_root=source_root,
         progress=progress,
         call_site=_call_site(),
+        save=save,
     )
 
 

@@ -189,7 +189,7 @@ def opset_problem(opset_version: Any) -> OptionProblem | None:
             "opset_version",
             f"is {opset_version!r}",
             f"it takes an int from 7 to {highest} (the newest this onnx knows), or None for "
-            f"the default, {DEFAULT_OPSET}",
+            "the default (20 for export, 18 for dynamo_export)",
             InvalidOptionTypeError,
         )
     if not 7 <= opset_version <= highest:
@@ -197,7 +197,7 @@ def opset_problem(opset_version: Any) -> OptionProblem | None:
             "opset_version",
             f"is {opset_version!r}",
             f"it takes an int from 7 to {highest} (the newest this onnx knows), or None for "
-            f"the default, {DEFAULT_OPSET}",
+            "the default (20 for export, 18 for dynamo_export)",
         )
     return None
 

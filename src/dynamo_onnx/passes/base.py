@@ -70,6 +70,13 @@ class ExportRequest:
     diagnostic_options: Any = None
     export_options: Any = None
     module_functions: bool = False
+    #: torch.onnx.export's arguments (a ``TorchOnnxArguments``), when called that way.
+    torch_onnx: Any = None
+    input_names: Any = None
+    output_names: Any = None
+    dynamic_axes: Any = None
+    custom_translation_table: Any = None
+    custom_opsets: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +88,8 @@ class ExportState:
         args, kwargs: the example inputs, checked (a tuple and a dict).
         registry: the ONNX functions to translate with.
         dynamic_shapes: torch.export's spec (strings already turned into ``Dim.AUTO``).
+        named_spec: the spec with the caller's dimension names (from ``dynamic_shapes`` or
+            ``dynamic_axes``), for the names of the ONNX dims.
         requested_dims: (input name, dimension) -> example size, for every dimension asked
             to be dynamic.
         exported_program: the captured, then decomposed, program (never the caller's object).
@@ -94,6 +103,7 @@ class ExportState:
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     registry: OnnxRegistry | None = None
     dynamic_shapes: Any = None
+    named_spec: Any = None
     requested_dims: Mapping[tuple[str, int], int] = dataclasses.field(default_factory=dict)
     exported_program: torch.export.ExportedProgram | None = None
     shape_log: tuple[ShapeLogRecord, ...] = ()

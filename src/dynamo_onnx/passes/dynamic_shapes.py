@@ -38,7 +38,7 @@ class DynamicShapesPass:
         program = state.exported_program
         assert program is not None
         _report_specializations(ctx, state.shape_log, state.requested_dims)
-        names = dimension_names(program, state.request.model, state.request.dynamic_shapes)
+        names = dimension_names(program, state.request.model, state.named_spec)
         return state.replace(dim_names=names)
 
 

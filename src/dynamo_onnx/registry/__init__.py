@@ -187,6 +187,13 @@ class OnnxRegistry:
         """Whether ``torch.ops.<namespace>.<op_name>.<overload>`` has an ONNX function."""
         return bool(self._functions.get(qualified_name(namespace, op_name, overload)))
 
+    def copy(self) -> OnnxRegistry:
+        """A registry with the same functions; registering into it leaves this one as is."""
+        other = OnnxRegistry.__new__(OnnxRegistry)
+        other._opset_version = self._opset_version
+        other._functions = {name: list(entries) for name, entries in self._functions.items()}
+        return other
+
     # -- used by the passes ------------------------------------------------------------
 
     def functions_for(self, name: str, opset: int | None = None) -> list[ONNXFunction]:

@@ -10,16 +10,16 @@ every domain the nodes and functions use.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import onnx_ir as ir
 
 from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.errors import OnnxExporterError, SerializationError
+from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, SerializationError
 from dynamo_onnx.passes.base import ExportState, PassName
 
-__all__ = ["AddOpsetImportsPass", "FinalizePass", "RenameDimsPass"]
+__all__ = ["AddOpsetImportsPass", "FinalizePass", "RenameDimsPass", "RenameIOPass"]
 
 
 class RenameDimsPass(ir.passes.InPlacePass):
@@ -59,16 +59,21 @@ class RenameDimsPass(ir.passes.InPlacePass):
 
 
 class AddOpsetImportsPass(ir.passes.InPlacePass):
-    """Import the default opset at ``opset_version`` and every domain nodes and functions use."""
+    """Import the default opset at ``opset_version`` and every domain nodes and functions use;
+    ``custom_opsets`` (torch.onnx.export's argument) sets the version of custom domains."""
 
-    def __init__(self, opset_version: int) -> None:
+    def __init__(self, opset_version: int, custom_opsets: Mapping[str, int] | None = None) -> None:
         super().__init__()
         self.opset_version = opset_version
+        self.custom_opsets = dict(custom_opsets or {})
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         imports = model.opset_imports
         before = dict(imports)
         imports[""] = self.opset_version
+        for domain, version in self.custom_opsets.items():
+            if domain not in ("", "ai.onnx"):
+                imports[domain] = version
         for function in model.functions.values():
             for domain, version in function.opset_imports.items():
                 imports.setdefault(domain, version)
@@ -78,6 +83,30 @@ class AddOpsetImportsPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=dict(imports) != before)
 
 
+class RenameIOPass(ir.passes.InPlacePass):
+    """Name the graph's inputs and outputs as ``input_names``/``output_names`` say, in order
+    (torch.onnx.export's arguments); unnamed ones keep their names."""
+
+    def __init__(
+        self, input_names: Sequence[str] | None, output_names: Sequence[str] | None
+    ) -> None:
+        super().__init__()
+        self.input_names = list(input_names or [])
+        self.output_names = list(output_names or [])
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for values, names in (
+            (model.graph.inputs, self.input_names),
+            (model.graph.outputs, self.output_names),
+        ):
+            for value, name in zip(values, names):
+                if value.name != name:
+                    value.name = name
+                    modified = True
+        return ir.passes.PassResult(model, modified=modified)
+
+
 class FinalizePass:
     """Make the translated model valid: outputs, names, dims and opset imports."""
 
@@ -85,13 +114,27 @@ class FinalizePass:
     error_type: ClassVar[type[OnnxExporterError]] = SerializationError
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        model, registry = state.onnx_model, state.registry
+        model, registry, request = state.onnx_model, state.registry, state.request
         assert model is not None and registry is not None
+        for option, names, values in (
+            ("input_names", request.input_names, model.graph.inputs),
+            ("output_names", request.output_names, model.graph.outputs),
+        ):
+            if names is not None and len(names) > len(values):
+                ctx.fail(
+                    "invalid-option",
+                    InvalidOptionValueError,
+                    option=option,
+                    problem=f"has {len(names)} names for {len(values)} graph "
+                    f"{option.split('_')[0]}s",
+                    allowed=f"it takes at most one name per graph {option.split('_')[0]}, in order",
+                )
         passes = ir.passes.Sequential(
             ir.passes.common.RemoveUnusedNodesPass(),
             ir.passes.common.OutputFixPass(),
             RenameDimsPass(state.dim_names),
-            AddOpsetImportsPass(registry.opset_version),
+            RenameIOPass(request.input_names, request.output_names),
+            AddOpsetImportsPass(registry.opset_version, request.custom_opsets),
             ir.passes.common.NameFixPass(),
         )
         passes(model)

@@ -16,7 +16,11 @@ import torch
 from torch.export import pytree
 
 from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.errors import InvalidExportOptionsError, OnnxExporterError
+from dynamo_onnx.errors import (
+    InvalidExportOptionsError,
+    InvalidOptionValueError,
+    OnnxExporterError,
+)
 from dynamo_onnx.options import (
     ExportOptions,
     OptionProblem,
@@ -26,6 +30,7 @@ from dynamo_onnx.options import (
 )
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.model import as_module, code_location, describe_value, forward_signature
+from dynamo_onnx.passes.validate import torch_onnx
 from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = ["ValidatePass", "normalize_dynamic_shapes"]
@@ -78,16 +83,42 @@ class ValidatePass:
         ):
             _fail_option(ctx, problem)
         _check_model(ctx, request.model)
+        if request.torch_onnx is not None:
+            torch_onnx.report_arguments(
+                ctx, request.torch_onnx, request.model, request.module_functions
+            )
+        torch_onnx.check_names(ctx, request.input_names, request.output_names)
         args, kwargs = _check_arguments(ctx, request.args, request.kwargs)
         registry = request.registry if request.registry is not None else OnnxRegistry()
+        if request.custom_translation_table:
+            registry = torch_onnx.register_translations(registry, request.custom_translation_table)
         if isinstance(request.model, torch.export.ExportedProgram):
             return state.replace(args=args, kwargs=kwargs, registry=registry)
         ctx.model_location = code_location(request.model)
         _check_inputs(ctx, request.model, args, kwargs)
         spec = request.dynamic_shapes
+        if request.dynamic_axes is not None:
+            if spec is not None:
+                ctx.fail(
+                    "invalid-option",
+                    InvalidOptionValueError,
+                    option="dynamic_axes",
+                    problem="is given together with dynamic_shapes",
+                    allowed="give one of them: dynamic_shapes (preferred) or dynamic_axes",
+                )
+            spec = torch_onnx.dynamic_axes_to_shapes(
+                ctx,
+                request.dynamic_axes,
+                request.input_names,
+                request.model,
+                args,
+                kwargs,
+                forward_signature(request.model),
+            )
         options = request.export_options
         if spec is True or (isinstance(options, ExportOptions) and options.dynamic_shapes):
             spec = _all_dimensions_dynamic(request.model, args, kwargs)
+        named_spec = spec
         spec = normalize_dynamic_shapes(spec)
         requested = _requested_dynamic(spec, request.model, args, kwargs)
         for (input_name, dim), size in requested.items():
@@ -104,6 +135,7 @@ class ValidatePass:
             kwargs=kwargs,
             registry=registry,
             dynamic_shapes=spec,
+            named_spec=named_spec,
             requested_dims=requested,
         )
 
