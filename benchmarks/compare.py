@@ -142,6 +142,16 @@ def measure(model_name: str, exporter: str, diagnostics: str, workdir: str) -> d
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         start = time.perf_counter()
+        if diagnostics == "defaults":  # each exporter as a user calls it, with no options
+            if exporter == "torch.onnx":
+                program = torch.onnx.export(model, args, dynamo=True, verbose=False)
+            else:
+                import dynamo_onnx  # noqa: PLC0415
+
+                program = dynamo_onnx.export(model, args)
+            result["export_s"] = time.perf_counter() - start
+            result["nodes"] = _count_nodes(program.model)
+            return result
         if exporter == "torch.onnx":
             program = torch.onnx.export(
                 model, args, dynamo=True, optimize=False, verbose=False, opset_version=OPSET
@@ -152,7 +162,7 @@ def measure(model_name: str, exporter: str, diagnostics: str, workdir: str) -> d
             level = {"off": 20, "info": 20, "debug": 10}[diagnostics]
             options = dynamo_onnx.DiagnosticOptions(verbosity_level=level)
             program = dynamo_onnx.export(
-                model, args, opset_version=OPSET, diagnostic_options=options
+                model, args, opset_version=OPSET, diagnostic_options=options, optimize=False
             )
             result["passes_s"] = {p.name: p.duration_s for p in program.diagnostics.passes}
         result["export_s"] = time.perf_counter() - start
@@ -248,6 +258,7 @@ def run(models: list[str], repeats: int, log: Any = sys.stderr) -> dict[str, Any
     }
     for model in models:
         runs: dict[str, list[dict[str, Any]]] = {e: [] for e in EXPORTERS}
+        defaults: dict[str, list[dict[str, Any]]] = {e: [] for e in EXPORTERS}
         levels: dict[str, list[dict[str, Any]]] = {"info": [], "debug": []}
         for i in range(repeats):
             with tempfile.TemporaryDirectory() as workdir:
@@ -260,6 +271,8 @@ def run(models: list[str], repeats: int, log: Any = sys.stderr) -> dict[str, Any
                         runs[exporter][-1]["latency_ms"] = timing.get(exporter)
                 for level, level_runs in levels.items():
                     level_runs.append(_run_worker(model, "dynamo-onnx", level, workdir))
+                for exporter in EXPORTERS if i % 2 == 0 else EXPORTERS[::-1]:
+                    defaults[exporter].append(_run_worker(model, exporter, "defaults", workdir))
             for exporter in EXPORTERS:
                 print(
                     f"{model:16} {exporter:12} run {i + 1}/{repeats}: {_brief(runs[exporter][-1])}",
@@ -277,6 +290,13 @@ def run(models: list[str], repeats: int, log: Any = sys.stderr) -> dict[str, Any
                 for key in ("export_s", "report_s", "report_ratio")
             }
             for level, rs in levels.items()
+        }
+        entry["defaults"] = {
+            e: {
+                key: _median([r for r in defaults[e] if "error" not in r], key)
+                for key in ("export_s", "nodes")
+            }
+            for e in EXPORTERS
         }
         results["models"][model] = entry
     return results
@@ -331,16 +351,16 @@ def markdown(results: dict[str, Any]) -> str:
         "markdown report adds to the export (median seconds, and median of the per-process "
         "ratio report time / export time):",
         "",
-        "| model | capture | decomposition | translation | serialization | export | reports at INFO | reports at DEBUG |",
+        "| model | capture | decomposition | translation | other passes | export | reports at INFO | reports at DEBUG |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for model, entry in results["models"].items():
         ours = entry["dynamo-onnx"]
         passes = ours.get("passes_s", {})
-        cells = [
-            f"{passes[p]:.2f}" if p in passes else "-"
-            for p in ("capture", "decomposition", "translation", "serialization")
-        ]
+        main = ("capture", "decomposition", "translation")
+        cells = [f"{passes[p]:.2f}" if p in passes else "-" for p in main]
+        others = [t for p, t in passes.items() if p not in main]
+        cells.append(f"{sum(others):.2f}" if others else "-")
         cells.append(f"{ours['export_s']:.2f}" if ours.get("export_s") else "failed")
         for level in ("info", "debug"):
             r = entry["reports"][level]
@@ -349,6 +369,23 @@ def markdown(results: dict[str, Any]) -> str:
             else:
                 cells.append(f"+{r['report_s']:.2f} (+{r['report_ratio'] * 100:.1f} %)")
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Both exporters at their defaults, as a user calls them (`dynamo_onnx.export(model, "
+        "args)` and `torch.onnx.export(model, args, dynamo=True)`: opset 20, optimized), "
+        "median export seconds and nodes:",
+        "",
+        "| model | export s (ours / torch.onnx, ratio) | ONNX nodes (ours / torch.onnx) |",
+        "|---|---|---|",
+    ]
+    for model, entry in results["models"].items():
+        ours, theirs = entry["defaults"]["dynamo-onnx"], entry["defaults"]["torch.onnx"]
+        a, b = ours.get("export_s"), theirs.get("export_s")
+        time_cell = (
+            f"{a:.2f} / {b:.2f}, {_ratio(a, b)}" if a is not None and b is not None else "failed"
+        )
+        nodes = f"{ours.get('nodes') or 'failed'} / {theirs.get('nodes') or 'failed'}"
+        lines.append(f"| {model} | {time_cell} | {nodes} |")
     errors = [
         (model, exporter, entry[exporter]["error"])
         for model, entry in results["models"].items()
