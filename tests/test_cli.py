@@ -145,8 +145,11 @@ def test_exit_1_when_the_export_fails(workdir):
     log = json.loads((workdir / "m.sarif").read_text())
     assert log["runs"][0]["invocations"][0]["executionSuccessful"] is False
     proc = run(workdir, "export", "models.py:broken")
-    assert proc.returncode == 1
-    assert "the factory itself fails" in proc.stdout + proc.stderr
+    assert proc.returncode == 2  # the user's factory failed: a usage error, not an export one
+    assert "models.py:broken raised RuntimeError: the factory itself fails" in proc.stderr
+    assert 'models.py", line' in proc.stderr and "in broken" in proc.stderr  # the user's frame
+    assert "cli.py" not in proc.stderr  # never ours
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize(

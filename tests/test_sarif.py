@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import jsonschema
 import pytest
@@ -12,6 +13,7 @@ import torch
 import dynamo_onnx
 from conftest import MLPModel, line_of
 from dynamo_onnx.reports import sarif
+from dynamo_onnx.rules import catalog
 from sarif_tools import ROOT, multitool_errors
 from test_capture import Raises
 from test_unsupported_operators import TwoCustomOps
@@ -111,6 +113,14 @@ def test_every_result_is_complete(logs, case):
         assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
         assert result["level"] in ("none", "note", "warning", "error")
         assert result["message"]["text"].strip() and result["message"]["markdown"].strip()
+        assert "`" not in result["message"]["text"]  # plain text; markdown keeps the code
+        assert result["kind"] == ("informational" if result["level"] == "none" else "fail")
+        rule = rules[result["ruleIndex"]]
+        if result["level"] in ("warning", "error"):  # VS Code shows no rules[].help
+            assert result["message"]["markdown"].endswith(
+                f"**Fix:** {catalog().get(rule['id']).fix}"
+            )
+        assert all(v not in ("", None, [], {}) for v in result.get("properties", {}).values())
         physical = result["locations"][0]["physicalLocation"]
         assert physical["artifactLocation"]["uriBaseId"] in bases
         assert not physical["artifactLocation"]["uri"].startswith(("/", "file:"))
@@ -121,9 +131,14 @@ def test_every_result_is_complete(logs, case):
     for rule in rules:
         assert rule["shortDescription"]["text"] and rule["fullDescription"]["text"]
         assert rule["help"]["text"] and rule["help"]["markdown"]
-        assert rule["helpUri"].endswith(f"#{rule['id'].lower()}-{rule['name']}")
+        assert "helpUri" not in rule  # the project declares no address for its rules page
+        prose = rule["fullDescription"]["markdown"].split("```")[0]
+        assert not re.search(r"[^\n]\n[^\n]", prose.strip()), prose  # paragraphs unwrapped
         assert rule["defaultConfiguration"]["level"] in ("none", "note", "warning", "error")
     assert "primaryLocationLineHash" not in json.dumps(logs[case])
+    assert "informationUri" not in run["tool"]["driver"]
+    used = {r["ruleId"] for r in run["results"]}
+    assert {rule["id"] for rule in rules} == used  # only the rules the results use
 
 
 @pytest.mark.parametrize("case", ["capture", "unsupported", "warnings_as_errors"])

@@ -19,6 +19,7 @@ import os
 import pathlib
 import sys
 import time
+import traceback
 import warnings
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -65,7 +66,8 @@ def _load_attribute(spec: str) -> Any:
             assert loader_spec is not None and loader_spec.loader is not None
             module = importlib.util.module_from_spec(loader_spec)
             sys.modules[path.stem] = module
-            loader_spec.loader.exec_module(module)
+            loader = loader_spec.loader
+            _call_user(lambda: loader.exec_module(module), module_name)
         else:
             sys.path.insert(0, os.getcwd())
             module = importlib.import_module(module_name)
@@ -134,8 +136,29 @@ def _model_and_inputs(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], d
     return _build(factory, args)
 
 
+class UserCodeError(UsageError):
+    """The user's factory or inputs function raised: a usage error (exit code 2) whose
+    message is the cause and the traceback of the user's frames only."""
+
+
+def _call_user(function: Any, what: str) -> Any:
+    """Call the user's ``function``; its exception becomes a :class:`UserCodeError`."""
+    try:
+        return function()
+    except Exception as exc:  # noqa: BLE001 - reported as the user's error
+        package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+        frames = [
+            f
+            for f in traceback.extract_tb(exc.__traceback__)
+            if not os.path.abspath(f.filename).startswith(package)
+        ]
+        lines = "".join(traceback.format_list(frames)).rstrip()
+        cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        raise UserCodeError(f"{what} raised {cause}\n{lines}") from None
+
+
 def _build(factory: Any, args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    produced = factory()
+    produced = _call_user(factory, args.factory)
     example: Any = None
     if isinstance(produced, tuple) and len(produced) == 2 and callable(produced[0]):
         model, example = produced
@@ -146,7 +169,8 @@ def _build(factory: Any, args: argparse.Namespace) -> tuple[Any, tuple[Any, ...]
     if args.inputs and args.input:
         raise UsageError("give example inputs with --inputs or --input, not both")
     if args.inputs:
-        example = _load_attribute(args.inputs)()
+        inputs = _load_attribute(args.inputs)
+        example = _call_user(inputs, args.inputs)
     elif args.input:
         example = dict(_tensor_from_spec(spec) for spec in args.input)
     if example is None:
@@ -176,6 +200,7 @@ class _Progress:
 
 
 def _write_reports(ctx: Any, args: argparse.Namespace) -> list[str]:
+    ctx.all_rules = args.all_rules
     ctx.save_reports(args.sarif or None, args.report or None)
     written = []
     if args.sarif:
@@ -210,7 +235,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         program = dynamo_onnx.export(
             model,
             positional,
-            keywords,
+            kwargs=keywords,
             dynamic_shapes=dynamic,
             opset_version=args.opset,
             diagnostic_options=options,
@@ -398,7 +423,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--sarif", help="write the SARIF log here")
     export.add_argument("--report", help="write the markdown report here")
-    export.add_argument("--opset", type=int, help="the ONNX opset (default 18)")
+    export.add_argument("--opset", type=int, help="the ONNX opset (default 20)")
+    export.add_argument(
+        "--all-rules",
+        action="store_true",
+        help="describe every rule of the catalog in the SARIF log, not only those it uses",
+    )
     export.add_argument("--dynamic", action="store_true", help="make every input dimension dynamic")
     export.add_argument(
         "--fake",

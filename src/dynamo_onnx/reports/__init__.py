@@ -26,9 +26,12 @@ __all__ = ["ReportingContext"]
 class ReportingContext(DiagnosticContext):
     """A diagnostic context that renders its findings to SARIF and markdown."""
 
+    #: Describe every rule of the catalog in the log, not only those its results use.
+    all_rules: bool = False
+
     def to_sarif(self) -> dict[str, Any]:
         """The findings as a SARIF 2.1.0 log, validated against the OASIS schema."""
-        return sarif.to_sarif(self)
+        return sarif.to_sarif(self, all_rules=self.all_rules)
 
     def save_sarif(self, path: str | os.PathLike[str]) -> None:
         """Write the SARIF log to ``path`` (atomically)."""

@@ -95,9 +95,11 @@ def _groups(run: Mapping[str, Any]) -> list[dict[str, Any]]:
                 },
             )
             message = result["message"]
-            entry["results"].append(
-                {"message": message.get("markdown") or message["text"], "where": _where(result)}
-            )
+            text = message.get("markdown") or message["text"]
+            # The fix ends each warning's message in the log (for VS Code); here it is said
+            # once per rule, below its results.
+            text = text.split("\n\n**Fix:** ", 1)[0]
+            entry["results"].append({"message": text, "where": _where(result)})
         if by_rule:
             count = sum(len(r["results"]) for r in by_rule.values())
             groups.append(

@@ -31,6 +31,7 @@ import sarif_om as om
 
 from dynamo_onnx.diagnostics.findings import Finding, Level, Location
 from dynamo_onnx.rules import Rule, catalog
+from dynamo_onnx.versions import project_urls
 
 if TYPE_CHECKING:
     from dynamo_onnx.diagnostics.context import DiagnosticContext
@@ -40,13 +41,13 @@ __all__ = ["to_sarif", "to_json", "validate", "schema", "SCHEMA_URI", "FINGERPRI
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 FINGERPRINT_KEY = "dynamoOnnxFingerprint/v1"
 SRCROOT = "SRCROOT"
-INFORMATION_URI = "https://github.com/dynamo-onnx/dynamo-onnx"
 #: Frames kept per stack: enough to see the model's call chain, bounded for big models.
 MAX_FRAMES = 20
 
 # (class name, JSON property) emitted even when equal to sarif-om's default.
 _ALWAYS = {
     ("Result", "level"),
+    ("Result", "kind"),
     ("Result", "ruleIndex"),
     ("Notification", "level"),
     ("ReportingConfiguration", "level"),
@@ -114,10 +115,13 @@ PROBLEM_CAP = 5000
 class _Builder:
     """Builds the one run of a log from a context."""
 
-    def __init__(self, ctx: DiagnosticContext) -> None:
+    def __init__(self, ctx: DiagnosticContext, all_rules: bool = False) -> None:
         self.ctx = ctx
         self.root = ctx.source_root.rstrip(os.sep)
-        self.rules = list(catalog())
+        used = {f.rule.id for f in ctx.visible()}
+        if ctx.exception is not None and getattr(ctx.exception, "rule_id", None):
+            used.add(ctx.exception.rule_id)  # type: ignore[union-attr]
+        self.rules = [r for r in catalog() if all_rules or r.id in used]
         self.rule_index = {rule.id: i for i, rule in enumerate(self.rules)}
         self._occurrences: dict[str, int] = {}
 
@@ -196,11 +200,15 @@ class _Builder:
         level = self.ctx.effective_level(finding)
         primary, anchor = self._primary(finding)
         markdown = finding.markdown or finding.message
+        if level >= Level.WARNING:
+            # The VS Code viewer never shows rules[].help: the fix must be in the message.
+            markdown = f"{markdown}\n\n**Fix:** {finding.rule.fix}"
         result = om.Result(
             rule_id=finding.rule.id,
             rule_index=self.rule_index[finding.rule.id],
             level=level.sarif,
-            message=om.Message(text=finding.message, markdown=markdown),
+            kind="informational" if level == Level.NONE else "fail",
+            message=om.Message(text=plain_text(finding.message), markdown=markdown),
         )
         if primary is not None:
             result.locations = [self._location(primary)]
@@ -215,7 +223,8 @@ class _Builder:
                 rel.id = i
                 result.related_locations.append(rel)
         result.partial_fingerprints = {FINGERPRINT_KEY: self._fingerprint(finding, primary)}
-        properties = {"pass": finding.pass_name, "anchor": anchor, **_jsonable(finding.properties)}
+        facts = {k: v for k, v in finding.properties.items() if v not in ("", None, [], {}, ())}
+        properties = {"pass": finding.pass_name, "anchor": anchor, **_jsonable(facts)}
         if finding.primary is not None and primary is not finding.primary:
             properties["origin"] = f"{finding.primary.path}:{finding.primary.line}"
             if finding.primary.snippet is not None:
@@ -259,7 +268,7 @@ class _Builder:
             f"summarized here: the log keeps {cap} per rule to stay within GitHub's limits. "
             f"The first left out: {first.message}"
         )
-        result.message = om.Message(text=text, markdown=text)
+        result.message = om.Message(text=plain_text(text), markdown=text)
         result.properties = {
             **(result.properties or {}),
             "summary": True,
@@ -276,11 +285,11 @@ class _Builder:
         return om.ReportingDescriptor(
             id=rule.id,
             name=rule.name,
-            short_description=om.MultiformatMessageString(text=rule.short),
+            short_description=om.MultiformatMessageString(text=plain_text(rule.short)),
             full_description=om.MultiformatMessageString(
-                text=" ".join(rule.full.split()), markdown=rule.full
+                text=plain_text(" ".join(rule.full.split())), markdown=unwrap(rule.full)
             ),
-            help=om.MultiformatMessageString(text=rule.fix or rule.short, markdown=rule.help),
+            help=om.MultiformatMessageString(text=plain_text(rule.fix), markdown=unwrap(rule.help)),
             help_uri=rule.help_uri,
             default_configuration=om.ReportingConfiguration(level=rule.level),
             properties={
@@ -332,7 +341,7 @@ class _Builder:
             name="dynamo-onnx",
             version=ctx.versions.get("dynamo-onnx"),
             semantic_version=ctx.versions.get("dynamo-onnx"),
-            information_uri=INFORMATION_URI,
+            information_uri=_information_uri(),
             rules=[self.descriptor(rule) for rule in self.rules],
         )
         properties: dict[str, Any] = {
@@ -357,6 +366,40 @@ class _Builder:
         )
 
 
+def _information_uri() -> str | None:
+    """The project's address, if its metadata declares one."""
+    urls = project_urls()
+    return urls.get("homepage") or urls.get("repository") or urls.get("documentation")
+
+
+def plain_text(markdown: str) -> str:
+    """``message.text`` is plain text: tables, JUnit names and the Problems panel show
+    backticks as they are, so they go (``message.markdown`` keeps them)."""
+    return markdown.replace("`", "")
+
+
+def unwrap(markdown: str) -> str:
+    """Markdown with each paragraph on one line (the viewer shows hard wraps as ragged
+    lines); code blocks, lists, tables and headings are kept as they are."""
+    out: list[str] = []
+    fenced = False
+    for line in markdown.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fenced = not fenced
+            out.append(line)
+            continue
+        block = fenced or not stripped or stripped.startswith(("- ", "* ", "|", "#", ">"))
+        block = block or stripped[:1].isdigit() and stripped[1:3] in (". ", ") ")
+        previous = out[-1].strip() if out else ""
+        joinable = previous and not previous.startswith(("```", "|", "#")) and not fenced
+        if not block and joinable and out and not line.startswith("    "):
+            out[-1] = f"{out[-1]} {stripped}"
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def _level_name(level: int) -> str:
     return {10: "DEBUG", 20: "INFO", 30: "WARNING", 40: "ERROR"}.get(level, str(level))
 
@@ -372,9 +415,12 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def to_sarif(ctx: DiagnosticContext) -> dict[str, Any]:
-    """The context's findings as a SARIF 2.1.0 log (a dict), validated against the schema."""
-    log = om.SarifLog(version="2.1.0", schema_uri=SCHEMA_URI, runs=[_Builder(ctx).run()])
+def to_sarif(ctx: DiagnosticContext, all_rules: bool = False) -> dict[str, Any]:
+    """The context's findings as a SARIF 2.1.0 log (a dict), validated against the schema.
+
+    The log describes the rules its results use (all of the catalog with ``all_rules``).
+    """
+    log = om.SarifLog(version="2.1.0", schema_uri=SCHEMA_URI, runs=[_Builder(ctx, all_rules).run()])
     data = to_json(log)
     validate(data)
     return data

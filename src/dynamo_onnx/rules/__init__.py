@@ -14,15 +14,14 @@ from collections.abc import Iterator, Mapping
 from importlib import resources
 from types import MappingProxyType
 
+from dynamo_onnx.versions import project_urls
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Rule", "Catalog", "catalog", "get_rule", "DOCS_URL"]
-
-#: Where each rule's documentation lives; ``helpUri`` in SARIF points at its anchor.
-DOCS_URL = "https://github.com/dynamo-onnx/dynamo-onnx/blob/main/docs/rules.md"
+__all__ = ["Rule", "Catalog", "catalog", "get_rule"]
 
 _LEVELS = ("none", "note", "warning", "error")
 
@@ -49,9 +48,16 @@ class Rule:
         return tuple(name for _, name, _, _ in string.Formatter().parse(self.message) if name)
 
     @property
-    def help_uri(self) -> str:
-        """The rule's anchor in the generated rules page."""
-        return f"{DOCS_URL}#{self.id.lower()}-{self.name}"
+    def help_uri(self) -> str | None:
+        """The rule's anchor in the rules page, when the project declares where that page is
+        (``[project.urls]`` "Rules"); None otherwise: never a made-up address."""
+        rules_page = project_urls().get("rules")
+        return f"{rules_page}#{self.anchor}" if rules_page else None
+
+    @property
+    def anchor(self) -> str:
+        """The rule's anchor in docs/rules.md."""
+        return f"{self.id.lower()}-{self.name}"
 
     def format_message(self, **fields: object) -> str:
         """Fill the message template; a missing field is a bug, so it raises ``KeyError``."""
