@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from dynamo_onnx.diagnostics.context import ProgressEvent
+from dynamo_onnx.diagnostics.context import ProgressEvent, default_source_root
 from dynamo_onnx.reports import markdown
 from dynamo_onnx.reports.writing import atomic_write_text
 from dynamo_onnx.rules import catalog
@@ -239,7 +239,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             dynamic_shapes=dynamic,
             opset_version=args.opset,
             diagnostic_options=options,
-            source_root=args.source_root,
+            source_root=args.source_root or default_source_root(),
             progress=_Progress(sys.stderr) if show_progress else None,
         )
         ctx = program.diagnostics
@@ -447,7 +447,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fail (exit code 3) when the export produces warnings",
     )
-    export.add_argument("--source-root", help="SARIF paths are relative to this (default: cwd)")
+    export.add_argument(
+        "--source-root",
+        help="SARIF paths are relative to this (default: the top of the git work tree "
+        "holding the working directory, else the working directory)",
+    )
     export.add_argument("--quiet", action="store_true", help="print only the final summary")
     export.set_defaults(func=_cmd_export)
 

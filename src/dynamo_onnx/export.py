@@ -40,16 +40,34 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _call_site() -> Location | None:
-    """The user's line that called the exporter: the first frame outside this package
-    that is a real file (not ``<frozen runpy>`` or ``<string>``)."""
+    """The user's line that called the exporter: the first frame outside this package.
+
+    Usually a file; for code without one (``python -c``, standard input, ``exec``) the
+    pseudo-file (``<string>``, ``<stdin>``), which the SARIF log then carries with its text
+    where it can be had. Frames of the interpreter's own machinery (``<frozen runpy>``)
+    are skipped.
+    """
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        path = os.path.abspath(filename)
-        if not filename.startswith("<") and not path.startswith(_PACKAGE_DIR):
-            return Location(path, frame.f_lineno, frame.f_code.co_name)
+        if filename.startswith("<"):
+            if not filename.startswith("<frozen"):
+                return Location(filename, frame.f_lineno, frame.f_code.co_name)
+        elif not os.path.abspath(filename).startswith(_PACKAGE_DIR):
+            return Location(os.path.abspath(filename), frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back  # type: ignore[assignment]
     return None
+
+
+def _pseudo_source(call_site: Location | None) -> dict[str, str]:
+    """The text of the code that called the exporter when it has no file: ``python -c``'s
+    command. (Standard input is read and gone; ``exec`` keeps no text either.)"""
+    if call_site is None or call_site.path != "<string>":
+        return {}
+    argv = list(getattr(sys, "orig_argv", []))
+    if "-c" in argv[:-1]:
+        return {"<string>": argv[argv.index("-c") + 1]}
+    return {}
 
 
 def _subject(model: Any) -> str:
@@ -118,6 +136,7 @@ def _run(
         subject=subject,
         listener=progress,
     )
+    ctx.sources.update(_pseudo_source(call_site))
     try:
         state = run_pipeline(ctx, export_passes(), ExportState(request))
         assert state.onnx_model is not None

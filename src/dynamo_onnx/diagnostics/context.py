@@ -32,6 +32,7 @@ __all__ = [
     "DiagnosticContext",
     "PassRecord",
     "ProgressEvent",
+    "default_source_root",
     "exception_summary",
     "is_recorded",
     "mark_recorded",
@@ -82,8 +83,9 @@ class DiagnosticContext:
 
     Args:
         options: verbosity and warnings-as-errors; they affect rendering only.
-        source_root: the directory SARIF paths are relative to (default: the working
-            directory).
+        source_root: the directory SARIF paths are relative to (default: the top of the
+            version-control work tree that holds the call site, else the working
+            directory; see :func:`default_source_root`).
         call_site: the user's line that called the exporter; findings with no user frame
             of their own are anchored there.
         library_prefixes: path prefixes of code that is not the user's (torch, this
@@ -108,8 +110,14 @@ class DiagnosticContext:
         listener: Callable[[ProgressEvent], None] | None = None,
     ) -> None:
         self.options = options or DiagnosticOptions()
-        self.source_root = os.path.abspath(source_root or os.getcwd())
+        if source_root is None:
+            real = call_site is not None and not call_site.path.startswith("<")
+            source_root = default_source_root(os.path.dirname(call_site.path) if real else None)  # type: ignore[union-attr]
+        self.source_root = os.path.abspath(source_root)
         self.call_site = call_site
+        #: Source text of code that has no file (``python -c``, a notebook cell), by its
+        #: pseudo path, so the SARIF log can carry it.
+        self.sources: dict[str, str] = {}
         self.library_prefixes = tuple(library_prefixes)
         self.arguments = list(arguments)
         self.versions = dict(versions or {})
@@ -302,6 +310,20 @@ class DiagnosticContext:
         for f in self.findings:
             counts[f.level.name] += 1
         return f"DiagnosticContext(findings={counts}, passes={[p.name for p in self.passes]})"
+
+
+def default_source_root(start: str | os.PathLike[str] | None = None) -> str:
+    """The top of the version-control work tree holding ``start`` (a directory; default: the
+    working directory): the nearest ancestor with a ``.git``, which is what GitHub resolves
+    paths against. Without one, the working directory."""
+    directory = os.path.abspath(start or os.getcwd())
+    while True:
+        if os.path.exists(os.path.join(directory, ".git")):
+            return directory
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return os.getcwd()
+        directory = parent
 
 
 def is_recorded(exc: BaseException) -> bool:

@@ -110,9 +110,19 @@ class Finding:
 def first_user_frame(
     frames: Sequence[Location], library_prefixes: Iterable[str]
 ) -> Location | None:
-    """The innermost frame whose file is not under any of ``library_prefixes``."""
+    """The innermost frame whose file is not under any of ``library_prefixes``; without one,
+    the innermost frame of code with no file (``<stdin>``, ``<string>``), but never code the
+    interpreter or torch generated (``<frozen ...>``, ``<eval_with_key>``)."""
     prefixes = tuple(library_prefixes)
+    pseudo = None
     for frame in frames:
-        if not frame.path.startswith(prefixes) and not frame.path.startswith("<"):
+        if frame.path.startswith("<"):
+            if pseudo is None and not frame.path.startswith(_GENERATED):
+                pseudo = frame
+        elif not frame.path.startswith(prefixes):
             return frame
-    return None
+    return pseudo
+
+
+#: Pseudo-files of generated code, never the user's: the interpreter's, torch.fx's.
+_GENERATED = ("<frozen", "<eval_with_key", "<torch", "<built-in")

@@ -19,8 +19,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import linecache
 import os
 import pathlib
+import re
 from collections.abc import Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -124,6 +126,9 @@ class _Builder:
         self.rules = [r for r in catalog() if all_rules or r.id in used]
         self.rule_index = {rule.id: i for i, rule in enumerate(self.rules)}
         self._occurrences: dict[str, int] = {}
+        #: Code with no file under the root, carried in the log (``run.artifacts``).
+        self.artifacts: list[om.Artifact] = []
+        self._artifact_index: dict[str, int] = {}
 
     # -- locations ---------------------------------------------------------------------
 
@@ -137,22 +142,56 @@ class _Builder:
             return None
         return pathlib.PurePath(os.path.relpath(absolute, self.root)).as_posix()
 
-    def _physical(self, loc: Location) -> om.PhysicalLocation:
+    def _physical(self, loc: Location, embed: bool = False) -> om.PhysicalLocation:
+        """Where ``loc`` is: relative to the source root; else, for a result's location
+        (``embed``), an artifact of the log that carries the code; else (stack frames)
+        the file's absolute URI."""
         relative = self._relative(loc.path)
+        snippet = loc.snippet
         if relative is not None:
             artifact = om.ArtifactLocation(uri=relative, uri_base_id=SRCROOT)
+        elif embed:
+            artifact, text = self._embedded(loc.path)
+            lines = text.splitlines()
+            if snippet is None and 1 <= loc.line <= len(lines):
+                snippet = lines[loc.line - 1]
         else:
             artifact = om.ArtifactLocation(uri=pathlib.Path(os.path.abspath(loc.path)).as_uri())
         region = om.Region(start_line=max(loc.line, 1))
         if loc.column:
             region.start_column = loc.column
-        snippet = loc.snippet
         if snippet is not None:
             region.snippet = om.ArtifactContent(text=snippet)
         return om.PhysicalLocation(artifact_location=artifact, region=region)
 
-    def _location(self, loc: Location, message: str | None = None) -> om.Location:
-        result = om.Location(physical_location=self._physical(loc))
+    def _embedded(self, path: str) -> tuple[om.ArtifactLocation, str]:
+        """An artifact of this log for code outside the source root or with no file at all
+        (``<stdin>``, ``python -c``, a notebook cell): a relative name, and the text itself
+        so that the VS Code viewer can show the line (GitHub rejects absolute URIs)."""
+        uri = artifact_name(path)
+        if uri not in self._artifact_index:
+            text = self.ctx.sources.get(path) or "".join(linecache.getlines(path))
+            if not text:
+                text = (
+                    f"# {path}: the source text is not available here (code read from "
+                    "standard input or made by exec keeps none).\n"
+                )
+            self._artifact_index[uri] = len(self.artifacts)
+            self.artifacts.append(
+                om.Artifact(
+                    location=om.ArtifactLocation(uri=uri, uri_base_id=SRCROOT),
+                    contents=om.ArtifactContent(text=text),
+                    source_language="python",
+                )
+            )
+        index = self._artifact_index[uri]
+        text = self.artifacts[index].contents.text
+        return om.ArtifactLocation(uri=uri, uri_base_id=SRCROOT, index=index), text
+
+    def _location(
+        self, loc: Location, message: str | None = None, embed: bool = False
+    ) -> om.Location:
+        result = om.Location(physical_location=self._physical(loc, embed))
         if message:
             result.message = om.Message(text=message)
         return result
@@ -173,7 +212,8 @@ class _Builder:
             return self.ctx.call_site, "call-site"
         if self._in_root(self.ctx.model_location):
             return self.ctx.model_location, "model"
-        return finding.primary or self.ctx.call_site, "outside-source-root"
+        fallback = finding.primary or self.ctx.call_site or self.ctx.model_location
+        return fallback or Location(f"<{self.ctx.subject}>", 1), "outside-source-root"
 
     def _stack(self, frames: Iterable[Location]) -> om.Stack:
         return om.Stack(
@@ -210,8 +250,7 @@ class _Builder:
             kind="informational" if level == Level.NONE else "fail",
             message=om.Message(text=plain_text(finding.message), markdown=markdown),
         )
-        if primary is not None:
-            result.locations = [self._location(primary)]
+        result.locations = [self._location(primary, embed=True)]
         if finding.stack:
             result.stacks = [self._stack(finding.stack)]
         # GitHub rejects absolute URIs outside stacks: related locations stay in the root.
@@ -296,6 +335,8 @@ class _Builder:
                 "tags": list(rule.tags),
                 "pass": rule.pass_name,
                 "deprecated": rule.deprecated,
+                # The severity CodeQL-shaped consumers (sarif-to-markdown) read.
+                "problem.severity": _PROBLEM_SEVERITY[rule.level],
             },
         )
 
@@ -339,6 +380,7 @@ class _Builder:
         visible = ctx.visible()
         driver = om.ToolComponent(
             name="dynamo-onnx",
+            organization="dynamo-onnx",
             version=ctx.versions.get("dynamo-onnx"),
             semantic_version=ctx.versions.get("dynamo-onnx"),
             information_uri=_information_uri(),
@@ -361,9 +403,26 @@ class _Builder:
             },
             invocations=[self.invocation()],
             results=self.results(visible),
+            artifacts=self.artifacts or None,
             column_kind="unicodeCodePoints",
             properties=properties,
         )
+
+
+_PROBLEM_SEVERITY = {
+    "error": "error",
+    "warning": "warning",
+    "note": "recommendation",
+    "none": "recommendation",
+}
+
+
+def artifact_name(path: str) -> str:
+    """A relative name for code outside the source root: ``<stdin>`` -> ``stdin``,
+    ``/tmp/ipykernel_7/3791.py`` -> ``ipykernel_7/3791.py``."""
+    parts = pathlib.PurePath(path.strip("<>")).parts[-2:]
+    name = "/".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p).strip("-") for p in parts if p != "/")
+    return name or "unknown"
 
 
 def _information_uri() -> str | None:
