@@ -145,3 +145,17 @@ def test_data_dependent_control_flow_names_the_line_and_the_fixes():
     (finding,) = info.value.diagnostics.by_rule("DO104")
     assert finding.primary.line == line
     assert "torch.cond" in finding.rule.help and "torch._check" in finding.rule.help
+
+
+def test_a_strategy_failures_stack_is_innermost_first_without_repeats():
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(Raises(), (torch.randn(2),))
+    (non_strict, _) = info.value.diagnostics.by_rule("capture-strategy-failed")
+    raise_line = (__file__, line_of(Raises.forward, "marker: raise"))
+    # the user's frame once, where the exception happened: the innermost frame
+    assert [(f.path, f.line) for f in non_strict.stack].count(raise_line) == 1
+    assert (non_strict.stack[0].path, non_strict.stack[0].line) == raise_line
+    log = info.value.diagnostics.to_sarif()
+    for result in log["runs"][0]["results"]:
+        for stack in result.get("stacks", []):
+            assert stack["message"]["text"] == "Python stack, innermost frame first."

@@ -112,14 +112,18 @@ def copy_program(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgr
     )
 
 
-def _frames(exc: BaseException) -> tuple[Location, ...]:
-    """Frames of the exception's traceback and of any traceback text in its message."""
-    frames = [
+def _frames(exc: BaseException) -> tuple[tuple[Location, ...], tuple[Location, ...]]:
+    """(the frames that may hold the user's line, the Python stack innermost first).
+
+    torch.export (strict) reports the user's frames in the message, not the traceback: they
+    are searched first for the user's line, but the stack shown is the traceback alone, so
+    it is in the order it says and no frame appears twice.
+    """
+    stack = tuple(
         Location(fs.filename, fs.lineno or 1, fs.name)
         for fs in reversed(traceback.extract_tb(exc.__traceback__))
-    ]
-    # torch.export (strict) reports the user's frames in the message, not the traceback.
-    return tuple(list(parse_stack_trace(str(exc))) + frames)
+    )
+    return tuple(parse_stack_trace(str(exc))) + stack, stack
 
 
 def _is_data_dependent(exc: BaseException) -> bool:
@@ -159,7 +163,7 @@ class CapturePass:
                         module, state.args, state.kwargs, state.dynamic_shapes
                     )
             except Exception as exc:  # noqa: BLE001 - each failure is a finding
-                frames = _frames(exc)
+                frames, stack = _frames(exc)
                 cause = exception_summary(exc)
                 causes.append(f"{strategy.label}: {cause}")
                 if data_dependent is None and _is_data_dependent(exc):
@@ -167,7 +171,7 @@ class CapturePass:
                 ctx.record(
                     "capture-strategy-failed",
                     locations=[ctx.user_frame(frames)],
-                    stack=frames,
+                    stack=stack,
                     properties={"exception": type(exc).__name__},
                     strategy=strategy.label,
                     cause=cause,
