@@ -94,6 +94,40 @@ class Scans(torch.nn.Module):
         return torch.ops.higher_order.associative_scan(lambda a, b: a + b, [x], ())  # marker: DO308
 
 
+class MutatesInput(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1)  # marker: DO120
+        return x * 2
+
+
+class CountsCalls(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, x):
+        self.calls.add_(1)  # marker: DO121
+        return x * self.calls
+
+
+class Drops(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(x)  # marker: DO122
+
+
+class Noisy(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.rand_like(x)  # marker: DO123
+
+
+def _scripted(tmp_path):
+    return dynamo_onnx.export(torch.jit.script(Lin()), (X,))  # marker: DO113
+
+
 def _size_one_example(tmp_path):
     return dynamo_onnx.export(Lin(), (X1,), dynamic_shapes=BATCH)  # marker: DO105
 
@@ -188,6 +222,11 @@ FIXTURES = {
     "DO110": (lambda t: dynamo_onnx.export(ReturnsInt(), (X,)), "DO110"),
     "DO111": (lambda t: dynamo_onnx.export(Lin(), (X,), verbose=True), "DO111"),  # marker: DO111
     "DO112": (_aten_fallback, "DO112"),
+    "DO113": (_scripted, "DO113"),
+    "DO120": (lambda t: dynamo_onnx.export(MutatesInput(), (X.clone(),)), "DO120"),
+    "DO121": (lambda t: dynamo_onnx.export(CountsCalls(), (X,)), "DO121"),
+    "DO122": (lambda t: dynamo_onnx.export(Drops().train(), (X,)), "DO122"),
+    "DO123": (lambda t: dynamo_onnx.export(Noisy(), (X,)), "DO123"),
     "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
     "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
     "DO203": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),

@@ -23,6 +23,7 @@ from dynamo_onnx.passes.onnx.finalize import FinalizePass
 from dynamo_onnx.passes.onnx.module_functions import ModuleFunctionsPass
 from dynamo_onnx.passes.onnx.opset import OpsetConversionPass
 from dynamo_onnx.passes.onnx.weights import WeightCheckPass
+from dynamo_onnx.passes.semantics import SemanticsPass
 from dynamo_onnx.passes.translate import TranslatePass
 from dynamo_onnx.passes.validate import ValidatePass
 from dynamo_onnx.passes.validate.torch_onnx import TorchOnnxArguments
@@ -86,6 +87,7 @@ def export_passes() -> list[Pass[ExportState]]:
         ValidatePass(),
         CapturePass(),
         DynamicShapesPass(),
+        SemanticsPass(),
         DecomposePass(),
         TranslatePass(lower),
         FinalizePass(),

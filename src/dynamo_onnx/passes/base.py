@@ -31,6 +31,7 @@ class PassName:
     VALIDATE = "validate"
     CAPTURE = "capture"
     DYNAMIC_SHAPES = "dynamic-shapes"
+    SEMANTICS = "semantics"
     DECOMPOSITION = "decomposition"
     TRANSLATION = "translation"
     FINALIZE = "finalize"

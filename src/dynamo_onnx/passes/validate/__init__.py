@@ -17,6 +17,7 @@ from torch.export import pytree
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import (
+    CaptureError,
     InvalidExportOptionsError,
     InvalidOptionValueError,
     OnnxExporterError,
@@ -146,6 +147,8 @@ def _fail_option(ctx: DiagnosticContext, problem: OptionProblem | None) -> None:
 
 
 def _check_model(ctx: DiagnosticContext, model: Any) -> None:
+    if isinstance(model, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
+        ctx.fail("torchscript-model", CaptureError, what=f"a {type(model).__name__}")
     if isinstance(model, (torch.nn.Module, torch.export.ExportedProgram)):
         return
     if isinstance(model, type) or not callable(model):

@@ -1,0 +1,171 @@
+"""The semantics pass: what the captured model does that an ONNX model cannot keep.
+
+An export can succeed and still differ from eager PyTorch: an input changed in place, a
+buffer updated across calls, training-mode modules, random numbers. Each is a warning at the
+user's line that says what the ONNX model does instead and how to get eager's behavior.
+The pass reads the captured program (before decomposition, where in-place operators and
+their arguments are still as the user wrote them) and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.fx
+from torch.export import graph_signature as gs
+
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.errors import OnnxExporterError
+from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.metadata import node_source
+from dynamo_onnx.registry import target_name
+
+__all__ = ["TRAINING_BEHAVIOR", "SemanticsPass"]
+
+#: Module types whose forward differs between training and evaluation, and how.
+TRAINING_BEHAVIOR: tuple[tuple[tuple[type[torch.nn.Module], ...], str], ...] = (
+    (
+        (
+            torch.nn.Dropout,
+            torch.nn.Dropout1d,
+            torch.nn.Dropout2d,
+            torch.nn.Dropout3d,
+            torch.nn.AlphaDropout,
+            torch.nn.FeatureAlphaDropout,
+        ),
+        "drops values at random",
+    ),
+    (
+        (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm),
+        "normalizes with the batch's statistics",
+    ),
+    ((torch.nn.RReLU,), "draws random slopes"),
+)
+
+
+class SemanticsPass:
+    """Warnings for input and buffer mutation, training mode and random operators."""
+
+    name: ClassVar[str] = PassName.SEMANTICS
+    error_type: ClassVar[type[OnnxExporterError]] = OnnxExporterError
+
+    def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        program = state.exported_program
+        assert program is not None
+        _mutations(ctx, program)
+        _random_operators(ctx, program)
+        model = state.request.model
+        if isinstance(model, torch.nn.Module):
+            _training_mode(ctx, program, model)
+        return state
+
+
+def _where(ctx: DiagnosticContext, node: torch.fx.Node) -> tuple[Any, str]:
+    source = node_source(ctx, node)
+    return source, ctx.display(source.primary)
+
+
+def _written_arguments(node: torch.fx.Node) -> list[Any]:
+    """The arguments an in-place operator writes to (``self`` of ``add_``, ``out``...)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return []
+    written = []
+    for index, argument in enumerate(schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        if index < len(node.args):
+            written.append(node.args[index])
+        elif argument.name in node.kwargs:
+            written.append(node.kwargs[argument.name])
+    return written
+
+
+def _mutations(ctx: DiagnosticContext, program: torch.export.ExportedProgram) -> None:
+    kinds = {}
+    for spec in program.graph_signature.input_specs:
+        if isinstance(spec.arg, gs.TensorArgument):
+            kinds[spec.arg.name] = (spec.kind, spec.target)
+    reported: set[str] = set()
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        for arg in _written_arguments(node):
+            if (
+                not isinstance(arg, torch.fx.Node)
+                or arg.op != "placeholder"
+                or arg.name in reported
+            ):
+                continue
+            kind, target = kinds.get(arg.name, (None, None))
+            source, where = _where(ctx, node)
+            common = {
+                "locations": [source.primary],
+                "stack": source.frames,
+                "source": where,
+                "op": target_name(node.target),
+            }
+            if kind == gs.InputKind.USER_INPUT:
+                ctx.record("input-mutated", input=arg.name, **common)
+            elif kind == gs.InputKind.BUFFER:
+                ctx.record("buffer-mutated", buffer=target, **common)
+            else:
+                continue
+            reported.add(arg.name)
+
+
+def _draws(node: torch.fx.Node) -> bool:
+    """Whether a node draws random numbers: a seeded nondeterministic operator, unless its
+    ``train`` argument turns that off (``dropout`` in eval mode is the identity)."""
+    if node.op != "call_function":
+        return False
+    if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return False
+    schema = getattr(node.target, "_schema", None)
+    for index, argument in enumerate(schema.arguments if schema is not None else ()):
+        if argument.name in ("train", "training"):
+            value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
+            return value is not False
+    return True
+
+
+def _random_operators(ctx: DiagnosticContext, program: torch.export.ExportedProgram) -> None:
+    for node in program.graph.nodes:
+        if _draws(node):
+            source, where = _where(ctx, node)
+            ctx.record(
+                "nondeterministic-operator",
+                locations=[source.primary],
+                stack=source.frames,
+                properties={"fx_node": node.name},
+                op=target_name(node.target),
+                source=where,
+            )
+
+
+def _training_mode(
+    ctx: DiagnosticContext, program: torch.export.ExportedProgram, model: torch.nn.Module
+) -> None:
+    """A warning for each module in training mode whose behavior depends on it, at the line
+    that calls it (the first FX node made inside it)."""
+    if not model.training:
+        return
+    first_node: dict[str, torch.fx.Node] = {}
+    for node in program.graph.nodes:
+        for path, _ in (node.meta.get("nn_module_stack") or {}).values():
+            first_node.setdefault(path, node)
+    for path, module in model.named_modules():
+        behavior = next((b for t, b in TRAINING_BEHAVIOR if isinstance(module, t)), None)
+        if behavior is None or not module.training or path not in first_node:
+            continue
+        source, where = _where(ctx, first_node[path])
+        ctx.record(
+            "training-mode",
+            locations=[source.primary],
+            stack=source.frames,
+            properties={"module_path": path},
+            module=path,
+            kind=f"{type(module).__name__}: {behavior}",
+            source=where,
+        )
