@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 import dynamo_onnx
-from conftest import MLPModel
+from conftest import MLPModel, line_of
 
 transformers = pytest.importorskip("transformers")
 
@@ -97,3 +99,83 @@ def test_an_example_of_size_one_for_a_dynamic_dimension_is_a_warning(capfd):
     assert warning.primary.path == __file__  # the export call
     assert _dims(program.model.graph.inputs[0]) == ["1", "8"]
     assert "create_env" not in capfd.readouterr().err, "torch's shape log is not printed"
+
+
+class ReshapesToTwo(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(2, -1)  # marker: reshape
+
+
+class AddsBuffer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.ones(2, 6))
+
+    def forward(self, x):
+        return x + self.table  # marker: buffer
+
+
+class Loops(torch.nn.Module):
+    def forward(self, x):
+        out = x[0]
+        for i in range(x.shape[0]):  # marker: loop
+            out = out + x[i]
+        return out
+
+
+@pytest.mark.parametrize(
+    ("model", "marker"),
+    [(ReshapesToTwo, "marker: reshape"), (AddsBuffer, "marker: buffer"), (Loops, "marker: loop")],
+)
+def test_a_dimension_asked_dynamic_that_became_static_is_a_warning_at_the_users_line(model, marker):
+    program = dynamo_onnx.export(model(), (torch.rand(2, 6),), dynamic_shapes=({0: "batch"},))
+    (finding,) = program.diagnostics.by_rule("dynamic-dim-specialized")
+    assert "Input `x` dimension 0" in finding.message and "the constant 2" in finding.message
+    assert (finding.primary.path, finding.primary.line) == (
+        __file__,
+        line_of(model.forward, marker),
+    )
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["2", "6"]
+
+
+class BranchesOnSize(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] > 4:  # marker: narrowed
+            return x + 1
+        return x - 1
+
+
+class Bounded(torch.nn.Module):
+    def forward(self, x):
+        return x[:64] if x.shape[0] <= 64 else x  # marker: bounded
+
+
+def test_a_narrowed_range_is_a_warning_with_the_range_the_line_and_the_spec(tmp_path):
+    program = dynamo_onnx.export(
+        BranchesOnSize(), (torch.rand(6, 3),), dynamic_shapes=({0: "batch"},), report=True,
+        artifacts_dir=tmp_path,
+    )  # fmt: skip
+    (finding,) = program.diagnostics.by_rule("dynamic-dim-narrowed")
+    assert "dynamic only for sizes of 5 or more" in finding.message
+    assert 'torch.export.Dim("batch", min=5)' in finding.message
+    line = line_of(BranchesOnSize.forward, "marker: narrowed")
+    assert (finding.primary.path, finding.primary.line) == (__file__, line)
+    log = json.loads((tmp_path / "BranchesOnSize.sarif").read_text())
+    (result,) = [r for r in log["runs"][0]["results"] if r["ruleId"] == "DO124"]
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == line
+    # what the warning is about: below the range, ONNX keeps the branch taken for the example
+    small = torch.rand(3, 3)
+    assert not torch.allclose(program(small)[0], BranchesOnSize()(small))
+    # declaring the range as the finding says removes the warning
+    batch = torch.export.Dim("batch", min=5)
+    declared = dynamo_onnx.export(
+        BranchesOnSize(), (torch.rand(6, 3),), dynamic_shapes=({0: batch},)
+    )
+    assert not declared.diagnostics.by_rule("dynamic-dim-narrowed")
+
+
+def test_an_upper_bound_is_a_narrowed_range_too():
+    program = dynamo_onnx.export(Bounded(), (torch.rand(8, 3),), dynamic_shapes=({0: "batch"},))
+    (finding,) = program.diagnostics.by_rule("dynamic-dim-narrowed")
+    assert "max=" in finding.message
+    assert finding.primary.line == line_of(Bounded.forward, "marker: bounded")

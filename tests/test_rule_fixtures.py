@@ -19,6 +19,7 @@ HERE = pathlib.Path(__file__).resolve()
 SOURCE = HERE.read_text().splitlines()
 X = torch.randn(2, 4)
 X1 = torch.randn(1, 4)
+X6 = torch.randn(6, 4)
 BATCH = {"x": {0: "b"}}
 
 
@@ -77,6 +78,13 @@ class Mutates(torch.nn.Module):
 class Promotes(torch.nn.Module):
     def forward(self, x, n):
         return x * n
+
+
+class BranchesOnSize(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] > 4:  # marker: DO124
+            return x + 1
+        return x - 1
 
 
 class Bessel(torch.nn.Module):
@@ -227,6 +235,7 @@ FIXTURES = {
     "DO121": (lambda t: dynamo_onnx.export(CountsCalls(), (X,)), "DO121"),
     "DO122": (lambda t: dynamo_onnx.export(Drops().train(), (X,)), "DO122"),
     "DO123": (lambda t: dynamo_onnx.export(Noisy(), (X,)), "DO123"),
+    "DO124": (lambda t: dynamo_onnx.export(BranchesOnSize(), (X6,), dynamic_shapes=BATCH), "DO124"),
     "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
     "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
     "DO203": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),

@@ -39,6 +39,7 @@ class DynamicShapesPass:
         assert program is not None
         _report_specializations(ctx, state.shape_log, state.requested_dims)
         names = dimension_names(program, state.request.model, state.named_spec)
+        _report_narrowing(ctx, program, state, names)
         return state.replace(dim_names=names)
 
 
@@ -88,6 +89,111 @@ def _report_specializations(
                 guard=culprit[0] if culprit else "unknown",
                 source=ctx.display(where) if where else "an unknown line",
             )
+
+
+def _asked_range(spec: Any, model: Any, input_name: str, dim: int) -> tuple[int, int | None]:
+    """The range the caller asked for a dimension: a ``Dim``'s min and max, else [2, inf)
+    (torch.export never makes sizes 0 and 1 dynamic)."""
+    if isinstance(spec, (list, tuple)):
+        signature = forward_signature(model)
+        spec = dict(zip(list(signature.parameters) if signature else [], spec))
+    dims = spec.get(input_name) if isinstance(spec, dict) else None
+    asked = dims.get(dim) if isinstance(dims, dict) else None
+    if asked is None and isinstance(dims, (list, tuple)) and dim < len(dims):
+        asked = dims[dim]
+    low = getattr(asked, "min", None)
+    high = getattr(asked, "max", None)
+    finite = isinstance(high, int) and high < 2**62
+    return max(int(low) if isinstance(low, int) else 2, 2), (int(high) if finite else None)
+
+
+def _bound(value: Any) -> int | None:
+    """A range bound as an int, None for infinity."""
+    text = str(value)
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def _report_narrowing(
+    ctx: DiagnosticContext,
+    program: torch.export.ExportedProgram,
+    state: ExportState,
+    names: Mapping[str, str],
+) -> None:
+    """A warning for each requested-dynamic dimension that torch.export kept dynamic over a
+    narrower range than asked, or only as a multiple of a number."""
+    if state.request.dynamic_shapes is True or not state.requested_dims:
+        return
+    ranges = {str(symbol): vr for symbol, vr in program.range_constraints.items()}
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    for (input_name, dim), _ in state.requested_dims.items():
+        node = placeholders.get(input_name)
+        val = node.meta.get("val") if node is not None else None
+        if not isinstance(val, torch.Tensor) or dim >= val.dim():
+            continue
+        size = val.shape[dim]
+        if isinstance(size, int):
+            continue  # specialized: DO106
+        expression = str(size)
+        symbols = [s for s in ranges if re.search(rf"\b{re.escape(s)}\b", expression)]
+        if len(symbols) != 1:
+            continue
+        symbol = symbols[0]
+        name = (
+            names.get(expression, f"{input_name}_dim_{dim}")
+            if expression.isidentifier()
+            else f"{input_name}_dim_{dim}"
+        )
+        low, high = _asked_range(state.named_spec, state.request.model, input_name, dim)
+        got_low, got_high = _bound(ranges[symbol].lower), _bound(ranges[symbol].upper)
+        parts = []
+        if expression != symbol:  # e.g. 32*s12: only multiples are accepted
+            multiple = re.match(r"^(\d+)\*" + re.escape(symbol) + "$", expression)
+            factor = multiple[1] if multiple else None
+            valid = f"multiples of {factor}" if factor else f"sizes of the form {expression}"
+            spec = (
+                f'{factor} * torch.export.Dim("{name}")'
+                if factor
+                else f"the expression {expression}"
+            )
+        else:
+            narrower_low = got_low is not None and got_low > low
+            narrower_high = got_high is not None and (high is None or got_high < high)
+            if not (narrower_low or narrower_high):
+                continue
+            valid = (
+                f"sizes {got_low} to {got_high}"
+                if got_high is not None
+                else f"sizes of {got_low} or more"
+            )
+            if narrower_low:
+                parts.append(f"min={got_low}")
+            if got_high is not None:
+                parts.append(f"max={got_high}")
+            spec = f'torch.export.Dim("{name}", {", ".join(parts)})'
+        guard, where = _narrowing_guard(ctx, state.shape_log, symbol)
+        ctx.record(
+            "dynamic-dim-narrowed",
+            locations=[where],
+            input=input_name,
+            dim=dim,
+            valid=valid,
+            guard=guard,
+            source=ctx.display(where) if where else "an unknown line",
+            spec=spec,
+        )
+
+
+def _narrowing_guard(
+    ctx: DiagnosticContext, records: tuple[ShapeLogRecord, ...], symbol: str
+) -> tuple[str, Location | None]:
+    """The last guard on ``symbol`` that is not an equality, and the user's line behind it."""
+    pattern = re.compile(rf"\b{re.escape(symbol)}\b")
+    found: tuple[str, Location | None] = ("unknown", None)
+    for record in records:
+        guard = _GUARD.search(record.message)
+        if guard and pattern.search(guard[1]) and not guard[1].startswith("Eq("):
+            found = (guard[1], ctx.user_frame(record.stack))
+    return found
 
 
 def _given_names(spec: Any, model: Any) -> dict[tuple[str, int], str]:
