@@ -79,3 +79,55 @@ def test_export_optimize_flag():
     program = dynamo_onnx.export(model, (x,), optimize=True, verify=True)
     assert program.diagnostics.by_rule("model-optimized")
     assert program.diagnostics.by_rule("outputs-match")
+
+
+@torch.library.custom_op("dxverify::times_rows", mutates_args=())
+def times_rows(x: torch.Tensor) -> torch.Tensor:
+    return x * x.shape[0]
+
+
+@times_rows.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class TimesRows(torch.nn.Module):
+    def forward(self, x):
+        return times_rows(x)  # marker: rows
+
+
+def _baked_times_rows(x):
+    """A wrong translation: the example's row count (4) baked in as a constant."""
+    from onnxscript import opset18 as op
+
+    return op.Mul(x, op.CastLike(op.Constant(value_float=4.0), x))
+
+
+def test_verify_catches_a_size_baked_as_a_constant_at_a_second_shape():
+    registry = dynamo_onnx.OnnxRegistry()
+    registry.register_op(_baked_times_rows, "dxverify", "times_rows")
+    x = torch.randn(4, 3)
+    program = dynamo_onnx.export(
+        TimesRows(), (x,), dynamic_shapes=({0: "rows"},), registry=registry, optimize=False
+    )
+    (first,) = program.verify((x,))
+    assert first.ok  # at the example's size the baked constant happens to be right
+    (mismatch,) = program.diagnostics.by_rule("output-mismatch")
+    assert "at a second size of the dynamic dimensions: input shapes [5, 3]" in mismatch.message
+    assert not program.diagnostics.by_rule("outputs-match")
+    program.verify((x,), second_shape=False)  # the example alone says nothing is wrong
+    assert program.diagnostics.by_rule("outputs-match")
+
+
+class Noisy(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.rand_like(x)
+
+
+def test_random_operators_are_compared_on_shapes_not_values():
+    x = torch.randn(4, 3)
+    program = dynamo_onnx.export(Noisy(), (x,), dynamic_shapes=({0: "rows"},))
+    (comparison,) = program.verify((x,))
+    assert comparison.ok  # values differ by construction; shapes agree
+    assert not program.diagnostics.by_rule("output-mismatch")
+    assert program.diagnostics.by_rule("nondeterministic-operator")  # said by its rule

@@ -208,6 +208,7 @@ class ONNXProgram:
         rtol: float = DEFAULT_RTOL,
         find_divergence: bool = False,
         reference: Callable[..., Any] | None = None,
+        second_shape: bool = True,
     ) -> list[Comparison]:
         """Compare ONNX Runtime with eager PyTorch on these inputs, output by output.
 
@@ -216,6 +217,10 @@ class ONNXProgram:
         within them is an ``outputs-match`` note. ``find_divergence`` also names the first
         FX node whose ONNX value diverges (``first-divergence``), with its source line.
         ``reference`` computes the eager outputs (default: the exported program itself).
+        With dynamic dimensions, ``second_shape`` also compares at another size of each
+        (random inputs of the same dtypes and value range), so a size baked into the graph
+        is a mismatch, not a silent success. A model that draws random numbers is compared
+        on shapes only.
         """
         request = VerifyRequest(
             self.model,
@@ -227,6 +232,7 @@ class ONNXProgram:
             atol,
             rtol,
             find_divergence,
+            second_shape,
         )
         return self._run([VerifyPass()], request).comparisons
 

@@ -12,6 +12,7 @@ import torch.fx
 
 __all__ = [
     "ASSERTIONS",
+    "draws_random",
     "graph_modules",
     "has_decomposition",
     "is_higher_order",
@@ -79,3 +80,18 @@ def is_static(node: torch.fx.Node) -> bool:
 def graph_modules(ep: torch.export.ExportedProgram) -> list[torch.fx.GraphModule]:
     """The program's graph module and every sub-module (control-flow branches and bodies)."""
     return [m for m in ep.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
+
+
+def draws_random(node: torch.fx.Node) -> bool:
+    """Whether a node draws random numbers: a seeded nondeterministic operator, unless its
+    ``train`` argument turns that off (``dropout`` in eval mode is the identity)."""
+    if node.op != "call_function":
+        return False
+    if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return False
+    schema = getattr(node.target, "_schema", None)
+    for index, argument in enumerate(schema.arguments if schema is not None else ()):
+        if argument.name in ("train", "training"):
+            value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
+            return value is not False
+    return True

@@ -18,6 +18,7 @@ from torch.export import graph_signature as gs
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.fx import draws_random
 from dynamo_onnx.passes.metadata import node_source
 from dynamo_onnx.registry import target_name
 
@@ -115,24 +116,9 @@ def _mutations(ctx: DiagnosticContext, program: torch.export.ExportedProgram) ->
             reported.add(arg.name)
 
 
-def _draws(node: torch.fx.Node) -> bool:
-    """Whether a node draws random numbers: a seeded nondeterministic operator, unless its
-    ``train`` argument turns that off (``dropout`` in eval mode is the identity)."""
-    if node.op != "call_function":
-        return False
-    if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
-        return False
-    schema = getattr(node.target, "_schema", None)
-    for index, argument in enumerate(schema.arguments if schema is not None else ()):
-        if argument.name in ("train", "training"):
-            value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
-            return value is not False
-    return True
-
-
 def _random_operators(ctx: DiagnosticContext, program: torch.export.ExportedProgram) -> None:
     for node in program.graph.nodes:
-        if _draws(node):
+        if draws_random(node):
             source, where = _where(ctx, node)
             ctx.record(
                 "nondeterministic-operator",

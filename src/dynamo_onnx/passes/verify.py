@@ -23,6 +23,7 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
 from dynamo_onnx.passes.base import PassName
+from dynamo_onnx.passes.fx import draws_random
 from dynamo_onnx.registry import target_name
 
 __all__ = ["Comparison", "VerifyPass", "VerifyRequest", "compare"]
@@ -97,6 +98,8 @@ class VerifyRequest:
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
     find_divergence: bool = False
+    #: Also compare at a second size of every dynamic dimension.
+    second_shape: bool = True
     comparisons: list[Comparison] = dataclasses.field(default_factory=list)
 
 
@@ -122,14 +125,63 @@ def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
         expected = _leaves(reference(*args, **kwargs))
     actual = request.run(*args, **kwargs)
     names = [v.name or f"output_{i}" for i, v in enumerate(request.model.graph.outputs)]
+    random = request.exported_program is not None and any(
+        draws_random(n) for n in request.exported_program.graph.nodes
+    )
+    results = _compare_all(ctx, names, actual, expected, atol, rtol, random, "")
+    second = None
+    if request.second_shape and request.exported_program is not None and all(r.ok for r in results):
+        second = _second_inputs(request.exported_program, args, kwargs)
+    if second is not None:
+        args2, kwargs2, sizes = second
+        with torch.no_grad():
+            expected2 = _leaves(reference(*args2, **kwargs2))
+        actual2 = request.run(*args2, **kwargs2)
+        where = f" (at a second size of the dynamic dimensions: {sizes})"
+        at_second = _compare_all(ctx, names, actual2, expected2, atol, rtol, random, where)
+    else:
+        at_second = []
+    if all(r.ok for r in results + at_second):
+        ctx.record(
+            "outputs-match",
+            count=len(results),
+            atol=atol,
+            rtol=rtol,
+            max_abs=max((r.max_abs for r in results + at_second), default=0.0),
+        )
+    elif request.find_divergence:
+        _first_divergence(ctx, request, kwargs)
+    return results
+
+
+def _compare_all(
+    ctx: DiagnosticContext,
+    names: list[str],
+    actual: list[torch.Tensor],
+    expected: list[torch.Tensor],
+    atol: float,
+    rtol: float,
+    random: bool,
+    where: str,
+) -> list[Comparison]:
+    """Compare output by output; a DO601 warning for each that differs.
+
+    A model that draws random numbers (DO123) is compared on shapes and dtypes only: its
+    values can never equal eager's.
+    """
     if len(actual) != len(expected):
         raise ValueError(
             f"the ONNX model has {len(actual)} outputs, eager PyTorch returned {len(expected)}"
         )
-    results = [
-        compare(i, names[i], a, e, atol, rtol) for i, (a, e) in enumerate(zip(actual, expected))
-    ]
-    for result in results:
+    results = []
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        if random:
+            same = tuple(a.shape) == tuple(e.shape)
+            detail = "" if same else f"; shapes differ: {list(a.shape)} vs {list(e.shape)}"
+            result = Comparison(i, names[i], 0.0 if same else float("inf"), 0.0, same, detail)
+        else:
+            result = compare(i, names[i], a, e, atol, rtol)
+        results.append(result)
         if not result.ok:
             ctx.record(
                 "output-mismatch",
@@ -140,19 +192,78 @@ def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
                 max_rel=result.max_rel,
                 atol=atol,
                 rtol=rtol,
-                detail=result.detail,
+                detail=result.detail + where,
             )
-    if all(r.ok for r in results):
-        ctx.record(
-            "outputs-match",
-            count=len(results),
-            atol=atol,
-            rtol=rtol,
-            max_abs=max((r.max_abs for r in results), default=0.0),
-        )
-    elif request.find_divergence:
-        _first_divergence(ctx, request, kwargs)
     return results
+
+
+def _another(tensor: torch.Tensor, shape: list[int]) -> torch.Tensor:
+    """A tensor like ``tensor`` at ``shape``: random values in the example's range."""
+    if tensor.dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    if tensor.is_floating_point() or tensor.is_complex():
+        return torch.randn(shape, dtype=tensor.dtype)
+    low = int(tensor.min()) if tensor.numel() else 0
+    high = int(tensor.max()) + 1 if tensor.numel() else 2
+    return torch.randint(low, max(high, low + 1), shape, dtype=tensor.dtype)
+
+
+def _bound(value: Any) -> int | None:
+    text = str(value)
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def _second_inputs(
+    ep: torch.export.ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any], str] | None:
+    """The inputs at another size of every dynamic dimension (the same size for a symbol
+    shared by several inputs, within its range), or None when the program has none or the
+    inputs are nested."""
+    flat = [*args, *kwargs.values()]
+    if any(isinstance(a, (list, tuple, dict)) for a in flat):
+        return None
+    specs = [s for s in ep.graph_signature.input_specs if s.kind == gs.InputKind.USER_INPUT]
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    ranges = {str(symbol): vr for symbol, vr in ep.range_constraints.items()}
+    sizes: dict[str, int] = {}
+    changed = []
+    for leaf, spec in zip(user_input_leaves(ep, args, kwargs), specs):
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        val = placeholders[spec.arg.name].meta.get("val")
+        for dim, example in zip(val.shape, leaf.shape):
+            symbol = str(dim)
+            if isinstance(dim, int) or symbol in sizes:
+                continue
+            if symbol not in ranges:
+                return None  # an expression of sizes: no consistent second size to pick
+            low, high = max(_bound(ranges[symbol].lower) or 2, 2), _bound(ranges[symbol].upper)
+            size = example + 1 if high is None or example + 1 <= high else example - 1
+            if size < low or size == example:
+                return None
+            sizes[symbol] = size
+    if not sizes:
+        return None
+
+    def resize(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        name = next(
+            s.arg.name
+            for leaf, s in zip(user_input_leaves(ep, args, kwargs), specs)
+            if leaf is value
+        )
+        val = placeholders[name].meta.get("val")
+        shape = [
+            sizes.get(str(d), e) if not isinstance(d, int) else e
+            for d, e in zip(val.shape, value.shape)
+        ]
+        changed.append(tuple(shape))
+        return _another(value, shape)
+
+    new_args = tuple(resize(a) for a in args)
+    new_kwargs = {k: resize(v) for k, v in kwargs.items()}
+    return new_args, new_kwargs, ", ".join(f"input shapes {list(s)}" for s in changed)
 
 
 class _Recorder(torch.fx.Interpreter):
