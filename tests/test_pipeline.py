@@ -42,7 +42,7 @@ def test_the_passes_of_an_export_are_named_for_what_they_do(tmp_path):
     names = [p.name for p in program.diagnostics.passes]
     assert names == [
         "validate", "capture", "dynamic-shapes", "semantics", "decomposition", "translation",
-        "finalize", "opset-conversion", "module-functions", "weight-check", "optimization",
+        "finalize", "opset-conversion", "module-functions", "weight-check", "load-check", "optimization",
     ]  # fmt: skip
     assert set(names) <= set(PassName.all())
     program.save(tmp_path / "m.onnx")

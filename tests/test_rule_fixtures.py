@@ -132,6 +132,34 @@ class Noisy(torch.nn.Module):
         return x + torch.rand_like(x)  # marker: DO123
 
 
+@torch.library.custom_op("dxfixture::bump", mutates_args=())
+def bump(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@bump.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class Bumps(torch.nn.Module):
+    def forward(self, x):
+        return bump(x)  # marker: DO407
+
+
+def _float_plus_int(x):
+    """A wrong ONNX function: Add of a float and an int64."""
+    from onnxscript import opset18 as op
+
+    return op.Add(x, op.Constant(value_int=1))
+
+
+def _invalid_model(tmp_path):
+    registry = dynamo_onnx.OnnxRegistry()
+    registry.register_op(_float_plus_int, "dxfixture", "bump")
+    return dynamo_onnx.export(Bumps(), (X,), registry=registry)
+
+
 def _scripted(tmp_path):
     return dynamo_onnx.export(torch.jit.script(Lin()), (X,))  # marker: DO113
 
@@ -247,6 +275,8 @@ FIXTURES = {
     "DO401": (lambda t: dynamo_onnx.export(_nan_model(), (X,)), None),
     "DO402": (lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=11), "DO402"),
     "DO403": (_save_fake, None),
+    "DO407": (_invalid_model, "DO407"),
+    "DO408": (lambda t: _fake_program(), None),
     "DO404": (_apply_wrong_weights, None),
     "DO405": (lambda t: dynamo_onnx.export(Lin(), (X,), module_functions=True), None),
     "DO406": (_save_to_directory, None),
@@ -294,3 +324,13 @@ def test_fixture_produces_its_rule_at_its_level_and_line(rule_id, tmp_path, monk
         assert (finding.primary.path, finding.primary.line) == (str(HERE), marker_line(marker))
     log = ctx.to_sarif()
     assert any(r["ruleId"] == rule_id for r in log["runs"][0]["results"]) or rule.level == "none"
+
+
+def test_an_invalid_model_names_the_onnx_node_the_fx_node_and_the_line(tmp_path):
+    with pytest.raises(dynamo_onnx.SerializationError) as info:
+        _invalid_model(tmp_path)
+    message = str(info.value)
+    assert message.startswith("[DO407 model-invalid] The ONNX model is invalid at node `bump_n")
+    assert "from FX node `bump`" in message
+    assert f"called at tests/{HERE.name}:{marker_line('DO407')}" in message
+    assert "inconsistent type" in message

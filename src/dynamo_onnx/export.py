@@ -20,6 +20,7 @@ from dynamo_onnx.passes.decompose import DecomposePass, lower
 from dynamo_onnx.passes.dynamic_shapes import DynamicShapesPass
 from dynamo_onnx.passes.onnx.describe import describe_model, describe_value
 from dynamo_onnx.passes.onnx.finalize import FinalizePass
+from dynamo_onnx.passes.onnx.load_check import LoadCheckPass
 from dynamo_onnx.passes.onnx.module_functions import ModuleFunctionsPass
 from dynamo_onnx.passes.onnx.opset import OpsetConversionPass
 from dynamo_onnx.passes.onnx.weights import WeightCheckPass
@@ -94,6 +95,7 @@ def export_passes() -> list[Pass[ExportState]]:
         OpsetConversionPass(),
         ModuleFunctionsPass(),
         WeightCheckPass(),
+        LoadCheckPass(),
     ]
 
 

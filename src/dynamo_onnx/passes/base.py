@@ -38,6 +38,7 @@ class PassName:
     OPSET_CONVERSION = "opset-conversion"
     MODULE_FUNCTIONS = "module-functions"
     WEIGHT_CHECK = "weight-check"
+    LOAD_CHECK = "load-check"
     OPTIMIZATION = "optimization"
     VERIFICATION = "verification"
     SAVE = "save"

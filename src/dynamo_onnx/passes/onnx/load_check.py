@@ -1,0 +1,87 @@
+"""The load-check pass: the model we hand back passes the ONNX checker and loads in ONNX
+Runtime, or the export fails naming the ONNX node, its FX node and the user's line.
+
+A translation bug (two types bound to one type parameter, a subgraph reusing a value name, a
+bias of the wrong shape) otherwise surfaces later, at load or run time, far from its cause.
+Fake weights cannot be loaded, and a model above :data:`MAX_CHECKED_BYTES` is not copied
+for the check: both are a note saying so.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+import onnx_ir as ir
+import onnxruntime as ort
+
+import onnx
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics.context import exception_summary
+from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.errors import OnnxExporterError, SerializationError
+from dynamo_onnx.io import onnx_file
+from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE
+
+__all__ = ["MAX_CHECKED_BYTES", "LoadCheckPass"]
+
+#: Weights above this are not copied into a ModelProto for the check (it would double the
+#: export's peak memory); the structure is still checked.
+MAX_CHECKED_BYTES = 256 * 2**20
+
+#: How the checker ("node name: add_n0") and ONNX Runtime ("in node (add_n0)") name a node.
+_NODE = re.compile(r"node name: ([\w./-]+)|node \(([\w./-]+)\)", re.IGNORECASE)
+
+
+class LoadCheckPass:
+    """onnx.checker (full) and an ONNX Runtime session on the exported model."""
+
+    name: ClassVar[str] = PassName.LOAD_CHECK
+    error_type: ClassVar[type[OnnxExporterError]] = SerializationError
+
+    def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        model = state.onnx_model
+        assert model is not None
+        if onnx_file.fake_weight_names(model):
+            ctx.record(
+                "model-load-check-skipped",
+                reason="its weights are fake (meta) until apply_weights",
+            )
+            return state
+        if onnx_file.weights_nbytes(model) > MAX_CHECKED_BYTES:
+            ctx.record(
+                "model-load-check-skipped",
+                reason=f"its weights are above {MAX_CHECKED_BYTES >> 20} MiB, too large to copy "
+                "for the check",
+            )
+            return state
+        proto = ir.to_proto(model)
+        try:
+            onnx.checker.check_model(proto, full_check=True)
+            ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - the finding says what failed where
+            _fail(ctx, model, exc)
+        return state
+
+
+def _fail(ctx: DiagnosticContext, model: ir.Model, exc: Exception) -> None:
+    """DO407 at the user's line of the node the checker or ONNX Runtime names."""
+    cause = exception_summary(exc)
+    nodes = {node.name: node for node in ir.traversal.RecursiveGraphIterator(model.graph)}
+    candidates = [a or b for a, b in _NODE.findall(str(exc))]
+    named = next((m for m in candidates if m in nodes), None)
+    node = nodes.get(named) if named else None
+    trace = node.metadata_props.get(STACK_TRACE, "") if node is not None else ""
+    frames = parse_stack_trace(trace)
+    where = ctx.user_frame(frames)
+    ctx.fail(
+        "model-invalid",
+        SerializationError,
+        where,
+        stack=frames,
+        node=named or "unknown",
+        fx_node=node.metadata_props.get(FX_NODE_NAME, "unknown") if node is not None else "unknown",
+        source=ctx.display(where) if where else "an unknown line",
+        cause=cause,
+    )
