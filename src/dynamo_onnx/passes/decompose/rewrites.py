@@ -205,16 +205,24 @@ def insert_type_promotion(gm: torch.fx.GraphModule) -> int:
             arg = args[i]
             if _val(arg).dtype == dtype:
                 continue
-            with gm.graph.inserting_before(node):
-                cast = gm.graph.call_function(_CAST, (arg, dtype))
-            cast.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-            cast.meta["val"] = _val(arg).to(dtype)
-            args[i] = cast
+            args[i] = _cast_before(gm, node, arg, dtype, _val(arg).to(dtype))
             count += 1
         node.args = tuple(args)
     if count:
         gm.recompile()
     return count
+
+
+def _cast_before(
+    gm: torch.fx.GraphModule, node: torch.fx.Node, arg: Any, dtype: torch.dtype, val: Any
+) -> torch.fx.Node:
+    """A cast of ``arg`` to ``dtype`` inserted before ``node``, with the node's origin (its
+    findings and ONNX nodes point at the user's line) and ``val`` as its value."""
+    with gm.graph.inserting_before(node):
+        cast = gm.graph.call_function(_CAST, (arg, dtype))
+    cast.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    cast.meta["val"] = val
+    return cast
 
 
 def cast_symbolic_operands(gm: torch.fx.GraphModule) -> int:
@@ -244,11 +252,8 @@ def cast_symbolic_operands(gm: torch.fx.GraphModule) -> int:
             continue
         args = list(node.args)
         for i in symbolic:
-            with gm.graph.inserting_before(node):
-                cast = gm.graph.call_function(_CAST, (args[i], dtype))
-            cast.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-            cast.meta["val"] = torch.empty((), dtype=dtype, device="meta")
-            args[i] = cast
+            scalar = torch.empty((), dtype=dtype, device="meta")
+            args[i] = _cast_before(gm, node, args[i], dtype, scalar)
             count += 1
         node.args = tuple(args)
     if count:

@@ -62,6 +62,20 @@ IGNORED_WITHOUT_EFFECT: dict[str, str] = {
 }
 
 
+def _ignored(
+    ctx: DiagnosticContext, argument: str, value: str, reason: str, warning: bool = False
+) -> None:
+    """DO111 at the export call: the argument had no effect, and why."""
+    ctx.record(
+        "argument-ignored",
+        level=Level.WARNING if warning else None,
+        locations=[ctx.call_site],
+        argument=argument,
+        value=value,
+        reason=reason,
+    )
+
+
 def report_arguments(
     ctx: DiagnosticContext, given: TorchOnnxArguments, model: Any, module_functions: bool
 ) -> None:
@@ -77,14 +91,13 @@ def report_arguments(
             "program.save(path)); keyword inputs go in kwargs={...}",
         )
     if not given.dynamo:
-        ctx.record(
-            "argument-ignored",
-            level=Level.WARNING,
-            locations=[ctx.call_site],
-            argument="dynamo",
-            value="False",
-            reason="dynamo-onnx has no TorchScript exporter; the model was exported with "
+        _ignored(
+            ctx,
+            "dynamo",
+            "False",
+            "dynamo-onnx has no TorchScript exporter; the model was exported with "
             "torch.export, as dynamo=True does",
+            warning=True,
         )
     defaults = TorchOnnxArguments()
     for name, reason in IGNORED_WITHOUT_EFFECT.items():
@@ -94,42 +107,38 @@ def report_arguments(
         if name == "do_constant_folding" and (value or not given.optimize):
             continue
         if value != getattr(defaults, name):
-            ctx.record(
-                "argument-ignored",
-                locations=[ctx.call_site],
-                argument=name,
-                value=repr(value),
-                reason=reason,
+            _ignored(
+                ctx,
+                name,
+                repr(value),
+                reason,
             )
     if given.optimize and module_functions:
-        ctx.record(
-            "argument-ignored",
-            locations=[ctx.call_site],
-            argument="optimize",
-            value="True",
-            reason="the optimizer inlines functions, which would undo the layer functions "
+        _ignored(
+            ctx,
+            "optimize",
+            "True",
+            "the optimizer inlines functions, which would undo the layer functions "
             "module_functions asks for; call program.optimize() to optimize and inline them",
         )
     grouping = given.export_modules_as_functions
     if not isinstance(grouping, bool):
-        ctx.record(
-            "argument-ignored",
-            locations=[ctx.call_site],
-            argument="export_modules_as_functions",
-            value=repr(grouping),
-            reason="grouping only some module types is not supported; every submodule call "
+        _ignored(
+            ctx,
+            "export_modules_as_functions",
+            repr(grouping),
+            "grouping only some module types is not supported; every submodule call "
             "became a local function, as with True",
         )
     if given.f is None:
         for name in ("export_params", "keep_initializers_as_inputs"):
             value = getattr(given, name)
             if value != getattr(defaults, name):
-                ctx.record(
-                    "argument-ignored",
-                    locations=[ctx.call_site],
-                    argument=name,
-                    value=repr(value),
-                    reason=f"it applies when f is given; save with program.save(path, "
+                _ignored(
+                    ctx,
+                    name,
+                    repr(value),
+                    f"it applies when f is given; save with program.save(path, "
                     f"{'include_initializers' if name == 'export_params' else name}="
                     f"{value!r})",
                 )
@@ -218,12 +227,11 @@ def dynamic_axes_to_shapes(
             named = {int(axis): f"{key}_dim_{int(axis)}" for axis in axes}
         spec[param] = named
     if outputs:
-        ctx.record(
-            "argument-ignored",
-            locations=[ctx.call_site],
-            argument="dynamic_axes",
-            value=", ".join(repr(o) for o in outputs),
-            reason="these keys are not inputs; an output's dimensions follow from the inputs'",
+        _ignored(
+            ctx,
+            "dynamic_axes",
+            ", ".join(repr(o) for o in outputs),
+            "these keys are not inputs; an output's dimensions follow from the inputs'",
         )
     return spec
 
