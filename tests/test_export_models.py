@@ -132,3 +132,37 @@ def test_unsupported_export_options_are_rejected_not_ignored():
         dynamo_onnx.dynamo_export(
             MLPModel(), torch.rand(3, 8), export_options={"dynamic_shapes": True}
         )
+
+
+class R3DBlock(torch.nn.Module):
+    """The stem and a residual block of torchvision's r3d_18: Conv3d without bias, BatchNorm3d,
+    ReLU, and the residual add (torchvision itself has no CPU build here)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv3d(3, 8, (3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3), bias=False),
+            torch.nn.BatchNorm3d(8),
+            torch.nn.ReLU(inplace=True),
+        )
+        self.conv1 = torch.nn.Conv3d(8, 8, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm3d(8)
+        self.conv2 = torch.nn.Conv3d(8, 8, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm3d(8)
+
+    def forward(self, x):
+        x = self.stem(x)
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(out)) + x)
+
+
+def test_r3d_stem_and_block_load_and_match_eager():
+    model = R3DBlock().eval()
+    with torch.no_grad():  # non-trivial running statistics
+        for bn in (model.stem[1], model.bn1, model.bn2):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(1, 3, 4, 16, 16)
+    program = dynamo_onnx.export(model, (x,))
+    assert not program.diagnostics.by_rule("model-load-check-skipped")  # it was loaded
+    torch.testing.assert_close(program(x)[0], model(x), atol=1e-4, rtol=1e-4)
