@@ -179,3 +179,22 @@ def test_an_upper_bound_is_a_narrowed_range_too():
     (finding,) = program.diagnostics.by_rule("dynamic-dim-narrowed")
     assert "max=" in finding.message
     assert finding.primary.line == line_of(Bounded.forward, "marker: bounded")
+
+
+def test_a_dim_that_does_not_fit_is_refined_as_torch_suggests_and_said(tmp_path):
+    batch = torch.export.Dim("batch")  # strict: torch.export alone fails on this model
+    program = dynamo_onnx.export(
+        BranchesOnSize(), (torch.rand(6, 3),), dynamic_shapes=({0: batch},), report=True,
+        artifacts_dir=tmp_path,
+    )  # fmt: skip
+    (finding,) = program.diagnostics.by_rule("dynamic-shapes-refined")
+    assert finding.level.name == "WARNING"
+    assert "batch = Dim('batch', min=5)" in finding.message
+    assert "dynamic_shapes=({0: Dim('batch', min=5)},)" in finding.message
+    line = line_of(BranchesOnSize.forward, "marker: narrowed")
+    assert (finding.primary.path, finding.primary.line) == (__file__, line)
+    assert not program.diagnostics.by_rule("dynamic-dim-narrowed")  # one finding, one cause
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["batch", "3"]
+    for size in (5, 9):
+        x = torch.rand(size, 3)
+        torch.testing.assert_close(program(x)[0], BranchesOnSize()(x))

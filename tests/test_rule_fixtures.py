@@ -160,6 +160,11 @@ def _invalid_model(tmp_path):
     return dynamo_onnx.export(Bumps(), (X,), registry=registry)
 
 
+def _strict_dim(tmp_path):
+    batch = torch.export.Dim("batch")
+    return dynamo_onnx.export(BranchesOnSize(), (X6,), dynamic_shapes={"x": {0: batch}})
+
+
 def _scripted(tmp_path):
     return dynamo_onnx.export(torch.jit.script(Lin()), (X,))  # marker: DO113
 
@@ -264,6 +269,7 @@ FIXTURES = {
     "DO122": (lambda t: dynamo_onnx.export(Drops().train(), (X,)), "DO122"),
     "DO123": (lambda t: dynamo_onnx.export(Noisy(), (X,)), "DO123"),
     "DO124": (lambda t: dynamo_onnx.export(BranchesOnSize(), (X6,), dynamic_shapes=BATCH), "DO124"),
+    "DO125": (_strict_dim, "DO124"),
     "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
     "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
     "DO203": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),

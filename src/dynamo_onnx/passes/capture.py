@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import torch
+import torch.export.dynamic_shapes
 from torch.export import graph_signature as gs
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
@@ -157,11 +158,18 @@ class CapturePass:
         data_dependent: tuple[Location | None, str] | None = None
         for strategy in self.strategies:
             shape_log = _ShapeLog()
+            spec = state.dynamic_shapes
             try:
                 with shape_log.listening():
-                    program = strategy.capture(
-                        module, state.args, state.kwargs, state.dynamic_shapes
-                    )
+                    try:
+                        program = strategy.capture(module, state.args, state.kwargs, spec)
+                    except Exception as exc:  # noqa: BLE001 - retried once with torch's fixes
+                        refined = _refined(exc, spec)
+                        if refined is None:
+                            raise
+                        program = strategy.capture(module, state.args, state.kwargs, refined)
+                        _report_refined(ctx, exc, refined, shape_log.records)
+                        spec = refined
             except Exception as exc:  # noqa: BLE001 - each failure is a finding
                 frames, stack = _frames(exc)
                 cause = exception_summary(exc)
@@ -183,7 +191,9 @@ class CapturePass:
                 nodes=len(program.graph.nodes),
             )
             _check_outputs(ctx, program)
-            return state.replace(exported_program=program, shape_log=tuple(shape_log.records))
+            return state.replace(
+                exported_program=program, shape_log=tuple(shape_log.records), dynamic_shapes=spec
+            )
         if data_dependent is not None:
             where, cause = data_dependent
             ctx.fail(
@@ -200,6 +210,53 @@ class CapturePass:
             first[0].primary if first else None,
             cause="no strategy could capture it:\n" + "\n".join(f"  - {c}" for c in causes),
         )
+
+
+def _suggested_fixes(text: str) -> list[str]:
+    """The lines under torch.export's "Suggested fixes:" (``batch = Dim('batch', min=5)``)."""
+    if "Suggested fixes:" not in text:
+        return []
+    lines = text.split("Suggested fixes:", 1)[1].splitlines()
+    return [line.strip() for line in lines if line.startswith("  ") and "=" in line]
+
+
+def _refined(exc: BaseException, spec: Any) -> Any:
+    """``spec`` with torch.export's suggested fixes applied, or None when there are none."""
+    fixes = _suggested_fixes(str(exc))
+    if spec is None or not fixes:
+        return None
+    refine = torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes
+    try:
+        refined = refine("Suggested fixes:\n" + "\n".join(f"  {f}" for f in fixes), spec)
+    except Exception:  # noqa: BLE001 - fixes torch cannot apply: the failure stands
+        return None
+    return refined if refined != spec else None
+
+
+def _report_refined(
+    ctx: DiagnosticContext,
+    exc: BaseException,
+    refined: Any,
+    records: list[ShapeLogRecord],
+) -> None:
+    """DO125 at the user's line behind the guard that did not fit (or torch's message)."""
+    frames, _ = _frames(exc)
+    where = ctx.user_frame(frames)
+    for record in reversed(records):
+        if where is None and record.stack:
+            where = ctx.user_frame(record.stack)
+    violations = [
+        line.strip().lstrip("- ") for line in str(exc).splitlines() if line.strip().startswith("- ")
+    ]
+    ctx.record(
+        "dynamic-shapes-refined",
+        locations=[where],
+        stack=frames,
+        violation=violations[0] if violations else exception_summary(exc),
+        fixes="; ".join(_suggested_fixes(str(exc))),
+        spec=repr(refined),
+        source=ctx.display(where) if where else "an unknown line",
+    )
 
 
 def _check_outputs(ctx: DiagnosticContext, ep: torch.export.ExportedProgram) -> None:

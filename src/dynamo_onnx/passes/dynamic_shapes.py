@@ -143,7 +143,8 @@ def _report_narrowing(
             if expression.isidentifier()
             else f"{input_name}_dim_{dim}"
         )
-        low, high = _asked_range(state.named_spec, state.request.model, input_name, dim)
+        # the spec capture used: the caller's, or torch's refinement of it (DO125)
+        low, high = _asked_range(state.dynamic_shapes, state.request.model, input_name, dim)
         got_low, got_high = _bound(ranges[symbol].lower), _bound(ranges[symbol].upper)
         parts = []
         if expression != symbol:  # e.g. 32*s12: only multiples are accepted
