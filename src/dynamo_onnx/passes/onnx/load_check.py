@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
+import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
-import onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace

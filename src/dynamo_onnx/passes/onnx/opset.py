@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import onnx
+import onnx.version_converter
 import onnx_ir as ir
 import onnxscript.version_converter
 
-import onnx
-import onnx.version_converter
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
