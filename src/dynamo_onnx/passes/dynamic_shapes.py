@@ -19,6 +19,7 @@ import torch
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
+from dynamo_onnx.passes.fx import range_bounds
 from dynamo_onnx.passes.model import forward_signature
 
 __all__ = ["DynamicShapesPass", "dimension_names"]
@@ -107,12 +108,6 @@ def _asked_range(spec: Any, model: Any, input_name: str, dim: int) -> tuple[int,
     return max(int(low) if isinstance(low, int) else 2, 2), (int(high) if finite else None)
 
 
-def _bound(value: Any) -> int | None:
-    """A range bound as an int, None for infinity."""
-    text = str(value)
-    return int(text) if text.lstrip("-").isdigit() else None
-
-
 def _report_narrowing(
     ctx: DiagnosticContext,
     program: torch.export.ExportedProgram,
@@ -145,7 +140,7 @@ def _report_narrowing(
         )
         # the spec capture used: the caller's, or torch's refinement of it (DO125)
         low, high = _asked_range(state.dynamic_shapes, state.request.model, input_name, dim)
-        got_low, got_high = _bound(ranges[symbol].lower), _bound(ranges[symbol].upper)
+        got_low, got_high = range_bounds(ranges[symbol])
         parts = []
         if expression != symbol:  # e.g. 32*s12: only multiples are accepted
             multiple = re.match(r"^(\d+)\*" + re.escape(symbol) + "$", expression)

@@ -17,6 +17,7 @@ __all__ = [
     "has_decomposition",
     "is_higher_order",
     "is_static",
+    "range_bounds",
     "meta_value",
     "translated_higher_order",
 ]
@@ -95,3 +96,13 @@ def draws_random(node: torch.fx.Node) -> bool:
             value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
             return value is not False
     return True
+
+
+def range_bounds(value_range: Any) -> tuple[int | None, int | None]:
+    """A range constraint of the program (``VR[5, int_oo]``) as ints; None for infinity."""
+
+    def bound(value: Any) -> int | None:
+        text = str(value)
+        return int(text) if text.lstrip("-").isdigit() else None
+
+    return bound(value_range.lower), bound(value_range.upper)

@@ -23,7 +23,7 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
 from dynamo_onnx.passes.base import PassName
-from dynamo_onnx.passes.fx import draws_random
+from dynamo_onnx.passes.fx import draws_random, range_bounds
 from dynamo_onnx.registry import target_name
 
 __all__ = ["Comparison", "VerifyPass", "VerifyRequest", "compare"]
@@ -208,11 +208,6 @@ def _another(tensor: torch.Tensor, shape: list[int]) -> torch.Tensor:
     return torch.randint(low, max(high, low + 1), shape, dtype=tensor.dtype)
 
 
-def _bound(value: Any) -> int | None:
-    text = str(value)
-    return int(text) if text.lstrip("-").isdigit() else None
-
-
 def _second_inputs(
     ep: torch.export.ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any], str] | None:
@@ -227,17 +222,24 @@ def _second_inputs(
     ranges = {str(symbol): vr for symbol, vr in ep.range_constraints.items()}
     sizes: dict[str, int] = {}
     changed = []
-    for leaf, spec in zip(user_input_leaves(ep, args, kwargs), specs):
+    #: each tensor input (by identity) -> its placeholder's value at trace time
+    traced = {
+        id(leaf): placeholders[spec.arg.name].meta.get("val")
+        for leaf, spec in zip(user_input_leaves(ep, args, kwargs), specs)
+        if isinstance(leaf, torch.Tensor)
+    }
+    for leaf in flat:
         if not isinstance(leaf, torch.Tensor):
             continue
-        val = placeholders[spec.arg.name].meta.get("val")
+        val = traced[id(leaf)]
         for dim, example in zip(val.shape, leaf.shape):
             symbol = str(dim)
             if isinstance(dim, int) or symbol in sizes:
                 continue
             if symbol not in ranges:
                 return None  # an expression of sizes: no consistent second size to pick
-            low, high = max(_bound(ranges[symbol].lower) or 2, 2), _bound(ranges[symbol].upper)
+            low, high = range_bounds(ranges[symbol])
+            low = max(low or 2, 2)
             size = example + 1 if high is None or example + 1 <= high else example - 1
             if size < low or size == example:
                 return None
@@ -248,12 +250,7 @@ def _second_inputs(
     def resize(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
-        name = next(
-            s.arg.name
-            for leaf, s in zip(user_input_leaves(ep, args, kwargs), specs)
-            if leaf is value
-        )
-        val = placeholders[name].meta.get("val")
+        val = traced[id(value)]
         shape = [
             sizes.get(str(d), e) if not isinstance(d, int) else e
             for d, e in zip(val.shape, value.shape)

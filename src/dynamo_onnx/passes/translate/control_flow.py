@@ -16,7 +16,9 @@ interface. Any other higher-order operator is reported (DO308) instead of crashi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import types
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import onnx_ir as ir
@@ -58,8 +60,10 @@ def op_name(node: torch.fx.Node) -> str:
     return f"higher_order.{getattr(node.target, '__name__', node.target)}"
 
 
-def handlers() -> dict[Any, Handler]:
-    """One handler per higher-order operator that ``passes.fx`` says is translated."""
+@functools.cache
+def handlers() -> Mapping[Any, Handler]:
+    """One handler per higher-order operator that ``passes.fx`` says is translated (built
+    once: it is looked up for every control-flow node)."""
     table: dict[Any, Handler] = {
         torch.ops.higher_order.cond: _cond,
         torch.ops.higher_order.while_loop: _while_loop,
@@ -68,7 +72,7 @@ def handlers() -> dict[Any, Handler]:
         torch.ops.higher_order.wrap_with_set_grad_enabled: _inline_grad_mode,
     }
     assert frozenset(table) == translated_higher_order()
-    return table
+    return types.MappingProxyType(table)
 
 
 def translate(
