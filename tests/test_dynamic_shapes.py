@@ -198,3 +198,55 @@ def test_a_dim_that_does_not_fit_is_refined_as_torch_suggests_and_said(tmp_path)
     for size in (5, 9):
         x = torch.rand(size, 3)
         torch.testing.assert_close(program(x)[0], BranchesOnSize()(x))
+
+
+class BlocksOf32(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] % 32 == 0:  # marker: divisible
+            return x.view(-1, 32, 3).sum(1)
+        return x[:1]
+
+
+def test_a_branch_on_divisibility_is_a_warning_with_the_multiple_spec():
+    """torch.export keeps the range [2, inf) but the graph holds only for multiples of 32:
+    at 40 the ONNX model would reshape where eager slices."""
+    program = dynamo_onnx.export(BlocksOf32(), (torch.rand(64, 3),), dynamic_shapes=({0: "b"},))
+    (finding,) = program.diagnostics.by_rule("dynamic-dim-narrowed")
+    assert "dynamic only for multiples of 32 because of `Eq(Mod(" in finding.message
+    assert 'declare it as 32 * torch.export.Dim("b_div_32")' in finding.message
+    assert finding.primary.line == line_of(BlocksOf32.forward, "marker: divisible")
+    declared = 32 * torch.export.Dim("b_div_32")
+    program = dynamo_onnx.export(
+        BlocksOf32(), (torch.rand(64, 3),), dynamic_shapes=({0: declared},)
+    )
+    assert not program.diagnostics.by_rule("dynamic-dim-narrowed")
+    x = torch.rand(96, 3)
+    torch.testing.assert_close(program(x)[0], BlocksOf32()(x))
+
+
+def test_a_branch_on_not_divisible_says_no_dim_expresses_it():
+    program = dynamo_onnx.export(BlocksOf32(), (torch.rand(63, 3),), dynamic_shapes=({0: "b"},))
+    (finding,) = program.diagnostics.by_rule("dynamic-dim-narrowed")
+    assert "dynamic only for sizes that are not multiples of 32" in finding.message
+    assert "no Dim spec expresses that: rewrite the line with torch.cond" in finding.message
+    assert finding.primary.line == line_of(BlocksOf32.forward, "marker: divisible")
+    x = torch.rand(64, 3)  # the size the warning is about: ONNX slices where eager reshapes
+    assert program(x)[0].shape != BlocksOf32()(x).shape
+
+
+class ViewsBlocks(torch.nn.Module):
+    def forward(self, x):
+        return x.view(-1, 32, 3).sum(1)  # marker: view
+
+
+def test_a_strict_dim_refined_to_a_multiple_runs_and_torch_prints_nothing(capfd):
+    """The constraint violation of the first attempt is the DO125 finding, not torch's
+    "Error while creating guard" log with its stack on stderr."""
+    batch = torch.export.Dim("batch")
+    program = dynamo_onnx.export(ViewsBlocks(), (torch.rand(64, 3),), dynamic_shapes=({0: batch},))
+    (finding,) = program.diagnostics.by_rule("dynamic-shapes-refined")
+    assert "batch = 32*_batch" in finding.message
+    for size in (32, 96):
+        x = torch.rand(size, 3)
+        torch.testing.assert_close(program(x)[0], ViewsBlocks()(x))
+    assert "Error while creating guard" not in capfd.readouterr().err

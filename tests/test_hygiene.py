@@ -32,13 +32,17 @@ def test_src_never_imports_private_torch_modules():
     assert not offenders, offenders
 
 
+#: Names of torch's loggers, configured through ``logging`` (public), never imported.
+LOGGER_NAMES = ('"torch._guards"',)
+
+
 def test_src_never_touches_torch_private_attributes():
     pattern = re.compile(r"\btorch\.(?:onnx\._internal|_[A-Za-z])")
     offenders = [
         f"{path.name}:{i}: {line.strip()}"
         for path in _python_files()
         for i, line in enumerate(path.read_text().splitlines(), 1)
-        if pattern.search(line)
+        if pattern.search(line) and not any(name in line for name in LOGGER_NAMES)
     ]
     assert not offenders, offenders
 

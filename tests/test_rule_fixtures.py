@@ -147,6 +147,19 @@ class Bumps(torch.nn.Module):
         return bump(x)  # marker: DO407
 
 
+def quantizes(x):
+    return torch.quantize_per_tensor(x, 0.1, 0, torch.qint8).dequantize()  # marker: DO309
+
+
+def selects(mask, x, y):
+    return torch.where(mask, x, y)  # marker: DO409
+
+
+def _uint16_where(tmp_path):
+    x = torch.tensor([1, 2], dtype=torch.uint16)
+    return dynamo_onnx.export(selects, (torch.tensor([True, False]), x, x))
+
+
 def _float_plus_int(x):
     """A wrong ONNX function: Add of a float and an int64."""
     from onnxscript import opset18 as op
@@ -278,11 +291,13 @@ FIXTURES = {
     "DO304": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),
     "DO307": (lambda t: dynamo_onnx.export(Conditional(), (X,)), "DO307"),
     "DO308": (lambda t: dynamo_onnx.export(Scans(), (X,)), "DO308"),
+    "DO309": (lambda t: dynamo_onnx.export(quantizes, (X,)), "DO309"),
     "DO401": (lambda t: dynamo_onnx.export(_nan_model(), (X,)), None),
     "DO402": (lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=11), "DO402"),
     "DO403": (_save_fake, None),
     "DO407": (_invalid_model, "DO407"),
     "DO408": (lambda t: _fake_program(), None),
+    "DO409": (_uint16_where, "DO409"),
     "DO404": (_apply_wrong_weights, None),
     "DO405": (lambda t: dynamo_onnx.export(Lin(), (X,), module_functions=True), None),
     "DO406": (_save_to_directory, None),

@@ -18,7 +18,8 @@ import torch
 
 from dynamo_onnx.errors import OnnxExporterError, WeightsMismatchError
 from dynamo_onnx.io import onnx_file
-from dynamo_onnx.io.inputs import onnx_input_tensors
+from dynamo_onnx.io.inputs import complex_outputs, onnx_input_tensors
+from dynamo_onnx.io.ort_values import from_ort_value, to_ort_value
 from dynamo_onnx.options import ONNXRuntimeOptions
 from dynamo_onnx.passes.base import Pass, run_pipeline
 from dynamo_onnx.passes.onnx.optimize import OptimizePass
@@ -31,7 +32,7 @@ from dynamo_onnx.passes.verify import (
     VerifyRequest,
 )
 from dynamo_onnx.reports import ReportingContext
-from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE, torch_tensor_to_ir
+from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE, onnx_shape, torch_tensor_to_ir
 
 __all__ = ["ONNXProgram"]
 
@@ -128,10 +129,9 @@ class ONNXProgram:
             real = torch.view_as_real(tensor) if tensor.is_complex() else tensor
             dtype = TORCH_TO_ONNX_DTYPE.get(real.dtype)
             expected_shape = [int(d) if isinstance(d, int) else str(d) for d in value.shape or []]
-            if list(real.shape) != expected_shape:
-                problems.append(
-                    f"{name} has shape {list(real.shape)}, the model's is {expected_shape}"
-                )
+            shape = onnx_shape(real.dtype, list(real.shape))
+            if shape != expected_shape:
+                problems.append(f"{name} has shape {shape}, the model's is {expected_shape}")
             if dtype != value.dtype:
                 problems.append(
                     f"{name} has dtype {real.dtype}, the model's is {value.dtype.name.lower()}"  # type: ignore[union-attr]
@@ -283,8 +283,14 @@ class ONNXProgram:
         inputs = onnx_input_tensors(self.exported_program, args, kwargs)
         names = [i.name for i in self._session.get_inputs()]
         feed = {
-            name: (t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t)
+            name: to_ort_value(t if isinstance(t, torch.Tensor) else torch.tensor(t))
             for name, t in zip(names, inputs)
         }
-        outputs = self._session.run(None, feed)
-        return [torch.from_numpy(o) for o in outputs]
+        outputs = [from_ort_value(o) for o in self._session.run_with_ort_values(None, feed)]
+        complex_flags = complex_outputs(self.exported_program)
+        return [
+            torch.view_as_complex(o.contiguous())
+            if i < len(complex_flags) and complex_flags[i]
+            else o
+            for i, o in enumerate(outputs)
+        ]

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import onnx_ir as ir
 import torch
 
-__all__ = ["TORCH_TO_ONNX_DTYPE", "torch_tensor_to_ir"]
+__all__ = [
+    "TORCH_TO_ONNX_DTYPE",
+    "DtypeNotInOnnx",
+    "has_onnx_dtype",
+    "onnx_dtype",
+    "onnx_shape",
+    "torch_tensor_to_ir",
+]
 
 TORCH_TO_ONNX_DTYPE: dict[torch.dtype, ir.DataType] = {
     torch.bfloat16: ir.DataType.BFLOAT16,
@@ -19,6 +29,9 @@ TORCH_TO_ONNX_DTYPE: dict[torch.dtype, ir.DataType] = {
     torch.float8_e4m3fnuz: ir.DataType.FLOAT8E4M3FNUZ,
     torch.float8_e5m2: ir.DataType.FLOAT8E5M2,
     torch.float8_e5m2fnuz: ir.DataType.FLOAT8E5M2FNUZ,
+    torch.float8_e8m0fnu: ir.DataType.FLOAT8E8M0,
+    # Two float4 values packed in each byte; ONNX counts the values: [..., n] -> [..., 2n].
+    torch.float4_e2m1fn_x2: ir.DataType.FLOAT4E2M1,
     torch.int16: ir.DataType.INT16,
     torch.int32: ir.DataType.INT32,
     torch.int64: ir.DataType.INT64,
@@ -27,11 +40,82 @@ TORCH_TO_ONNX_DTYPE: dict[torch.dtype, ir.DataType] = {
     torch.uint16: ir.DataType.UINT16,
     torch.uint32: ir.DataType.UINT32,
     torch.uint64: ir.DataType.UINT64,
+    # torch's sub-byte integers hold one value per byte; ONNX packs them when saving.
+    torch.int4: ir.DataType.INT4,
+    torch.uint4: ir.DataType.UINT4,
+    torch.int2: ir.DataType.INT2,
+    torch.uint2: ir.DataType.UINT2,
 }
+
+#: Stored by numpy through an unsigned integer of the same size (numpy lacks the type).
+_VIEWED_AS_UINT8 = {
+    ir.DataType.FLOAT8E4M3FN,
+    ir.DataType.FLOAT8E4M3FNUZ,
+    ir.DataType.FLOAT8E5M2,
+    ir.DataType.FLOAT8E5M2FNUZ,
+    ir.DataType.FLOAT8E8M0,
+    ir.DataType.INT4,
+    ir.DataType.UINT4,
+    ir.DataType.INT2,
+    ir.DataType.UINT2,
+}
+
+
+class DtypeNotInOnnx(TypeError):
+    """A torch dtype no ONNX type can hold (quantized, bit-packed and odd-width integers)."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__(f"torch.{str(dtype).removeprefix('torch.')} has no ONNX type")
+        self.dtype = dtype
+
+
+def has_onnx_dtype(dtype: torch.dtype) -> bool:
+    """Whether a tensor of ``dtype`` can be an ONNX value; complex tensors are exported as
+    their [..., 2] reals, so complex32 (which ONNX lacks) is [..., 2] float16."""
+    return (dtype.to_real() if dtype.is_complex else dtype) in TORCH_TO_ONNX_DTYPE
+
+
+def onnx_dtype(dtype: torch.dtype) -> ir.DataType:
+    """The ONNX type of a torch dtype; :class:`DtypeNotInOnnx` when there is none."""
+    try:
+        return TORCH_TO_ONNX_DTYPE[dtype]
+    except KeyError:
+        raise DtypeNotInOnnx(dtype) from None
+
+
+def onnx_shape(dtype: torch.dtype, dims: list[Any]) -> list[Any]:
+    """The ONNX shape of a torch tensor's ``dims`` (float4 pairs are two values each)."""
+    if dtype == torch.float4_e2m1fn_x2 and dims:
+        return [*dims[:-1], dims[-1] * 2]
+    return dims
+
+
+class _TorchTensor(ir.tensor_adapters.TorchTensor):
+    """onnx_ir's adapter, plus the dtypes it has no numpy view for (float4 pairs, int4)."""
+
+    def __init__(self, tensor: torch.Tensor, name: str) -> None:
+        dtype = onnx_dtype(tensor.dtype)
+        shape = ir.Shape(onnx_shape(tensor.dtype, list(tensor.shape)))
+        ir.Tensor.__init__(self, tensor, dtype=dtype, shape=shape, name=name)
+
+    def numpy(self) -> np.ndarray:
+        raw: torch.Tensor = self.raw
+        if self.dtype == ir.DataType.FLOAT4E2M1:
+            packed = raw.view(torch.uint8).numpy(force=True)
+            unpacked = np.stack([packed & 0x0F, packed >> 4], axis=-1)
+            return unpacked.reshape(self.shape.numpy()).view(self.dtype.numpy())
+        if self.dtype in _VIEWED_AS_UINT8:
+            return raw.view(torch.uint8).numpy(force=True).view(self.dtype.numpy())
+        return super().numpy()
+
+    def tobytes(self) -> bytes:
+        if self.dtype in (ir.DataType.INT4, ir.DataType.UINT4, ir.DataType.INT2, ir.DataType.UINT2):
+            return ir.Tensor(self.numpy(), dtype=self.dtype).tobytes()  # packed as ONNX stores
+        return super().tobytes()
 
 
 def torch_tensor_to_ir(tensor: torch.Tensor, name: str) -> ir.TensorProtocol:
     """Wrap a torch tensor for onnx_ir without copying; complex becomes [..., 2] floats."""
     if tensor.is_complex():
         tensor = torch.view_as_real(tensor)
-    return ir.tensor_adapters.TorchTensor(tensor.detach(), name=name)
+    return _TorchTensor(tensor.detach(), name=name)

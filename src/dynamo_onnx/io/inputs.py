@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.export import graph_signature as gs
 
-__all__ = ["flatten", "user_input_leaves", "onnx_input_tensors"]
+__all__ = ["complex_outputs", "flatten", "onnx_input_tensors", "user_input_leaves"]
 
 
 def flatten(obj: Any) -> list[Any]:
@@ -42,3 +42,21 @@ def onnx_input_tensors(
     if len(leaves) != len(user_specs):
         raise TypeError(f"The ONNX program takes {len(user_specs)} input leaves, got {len(leaves)}")
     return [leaf for leaf, s in zip(leaves, user_specs) if isinstance(s.arg, gs.TensorArgument)]
+
+
+def complex_outputs(ep: torch.export.ExportedProgram | None) -> list[bool]:
+    """For each ONNX graph output, whether eager returns it complex (ONNX holds it as its
+    [..., 2] real and imaginary parts)."""
+    if ep is None:
+        return []
+    (output,) = [n for n in ep.graph.nodes if n.op == "output"]
+    vals = {
+        a.name: a.meta.get("val") for a in flatten(output.args[0]) if isinstance(a, torch.fx.Node)
+    }
+    flags = []
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind != gs.OutputKind.USER_OUTPUT:
+            continue
+        val = vals.get(getattr(spec.arg, "name", ""))
+        flags.append(isinstance(val, torch.Tensor) and val.is_complex())
+    return flags

@@ -82,19 +82,34 @@ class _ShapeLog(logging.Handler):
             )
         self.records.append(ShapeLogRecord(message, stack))
 
+    #: Logs the error a failed attempt raises anyway ("Error while creating guard" and its
+    #: stack, for a constraint violation): the finding reports it, once, at the user's line.
+    QUIET = "torch._guards"
+
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
-        logger = logging.getLogger(self.LOGGER)
-        level, propagate, handlers = logger.level, logger.propagate, list(logger.handlers)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False  # the records are ours to read, not the user's to see
-        logger.handlers = [self]
-        try:
+        with (
+            _redirected(self.LOGGER, self, logging.INFO),
+            _redirected(self.QUIET, logging.NullHandler(), logging.CRITICAL),
+        ):
             yield
-        finally:
-            logger.handlers = handlers
-            logger.setLevel(level)
-            logger.propagate = propagate
+
+
+@contextlib.contextmanager
+def _redirected(name: str, handler: logging.Handler, level: int) -> Iterator[None]:
+    """Send one torch logger's records to ``handler`` only, while capture runs: they are
+    ours to read, not the user's to see (restored afterwards)."""
+    logger = logging.getLogger(name)
+    saved = logger.level, logger.propagate, list(logger.handlers)
+    logger.setLevel(level)
+    logger.propagate = False
+    logger.handlers = [handler]
+    try:
+        yield
+    finally:
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+        logger.handlers = saved[2]
 
 
 def copy_program(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

@@ -152,6 +152,8 @@ def _report_narrowing(
                 else f"the expression {expression}"
             )
         else:
+            if _report_divisibility(ctx, state.shape_log, input_name, dim, symbol, name):
+                continue
             narrower_low = got_low is not None and got_low > low
             narrower_high = got_high is not None and (high is None or got_high < high)
             if not (narrower_low or narrower_high):
@@ -167,16 +169,80 @@ def _report_narrowing(
                 parts.append(f"max={got_high}")
             spec = f'torch.export.Dim("{name}", {", ".join(parts)})'
         guard, where = _narrowing_guard(ctx, state.shape_log, symbol)
-        ctx.record(
-            "dynamic-dim-narrowed",
-            locations=[where],
-            input=input_name,
-            dim=dim,
-            valid=valid,
-            guard=guard,
-            source=ctx.display(where) if where else "an unknown line",
-            spec=spec,
+        _narrowed(
+            ctx,
+            input_name,
+            dim,
+            valid,
+            guard,
+            where,
+            f"declare it as {spec} to accept that, or rewrite the line",
         )
+
+
+def _narrowed(
+    ctx: DiagnosticContext,
+    input_name: str,
+    dim: int,
+    valid: str,
+    guard: str,
+    where: Location | None,
+    remedy: str,
+) -> None:
+    ctx.record(
+        "dynamic-dim-narrowed",
+        locations=[where],
+        input=input_name,
+        dim=dim,
+        valid=valid,
+        guard=guard,
+        source=ctx.display(where) if where else "an unknown line",
+        remedy=remedy,
+    )
+
+
+def _report_divisibility(
+    ctx: DiagnosticContext,
+    records: tuple[ShapeLogRecord, ...],
+    input_name: str,
+    dim: int,
+    symbol: str,
+    name: str,
+) -> bool:
+    """DO124 for a guard on the remainder of ``symbol`` (``h % 32 == 0``, or ``!= 0``):
+    torch.export keeps the range but the graph holds only for (non-)multiples. True if found."""
+    pattern = re.compile(rf"^(Eq|Ne)\(Mod\({re.escape(symbol)}, (\d+)\), 0\)$")
+    for record in records:
+        guard = _GUARD.search(record.message)
+        found = pattern.match(guard[1]) if guard else None
+        if found is None:
+            continue
+        where = ctx.user_frame(record.stack)
+        kind, factor = found.groups()
+        if kind == "Eq":
+            spec = f'{factor} * torch.export.Dim("{name}_div_{factor}")'
+            _narrowed(
+                ctx,
+                input_name,
+                dim,
+                f"multiples of {factor}",
+                guard[1],
+                where,
+                f"declare it as {spec} to accept that, or rewrite the line",
+            )
+        else:
+            _narrowed(
+                ctx,
+                input_name,
+                dim,
+                f"sizes that are not multiples of {factor}",
+                guard[1],
+                where,
+                "no Dim spec expresses that: rewrite the line with torch.cond, "
+                "which exports both branches",
+            )
+        return True
+    return False
 
 
 def _narrowing_guard(
@@ -202,7 +268,12 @@ def _given_names(spec: Any, model: Any) -> dict[tuple[str, int], str]:
     if not isinstance(spec, dict):
         return names
     for input_name, dims in spec.items():
-        items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
+        if isinstance(dims, dict):
+            items: Any = dims.items()
+        elif isinstance(dims, (list, tuple)):
+            items = enumerate(dims)
+        else:
+            continue  # None, or a Dim hint for a whole non-tensor input (``y: Dim.STATIC``)
         for index, dim in items:
             name = dim if isinstance(dim, str) else getattr(dim, "__name__", None)
             if isinstance(name, str) and name.isidentifier():

@@ -10,7 +10,7 @@ import torch
 import torch.fx
 
 from dynamo_onnx.registry import ONNXFunction, OnnxRegistry, target_name
-from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE
+from dynamo_onnx.tensors import has_onnx_dtype, onnx_dtype
 
 __all__ = ["Dispatch", "dispatch", "is_complex_node"]
 
@@ -47,7 +47,7 @@ def _arg_type(arg: Any) -> ir.TypeProtocol | None:
     val = arg.meta.get("val")
     if isinstance(val, torch.Tensor):
         dtype = val.dtype.to_real() if val.is_complex() else val.dtype
-        return ir.TensorType(TORCH_TO_ONNX_DTYPE[dtype])
+        return ir.TensorType(onnx_dtype(dtype)) if has_onnx_dtype(dtype) else None
     if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
         return ir.TensorType(ir.DataType.INT64)
     if isinstance(val, (torch.SymBool, bool)):

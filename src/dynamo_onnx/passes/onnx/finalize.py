@@ -13,13 +13,20 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+import onnx
 import onnx_ir as ir
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, SerializationError
 from dynamo_onnx.passes.base import ExportState, PassName
 
-__all__ = ["AddOpsetImportsPass", "FinalizePass", "RenameDimsPass", "RenameIOPass"]
+__all__ = [
+    "AddOpsetImportsPass",
+    "FinalizePass",
+    "RenameDimsPass",
+    "RenameIOPass",
+    "UntypedIdentityPass",
+]
 
 
 class RenameDimsPass(ir.passes.InPlacePass):
@@ -83,6 +90,36 @@ class AddOpsetImportsPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=dict(imports) != before)
 
 
+class UntypedIdentityPass(ir.passes.InPlacePass):
+    """Undo ``OutputFixPass``'s ``Identity`` for a weight returned as an output when the
+    opset's ``Identity`` cannot take its type (float4 before opset 23, float8e8m0 before
+    24): ONNX lets an initializer be a graph output directly, an invalid node it does not."""
+
+    def __init__(self, opset_version: int) -> None:
+        super().__init__()
+        schema = onnx.defs.get_schema("Identity", opset_version)
+        self.allowed = {t for c in schema.type_constraints for t in c.allowed_type_strs}
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        modified = False
+        for node in list(graph):
+            if node.op_type != "Identity" or node.domain not in ("", "ai.onnx"):
+                continue
+            (source,) = node.inputs
+            (output,) = node.outputs
+            if source is None or not source.is_initializer() or not output.is_graph_output():
+                continue
+            if source.type is None or f"tensor({source.dtype.name.lower()})" in self.allowed:  # type: ignore[union-attr]
+                continue
+            if source in graph.outputs:
+                continue  # the same weight returned twice: one of them keeps the node
+            graph.outputs[graph.outputs.index(output)] = source
+            graph.remove(node, safe=True)
+            modified = True
+        return ir.passes.PassResult(model, modified=modified)
+
+
 class RenameIOPass(ir.passes.InPlacePass):
     """Name the graph's inputs and outputs as ``input_names``/``output_names`` say, in order
     (torch.onnx.export's arguments); unnamed ones keep their names."""
@@ -132,6 +169,7 @@ class FinalizePass:
         passes = ir.passes.Sequential(
             ir.passes.common.RemoveUnusedNodesPass(),
             ir.passes.common.OutputFixPass(),
+            UntypedIdentityPass(registry.opset_version),
             RenameDimsPass(state.dim_names),
             RenameIOPass(request.input_names, request.output_names),
             AddOpsetImportsPass(registry.opset_version, request.custom_opsets),

@@ -10,13 +10,13 @@ for the check: both are a note saying so.
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
-from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
@@ -30,8 +30,11 @@ __all__ = ["MAX_CHECKED_BYTES", "LoadCheckPass"]
 #: export's peak memory); the structure is still checked.
 MAX_CHECKED_BYTES = 256 * 2**20
 
-#: How the checker ("node name: add_n0") and ONNX Runtime ("in node (add_n0)") name a node.
-_NODE = re.compile(r"node name: ([\w./-]+)|node \(([\w./-]+)\)", re.IGNORECASE)
+#: How the checker ("node name: add_n0") and ONNX Runtime ("in node (add_n0)", "node with
+#: name 'add_n0'") name a node.
+_NODE = re.compile(
+    r"node name: ([\w./-]+)|node \(([\w./-]+)\)|node with name '([\w./-]+)'", re.IGNORECASE
+)
 
 
 class LoadCheckPass:
@@ -61,27 +64,66 @@ class LoadCheckPass:
             onnx.checker.check_model(proto, full_check=True)
             ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - the finding says what failed where
-            _fail(ctx, model, exc)
+            location, fields = _where(ctx, model, exc)
+            if type(exc).__name__ != "NotImplemented":
+                ctx.fail("model-invalid", SerializationError, location, **fields)
+            # ONNX Runtime's NOT_IMPLEMENTED: a valid model, with a kernel this runtime lacks.
+            ctx.record("runtime-kernel-missing", locations=[location], **fields)
         return state
 
 
-def _fail(ctx: DiagnosticContext, model: ir.Model, exc: Exception) -> None:
-    """DO407 at the user's line of the node the checker or ONNX Runtime names."""
-    cause = exception_summary(exc)
+def _where(
+    ctx: DiagnosticContext, model: ir.Model, exc: Exception
+) -> tuple[Location | None, dict[str, Any]]:
+    """The finding's fields for the node the checker or ONNX Runtime names: that ONNX node,
+    its FX node and the user's line that called it."""
     nodes = {node.name: node for node in ir.traversal.RecursiveGraphIterator(model.graph)}
-    candidates = [a or b for a, b in _NODE.findall(str(exc))]
+    candidates = [next(filter(None, groups)) for groups in _NODE.findall(str(exc))]
     named = next((m for m in candidates if m in nodes), None)
     node = nodes.get(named) if named else None
     trace = node.metadata_props.get(STACK_TRACE, "") if node is not None else ""
     frames = parse_stack_trace(trace)
     where = ctx.user_frame(frames)
-    ctx.fail(
-        "model-invalid",
-        SerializationError,
-        where,
-        stack=frames,
-        node=named or "unknown",
-        fx_node=node.metadata_props.get(FX_NODE_NAME, "unknown") if node is not None else "unknown",
-        source=ctx.display(where) if where else "an unknown line",
-        cause=cause,
+    types = (
+        ", ".join(str(v.dtype.name).lower() if v and v.dtype else "?" for v in node.inputs)
+        if node is not None
+        else "?"
+    )
+    cause = exception_summary(exc)
+    hint = _opset_hint(str(exc), model.opset_imports.get("", 0))
+    return where, {
+        "stack": frames,
+        "node": named or "unknown",
+        "op_type": node.op_type if node is not None else "?",
+        "types": types,
+        "fx_node": node.metadata_props.get(FX_NODE_NAME, "unknown")
+        if node is not None
+        else "unknown",
+        "source": ctx.display(where) if where else "an unknown line",
+        "cause": f"{cause}; {hint}" if hint else cause,
+    }
+
+
+_UNSUPPORTED_TYPE = re.compile(r"op_type:(\w+).*unsupported type:? tensor\((\w+)\)")
+
+
+def _opset_hint(message: str, opset: int) -> str | None:
+    """For "op_type:X ... unsupported type tensor(T)": the first opset whose X takes T, or
+    that none does (a float4 tensor can be stored, but few operators compute on it)."""
+    found = _UNSUPPORTED_TYPE.search(message)
+    if found is None:
+        return None
+    op_type, type_name = found.groups()
+    latest = onnx.defs.onnx_opset_version()
+    for version in range(opset + 1, latest + 1):
+        try:
+            schema = onnx.defs.get_schema(op_type, version)
+        except onnx.defs.SchemaError:
+            return None
+        allowed = {t for c in schema.type_constraints for t in c.allowed_type_strs}
+        if f"tensor({type_name})" in allowed:
+            return f"ONNX `{op_type}` takes {type_name} from opset {version}: export with opset_version={version}"
+    return (
+        f"no ONNX opset (up to {latest}) has `{op_type}` on {type_name}: convert the tensor "
+        "to a type ONNX computes with before this call"
     )

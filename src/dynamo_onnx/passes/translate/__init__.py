@@ -22,6 +22,7 @@ from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.metadata import FX_NODE_NAME
 from dynamo_onnx.passes.translate import problems
 from dynamo_onnx.passes.translate.builder import GraphBuilder
+from dynamo_onnx.passes.translate.dtypes import check_dtypes
 from dynamo_onnx.passes.translate.fallback import Lower
 from dynamo_onnx.passes.translate.interpreter import Translator
 from dynamo_onnx.passes.translate.problems import OperatorTally
@@ -52,6 +53,7 @@ class TranslatePass:
         ep = state.exported_program
         registry = state.registry
         assert ep is not None and registry is not None
+        check_dtypes(ctx, ep)
         opset = state.request.opset_version or DEFAULT_OPSET
         graph = ir.Graph([], [], nodes=[], name="main_graph")
         model = ir.Model(

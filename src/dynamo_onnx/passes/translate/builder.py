@@ -18,7 +18,7 @@ import torch.fx
 
 from dynamo_onnx.passes.translate.recorder import ConstantCache
 from dynamo_onnx.passes.translate.values import set_type_and_shape
-from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE, torch_tensor_to_ir
+from dynamo_onnx.tensors import onnx_dtype, torch_tensor_to_ir
 
 __all__ = ["Bound", "GraphBuilder", "Subgraph"]
 
@@ -95,10 +95,22 @@ class GraphBuilder:
         if isinstance(arg, (list, tuple)):
             return [self.convert(a) for a in arg]
         if isinstance(arg, torch.dtype):
-            return TORCH_TO_ONNX_DTYPE[arg]
+            return onnx_dtype(arg)
         if isinstance(arg, (torch.device, torch.memory_format, torch.layout)):
             return str(arg)
         return arg
+
+    def scalar(self, name: str, number: bool | int | float) -> ir.Value:
+        """A Python number as a 0-d tensor (bool, int64 or float32), as SymBool, SymInt
+        and SymFloat values are in ONNX: a ``Constant`` node in this graph."""
+        kind = type(number)
+        dtype = {bool: ir.DataType.BOOL, int: ir.DataType.INT64}.get(kind, ir.DataType.FLOAT)
+        tensor = ir.tensor(number, dtype=dtype)
+        node = ir.Node("", "Constant", [], [ir.AttrTensor("value", tensor)], num_outputs=1)
+        node.name = node.outputs[0].name = f"{self.prefix}{name}"
+        node.outputs[0].dtype, node.outputs[0].shape = dtype, ir.Shape([])
+        self.graph.append(node)
+        return node.outputs[0]
 
     def new_value(self, name: str, meta: Any) -> ir.Value:
         """A value typed from an FX ``meta["val"]``, named in this scope."""

@@ -104,7 +104,9 @@ def _unsupported_arguments(node: torch.fx.Node) -> str | None:
     """Why a supported operator's call still cannot be expressed in ONNX, if it cannot."""
     meta = node.meta.get("val")
     outputs = meta if isinstance(meta, (list, tuple)) else [meta]
-    if not all(isinstance(m, torch.Tensor) for m in outputs):
+    # Symbolic and Python numbers are 0-d tensors in ONNX, like the sizes they compute with.
+    numbers = (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+    if not all(isinstance(m, numbers) for m in outputs):
         return "one of its results is not a tensor (ONNX subgraphs can only return tensors)"
     return None
 
@@ -165,6 +167,10 @@ def _while_loop(
     """
     cond_fn, body_fn, carried, additional = node.args
     carried_values, extra = _values(t, carried), _values(t, additional)
+    carried_values = [
+        t.builder.scalar(f"{node.name}__init{i}", v) if isinstance(v, (bool, int, float)) else v
+        for i, v in enumerate(carried_values)
+    ]
     cond_module, body_module = _module(t, cond_fn), _module(t, body_fn)
     _, (first,) = t.subgraph(
         node, source, cond_module, "cond0", [*carried_values, *extra], graph=t.builder.graph

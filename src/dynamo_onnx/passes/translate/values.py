@@ -7,7 +7,7 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
-from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE
+from dynamo_onnx.tensors import onnx_dtype, onnx_shape
 
 __all__ = ["set_type_and_shape"]
 
@@ -22,11 +22,12 @@ def set_type_and_shape(value: ir.Value, meta: Any) -> None:
     """Type and shape an ONNX value from an FX ``meta["val"]`` (complex -> [..., 2] floats)."""
     if isinstance(meta, torch.Tensor):
         dims: list[int | str] = [d if isinstance(d, int) else _symbolic_dim(d) for d in meta.shape]
+        dims = onnx_shape(meta.dtype, dims)
         dtype = meta.dtype
         if dtype.is_complex:
             dtype = dtype.to_real()
             dims.append(2)
-        value.dtype = TORCH_TO_ONNX_DTYPE[dtype]
+        value.dtype = onnx_dtype(dtype)
         value.shape = ir.Shape(dims)
     elif isinstance(meta, (bool, torch.SymBool)):
         value.dtype, value.shape = ir.DataType.BOOL, ir.Shape([])

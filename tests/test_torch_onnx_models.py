@@ -1,0 +1,155 @@
+"""Models of PyTorch's own ONNX exporter tests that torch.onnx exported and dynamo-onnx did
+not: each now exports, runs in ONNX Runtime and matches eager (or fails with a finding that
+says what to do, where torch.onnx hands back a model ONNX Runtime rejects)."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+import pytest
+import torch
+
+import dynamo_onnx
+from conftest import line_of
+
+Dim = torch.export.Dim
+
+
+def _check(program, model, *args):
+    """ONNX Runtime matches eager on ``args`` (Python numbers in eager's result included)."""
+    expected = model(*args)
+    expected = list(expected) if isinstance(expected, (list, tuple)) else [expected]
+    got = program(*args)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, torch.as_tensor(e), check_dtype=isinstance(e, torch.Tensor))
+
+
+class AddsAnInt(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
+def test_an_int_input_marked_static_next_to_a_dynamic_tensor():
+    """``dynamic_shapes`` names a Dim hint for a whole int input (was: '_DimHint' object is
+    not iterable): the int is specialized, the tensor's first dimension stays dynamic."""
+    spec = {"x": {0: Dim("rows", min=6)}, "y": Dim.STATIC}
+    program = dynamo_onnx.export(AddsAnInt(), (torch.ones(7, 5), 5), dynamic_shapes=spec)
+    assert program.model.graph.inputs[0].shape[0] == "rows"
+    _check(program, AddsAnInt(), torch.rand(9, 5), 5)
+
+
+class NestedWhile(torch.nn.Module):
+    """A while_loop whose body runs another while_loop (ONNX: a Loop inside a Loop)."""
+
+    def forward(self, x):
+        def outer_cond(i, x):
+            return i < 3
+
+        def outer_body(i, x):
+            def inner_cond(j, y):
+                return j < 2
+
+            def inner_body(j, y):
+                return j + 1, y * 2.0
+
+            _, y = torch.while_loop(inner_cond, inner_body, (torch.zeros((), dtype=torch.int64), x))
+            return i + 1, y + 1.0
+
+        start = torch.zeros((), dtype=torch.int64)
+        return torch.while_loop(outer_cond, outer_body, (start, x))[1]
+
+
+def test_nested_while_loops_run_in_onnx_runtime():
+    program = dynamo_onnx.export(NestedWhile(), (torch.rand(3),))
+    (loop,) = [n for n in program.model.graph if n.op_type == "Loop"]
+    assert [n.op_type for n in loop.attributes["body"].value].count("Loop") == 1
+    names = [n.name for n in ir.traversal.RecursiveGraphIterator(program.model.graph)]
+    assert len(names) == len(set(names)), "each subgraph names its nodes apart (SSA)"
+    _check(program, NestedWhile(), torch.rand(3))
+
+
+class CountsToTheSize(torch.nn.Module):
+    """A while_loop carrying a Python int (a SymInt in the graph) next to a tensor."""
+
+    def forward(self, x):
+        def cond(i, x):
+            return i < x.size(0)
+
+        def body(i, x):
+            return i + 1, x + 1.0
+
+        return torch.while_loop(cond, body, (0, x))
+
+
+def test_a_while_loop_carrying_an_int_counts_at_every_size():
+    """The int carry is a 0-d int64 tensor in ONNX, like every symbolic size (was DO308)."""
+    program = dynamo_onnx.export(CountsToTheSize(), (torch.rand(3),), dynamic_shapes=({0: "n"},))
+    for size in (3, 5):
+        x = torch.rand(size)
+        count, y = program(x)
+        assert count.dtype == torch.int64 and int(count) == size
+        torch.testing.assert_close(y, x + size)
+    assert not program.diagnostics.by_rule("control-flow-unsupported")
+
+
+class TimeConv(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3, 4, 5))
+        self.bias = torch.nn.Parameter(torch.randn(5))
+
+    def forward(self, x):
+        return torch.conv_tbc(x, self.weight, self.bias, 1)
+
+
+def test_conv_tbc_is_a_conv_over_time():
+    """torch_lib has no conv_tbc and torch does not decompose it: our own function."""
+    model = TimeConv().eval()
+    program = dynamo_onnx.export(model, (torch.randn(7, 2, 4),))
+    assert "Conv" in [n.op_type for n in program.model.graph]
+    _check(program, model, torch.randn(7, 2, 4))
+
+
+class ItemPlusTensor(torch.nn.Module):
+    def forward(self, x, y):
+        return x.item() + y
+
+
+def test_a_float_item_added_to_an_int_tensor_is_a_float():
+    program = dynamo_onnx.export(ItemPlusTensor(), (torch.tensor(2.5), torch.tensor([1, 2])))
+    _check(program, ItemPlusTensor(), torch.tensor(-1.25), torch.tensor([4, 5]))
+
+
+class TimesComplex(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.aten.mul(x, 2 + 3j)
+
+
+def test_complex_inputs_and_outputs_are_complex_for_the_caller():
+    """ONNX holds complex tensors as [..., 2] reals; ONNXProgram takes and returns complex."""
+    x = torch.tensor([[1.0 + 2.0j, 3.0 + 4.0j]], dtype=torch.complex64)
+    program = dynamo_onnx.export(TimesComplex(), (x,))
+    assert list(program.model.graph.inputs[0].shape) == [1, 2, 2]
+    (got,) = program(x)
+    assert got.dtype == torch.complex64
+    torch.testing.assert_close(got, TimesComplex()(x))
+
+
+class EmptyFloat4(torch.nn.Module):
+    def forward(self):
+        return torch.empty([1], dtype=torch.float4_e2m1fn_x2)  # marker: float4
+
+
+def test_computing_on_float4_names_the_opset_or_that_onnx_cannot():
+    """torch.onnx hands back a model the ONNX checker rejects; here the export fails at the
+    user's line, saying which opset has the operator for float4, or that none has."""
+    with pytest.raises(dynamo_onnx.SerializationError) as info:
+        dynamo_onnx.export(EmptyFloat4(), ())
+    (finding,) = info.value.diagnostics.by_rule("model-invalid")
+    assert finding.primary.line == line_of(EmptyFloat4, "marker: float4")
+    assert "ONNX `Constant` takes float4e2m1 from opset 23: export with opset_version=23" in str(
+        info.value
+    )
+    with pytest.raises(dynamo_onnx.SerializationError) as info:
+        dynamo_onnx.export(EmptyFloat4(), (), opset_version=23)
+    assert "has `Expand` on float4e2m1: convert the tensor" in str(info.value)
