@@ -90,7 +90,7 @@ def target_name(target: Any) -> str:
 @functools.cache
 def _torchlib_table() -> Mapping[str, tuple[ONNXFunction, ...]]:
     """torch_lib's functions grouped by operator; built once per process (it takes seconds)."""
-    from dynamo_onnx.registry.extra_functions import EXTRA_FUNCTIONS
+    from dynamo_onnx.registry.extra_functions import COPY_OF_VIEW, EXTRA_FUNCTIONS
     from dynamo_onnx.registry.torchlib import torchlib_ops
 
     table: dict[str, list[ONNXFunction]] = {}
@@ -102,6 +102,9 @@ def _torchlib_table() -> Mapping[str, tuple[ONNXFunction, ...]]:
     for name, function, opset in EXTRA_FUNCTIONS:
         extra = ONNXFunction(name, function, opset_introduced=opset, is_extra=True)
         table.setdefault(name, []).insert(0, extra)
+    for copy, view in COPY_OF_VIEW.items():
+        if copy not in table and view in table:
+            table[copy] = [dataclasses.replace(f, qualified_name=copy) for f in table[view]]
     return types.MappingProxyType({k: tuple(v) for k, v in table.items()})
 
 

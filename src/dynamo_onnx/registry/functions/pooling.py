@@ -1,0 +1,122 @@
+"""Adaptive pooling, and the gradient of max pooling, as ONNX.
+
+torch.export keeps ``_adaptive_avg_pool2d`` and ``adaptive_max_pool2d/3d`` (core ATen
+operators); torch_lib has no function for them, and torch lowers them only through its
+private full decomposition table. Each output cell ``i`` of an axis of size ``n`` pooled to
+``m`` covers ``[floor(i*n/m), ceil((i+1)*n/m))`` (windows may overlap when ``m`` does not
+divide ``n``). With static spatial sizes both are exact:
+
+* average pooling is separable and linear: per axis, a MatMul with a constant [m, n]
+  averaging matrix;
+* max pooling is separable too (the max over a box is the max over rows of the max over
+  columns): per axis, each window is a slice, an ``ArgMax`` and a gather of the values and
+  of the flat indices into the pooled plane, which is what torch returns as indices.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript import INT64
+from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
+
+__all__ = [
+    "adaptive_avg_pool",
+    "adaptive_max_pool",
+    "max_pool2d_with_indices_backward",
+]
+
+
+def _windows(size: int, out: int) -> list[tuple[int, int]]:
+    return [(i * size // out, math.ceil((i + 1) * size / out)) for i in range(out)]
+
+
+def _static_sizes(value: Any, count: int, op_name: str) -> list[int]:
+    """The last ``count`` sizes of ``value``, which must be known at export time."""
+    shape = getattr(value, "shape", None)
+    dims = list(shape)[-count:] if shape is not None else []
+    if len(dims) != count or not all(isinstance(d, int) for d in dims):
+        raise NotImplementedError(f"{op_name} needs static spatial sizes, got {shape}")
+    return [int(d) for d in dims]
+
+
+def _averaging_matrix(size: int, out: int, dtype: ir.DataType) -> np.ndarray:
+    matrix = np.zeros((out, size), dtype=dtype.numpy())
+    for row, (start, end) in enumerate(_windows(size, out)):
+        matrix[row, start:end] = 1.0 / (end - start)
+    return matrix
+
+
+def adaptive_avg_pool(self: TFloat, output_size: Sequence[int]) -> TFloat:
+    """_adaptive_avg_pool2d/3d(Tensor self, SymInt[] output_size) -> Tensor"""
+    sizes = _static_sizes(self, len(output_size), "adaptive average pooling")
+    rank = len(self.shape)
+    result = self
+    for offset, (size, out) in enumerate(zip(sizes, output_size)):
+        if size == out:
+            continue
+        axis = rank - len(sizes) + offset
+        weights = op.Constant(value=ir.tensor(_averaging_matrix(size, int(out), self.dtype)))
+        # move the axis last, contract it with the matrix, move it back
+        perm = [a for a in range(rank) if a != axis] + [axis]
+        back = [perm.index(a) for a in range(rank)]
+        moved = op.Transpose(result, perm=perm)
+        pooled = op.MatMul(moved, op.Transpose(weights, perm=[1, 0]))
+        result = op.Transpose(pooled, perm=back)
+    return result if result is not self else op.Identity(self)
+
+
+def adaptive_max_pool(self: TFloat, output_size: Sequence[int]) -> tuple[TFloat, INT64]:
+    """adaptive_max_pool2d/3d(Tensor self, int[] output_size) -> (Tensor, Tensor)"""
+    count = len(output_size)
+    sizes = _static_sizes(self, count, "adaptive max pooling")
+    rank = len(self.shape)
+    plane = int(np.prod(sizes))
+    indices = op.Constant(value=ir.tensor(np.arange(plane, dtype=np.int64).reshape(sizes)))
+    values = self
+    indices = op.Expand(indices, op.Shape(self))
+    for offset, (size, out) in enumerate(zip(sizes, output_size)):
+        axis = rank - count + offset
+        value_parts, index_parts = [], []
+        for start, end in _windows(size, int(out)):
+            starts, ends = op.Constant(value_ints=[start]), op.Constant(value_ints=[end])
+            axes = op.Constant(value_ints=[axis])
+            window = op.Slice(values, starts, ends, axes)
+            window_indices = op.Slice(indices, starts, ends, axes)
+            best = op.ArgMax(window, axis=axis, keepdims=1)
+            value_parts.append(op.GatherElements(window, best, axis=axis))
+            index_parts.append(op.GatherElements(window_indices, best, axis=axis))
+        values = op.Concat(*value_parts, axis=axis)
+        indices = op.Concat(*index_parts, axis=axis)
+    return values, indices
+
+
+def max_pool2d_with_indices_backward(
+    grad_output: TFloat,
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    ceil_mode: bool,
+    indices: INT64,
+) -> TFloat:
+    """max_pool2d_with_indices_backward(...) -> Tensor: each output gradient added at the
+    input position its max came from (``indices`` are flat in each [H, W] plane)."""
+    del kernel_size, stride, padding, dilation, ceil_mode  # all in ``indices``
+    leading = op.Shape(self, start=0, end=-2)
+    flat = op.Concat(leading, op.Constant(value_ints=[-1]), axis=0)
+    zeros = op.CastLike(op.ConstantOfShape(op.Shape(op.Reshape(self, flat))), grad_output)
+    summed = op.ScatterElements(
+        zeros,
+        op.Reshape(indices, flat),
+        op.Reshape(grad_output, flat),
+        axis=-1,
+        reduction="add",
+    )
+    return op.Reshape(summed, op.Shape(self))

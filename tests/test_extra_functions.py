@@ -1,0 +1,139 @@
+"""dynamo-onnx's own ONNX functions (registry/functions): each runs in ONNX Runtime and
+matches eager, including the cases torch_lib gets wrong (training-mode batch norm)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import dynamo_onnx
+
+
+def _matches(function, *args, atol=1e-5, rtol=1e-4):
+    program = dynamo_onnx.export(function, args)
+    expected = function(*args)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    got = program(*args)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, atol=atol, rtol=rtol, equal_nan=True)
+    return program
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        lambda x: torch.var(x),
+        lambda x: torch.var(x, dim=1, correction=0),
+        lambda x: torch.std(x, dim=(0, 2), keepdim=True),
+        lambda x: torch.var_mean(x, dim=1),
+        lambda x: torch.std_mean(x, correction=2),
+    ],
+)
+def test_variance_family(moment):
+    _matches(moment, torch.randn(4, 5, 6))
+
+
+def test_adaptive_average_pooling_to_sizes_that_do_not_divide():
+    """VGG's AdaptiveAvgPool2d((7, 7)) on a 15x13 map: overlapping windows."""
+    pool = torch.nn.AdaptiveAvgPool2d((7, 7))
+    program = _matches(pool, torch.randn(2, 3, 15, 13))
+    assert "MatMul" in [n.op_type for n in program.model.graph]
+
+
+def test_adaptive_max_pooling_values_and_indices():
+    def pool(x):
+        return torch.nn.functional.adaptive_max_pool2d(x, (3, 4), return_indices=True)
+
+    _matches(pool, torch.randn(2, 3, 8, 10))
+
+
+def test_adaptive_max_pooling_in_3d():
+    _matches(torch.nn.AdaptiveMaxPool3d((2, 3, 2)), torch.randn(1, 2, 5, 7, 4))
+
+
+def test_max_pool_gradient_goes_to_the_max_positions():
+    def backward(grad, x):
+        _, indices = torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [2, 2])
+        return torch.ops.aten.max_pool2d_with_indices_backward(
+            grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, indices
+        )
+
+    _matches(backward, torch.randn(1, 2, 3, 3), torch.randn(1, 2, 6, 6))
+
+
+class TrainingNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.BatchNorm2d(3)
+        with torch.no_grad():
+            self.norm.running_mean.fill_(5.0)  # far from the batch's: a wrong choice shows
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+def test_training_mode_batch_norm_normalizes_with_the_batch():
+    """torch_lib's batch-norm functions force inference mode; a model exported in training
+    mode (DO122 says so) must compute what training-mode eager computes."""
+    x = torch.randn(4, 3, 5, 5) * 3 + 2
+    program = dynamo_onnx.export(TrainingNorm().train(), (x,))
+    assert program.diagnostics.by_rule("training-mode")
+    torch.testing.assert_close(program(x)[0], TrainingNorm().train()(x), atol=1e-5, rtol=1e-5)
+
+
+def test_batch_norm_with_update_returns_updated_running_statistics():
+    def step(x, weight, bias, mean, var):
+        return torch.ops.aten._batch_norm_with_update_functional(
+            x, weight, bias, mean, var, 0.1, 1e-5
+        )
+
+    args = (torch.randn(3, 2, 4), torch.randn(2), torch.randn(2), torch.randn(2), torch.rand(2) + 1)
+    _matches(step, *args)
+
+
+@pytest.mark.parametrize(
+    "copy",
+    [
+        lambda x: torch.permute_copy(x, (2, 0, 1)),
+        lambda x: torch.narrow_copy(x, 1, 1, 2),
+        lambda x: torch.unbind_copy(x, 0),
+        lambda x: torch.as_strided_copy(x, (2, 2), (1, 2)),
+    ],
+)
+def test_copies_of_views_translate_as_the_views(copy):
+    _matches(copy, torch.randn(2, 4, 3))
+
+
+def test_dist_ldexp_and_entropy():
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    for p in (2.0, 1.0, 0.0, math.inf, -math.inf, 3.5):
+        _matches(lambda a, b, p=p: torch.dist(a, b, p), x, y)
+    _matches(torch.ldexp, x, torch.randint(-3, 4, (3, 4)))
+    special = torch.tensor([0.5, 0.0, -1.0, float("nan"), 2.0, 1e-30])
+    _matches(torch.special.entr, special)
+
+
+@pytest.mark.parametrize(
+    ("draw", "check"),
+    [
+        (lambda x: x.clone().cauchy_(), lambda y: torch.isfinite(y).all()),
+        (lambda x: x.clone().exponential_(2.0), lambda y: (y >= 0).all()),
+        (lambda x: x.clone().geometric_(0.3), lambda y: (y >= 1).all() and (y == y.round()).all()),
+        (lambda x: x.clone().log_normal_(), lambda y: (y > 0).all()),
+    ],
+)
+def test_random_distributions_have_their_support_and_are_reported(draw, check):
+    x = torch.zeros(1000)
+    program = dynamo_onnx.export(draw, (x,))
+    (y,) = program(x)
+    assert y.shape == x.shape and y.dtype == x.dtype and check(y)
+    assert program.diagnostics.by_rule("nondeterministic-operator")
+
+
+def test_bfloat16_and_float8_outputs_come_back_as_torch_tensors():
+    x = torch.rand(3)
+    _matches(lambda t: (t * 2).bfloat16(), x)
+    _matches(lambda t: t.to(torch.float8_e4m3fn), x, atol=0.0, rtol=0.0)
