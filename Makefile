@@ -5,7 +5,7 @@ PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 SARIF_TOOL = .sarif-tools/node_modules/@microsoft/sarif-multitool-linux/Sarif.Multitool
 
-.PHONY: demo test venv clean docs sarif-tools bench fuzz
+.PHONY: demo test venv clean docs sarif-tools bench fuzz coverage
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ sarif-tools: $(SARIF_TOOL)
 # Writes benchmarks/results/results.{json,md}; docs/performance.md shows the latest table.
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py $(BENCH_ARGS)
+
+# Every torch OpInfo operator exported by dynamo-onnx and by torch.onnx in the same run, each
+# compared with eager in ONNX Runtime: docs/coverage.{md,json}. ~20 min on 2 cores.
+coverage: $(STAMP)
+	$(PY) benchmarks/op_coverage.py $(COVERAGE_ARGS)
 
 # More property-based fuzzing than `make test` runs (random, not the fixed CI examples).
 FUZZ_EXAMPLES ?= 500

@@ -1,0 +1,49 @@
+"""`make coverage` (benchmarks/op_coverage.py) on two operators: both exporters run in the
+same process, each sample is compared with eager, and the report says what it measured."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+import op_coverage  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def results():
+    return [op_coverage.check_operator(name, 2, 120) for name in ("sub", "rand_like")]
+
+
+def test_every_sample_is_run_by_both_exporters_and_compared(results):
+    sub, rand_like = results
+    assert sub["name"] == "sub" and len(sub["dtypes"]["float32"]) == 2
+    assert {"float16", "int64"} <= set(sub["dtypes"])
+    for rows in sub["dtypes"].values():
+        for row in rows:
+            assert row["dynamo_onnx"]["status"] == "match", row
+            assert row["torch_onnx"]["status"] in op_coverage.STATUSES
+    # random operators are compared on shape and dtype, never reported as mismatches
+    statuses = {row["dynamo_onnx"]["status"] for row in rand_like["dtypes"]["float32"]}
+    assert statuses <= {"shape-only", "match"} and "shape-only" in statuses
+
+
+def test_the_report_has_the_figures_and_a_row_per_operator(results):
+    summary = op_coverage.summarize(results)
+    assert summary["operators_tested"] == 2
+    assert summary["float32_good"]["dynamo_onnx"] == 2
+    report = {
+        "date": "today",
+        "machine": "test",
+        "seconds": 1.0,
+        "versions": {"torch": "x"},
+        "config": {"samples": 2, "timeout": 120},
+        "summary": summary,
+        "operators": results,
+    }
+    text = op_coverage.markdown(report)
+    assert "| float32 operators matching eager (of 2) | **2** |" in text
+    assert "| `sub` | ✅ match |" in text
+    assert "| `rand_like` | ✅ shape/dtype |" in text
