@@ -159,3 +159,86 @@ def test_a_strategy_failures_stack_is_innermost_first_without_repeats():
     for result in log["runs"][0]["results"]:
         for stack in result.get("stacks", []):
             assert stack["message"]["text"] == "Python stack, innermost frame first."
+
+
+class CallsKernel(torch.nn.Module):
+    """Stands for a C++/CUDA extension or ctypes reading the tensor's memory."""
+
+    def forward(self, x):
+        address = x.data_ptr()  # marker: kernel
+        return x * (1 + address % 1)
+
+
+def test_a_kernel_torch_cannot_trace_is_its_own_error_with_the_custom_op_fix():
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(CallsKernel(), (torch.rand(3),))
+    assert info.value.rule_id == "DO126"
+    text = str(info.value)
+    assert (
+        "forward hands a tensor's memory to code torch cannot trace at tests/test_capture.py:"
+        in text
+    )
+    assert "Fix: Wrap the kernel in torch.library.custom_op" in text
+    (finding,) = info.value.diagnostics.by_rule("untraceable-kernel")
+    assert finding.primary.line == line_of(CallsKernel.forward, "marker: kernel")
+
+
+def test_numpy_in_forward_is_traced_by_torch_and_exports():
+    """torch 2.13 traces .numpy() and numpy calls on it: no rule needed, the model runs."""
+
+    class ToNumpy(torch.nn.Module):
+        def forward(self, x):
+            return x / float(x.numpy().max())
+
+    x = torch.rand(3) + 1
+    program = dynamo_onnx.export(ToNumpy(), (x,))
+    torch.testing.assert_close(program(x * 2)[0], ToNumpy()(x * 2))
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.head = torch.nn.Linear(16, 2)
+
+    def forward(self, x):
+        features = self.conv(x)  # marker: conv
+        return self.head(features.flatten(1))  # marker: head
+
+
+@pytest.mark.parametrize(
+    ("shape", "marker", "words"),
+    [
+        ((1, 1, 8, 8), "conv", "to have 3 channels"),  # a grey image for an RGB model
+        ((1, 3, 8, 8), "head", "same reduction dim"),  # the wrong image size
+    ],
+)
+def test_example_inputs_the_model_itself_rejects_point_at_the_line(shape, marker, words):
+    """The most common "failed export": eager PyTorch fails the same way on these inputs."""
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(Classifier(), (torch.randn(*shape),))
+    assert info.value.rule_id == "DO127"
+    text = str(info.value)
+    assert "The model fails on the example inputs at tests/test_capture.py:" in text
+    assert "in PyTorch itself" in text and words in text
+    (finding,) = info.value.diagnostics.by_rule("example-inputs-do-not-fit")
+    assert finding.primary.line == line_of(Classifier.forward, f"marker: {marker}")
+    with pytest.raises(RuntimeError):  # eager agrees (in its own words)
+        Classifier()(torch.randn(*shape))
+
+
+class QuantizedWeight(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        q = torch.quantize_per_tensor(torch.rand(3), 0.1, 0, torch.qint8)
+        self.register_buffer("w", q)
+
+    def forward(self, x):
+        return self.w.dequantize() + x
+
+
+def test_a_quantized_weight_is_the_dtype_error_not_a_meta_tensor_message():
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(QuantizedWeight(), (torch.rand(3),))
+    assert info.value.rule_id == "DO309"
+    assert "is a quantized tensor, which ONNX has no type for" in str(info.value)

@@ -137,3 +137,75 @@ def test_bfloat16_and_float8_outputs_come_back_as_torch_tensors():
     x = torch.rand(3)
     _matches(lambda t: (t * 2).bfloat16(), x)
     _matches(lambda t: t.to(torch.float8_e4m3fn), x, atol=0.0, rtol=0.0)
+
+
+def test_nan_ignoring_minimum_maximum_hypot_and_copysign():
+    a = torch.tensor([1.0, float("nan"), -2.0, float("nan"), 0.0])
+    b = torch.tensor([0.5, 3.0, float("nan"), float("nan"), -0.0])
+    _matches(torch.fmax, a, b)
+    _matches(torch.fmin, a, b)
+    _matches(torch.hypot, torch.randn(4), torch.randn(4))
+    signs = torch.tensor([-1.0, 2.0, -0.0, 0.0, float("-inf")])
+    _matches(torch.copysign, torch.randn(5), signs)
+
+
+def test_frexp_splits_into_mantissa_and_exponent():
+    x = torch.tensor([0.0, 1.0, -3.5, 1024.0, 1e-20, 0.75, float("inf")])
+    program = _matches(torch.frexp, x)
+    assert program(x)[1].dtype == torch.int32
+
+
+def test_sort_is_stable_and_kthvalue_picks_the_kth_smallest():
+    x = torch.tensor([[3.0, 1.0, 2.0, 1.0], [0.0, -1.0, 0.0, 5.0]])
+    _matches(lambda t: torch.sort(t, dim=1, stable=True), x)
+    _matches(lambda t: torch.sort(t, dim=0, descending=True, stable=True), x)
+    _matches(lambda t: torch.argsort(t, dim=-1, stable=True), x)
+    _matches(lambda t: torch.kthvalue(t, 2, dim=1), x)
+    _matches(lambda t: torch.kthvalue(t, 1, dim=0, keepdim=True), x)
+
+
+def test_searchsorted_and_bucketize_on_both_sides():
+    boundaries = torch.tensor([1.0, 3.0, 5.0, 7.0])
+    values = torch.tensor([[0.0, 3.0, 6.0], [7.0, 8.0, 1.0]])
+    for right in (False, True):
+        _matches(lambda s, v, r=right: torch.searchsorted(s, v, right=r), boundaries, values)
+        _matches(lambda v, b, r=right: torch.bucketize(v, b, right=r), values, boundaries)
+    batched = torch.sort(torch.randn(2, 5), dim=-1).values
+    _matches(lambda s, v: torch.searchsorted(s, v, out_int32=True), batched, torch.randn(2, 3))
+
+
+def test_take_put_scatter_reduce_nonzero_static_and_squeeze_dims():
+    x = torch.randn(3, 4)
+    index = torch.tensor([[0, -1], [5, 11]])
+    _matches(torch.take, x, index)
+    _matches(
+        lambda t, i, s: t.put(i, s, accumulate=True), x, torch.tensor([0, 5, 0]), torch.ones(3)
+    )
+    _matches(
+        lambda t, i, s: t.scatter(0, i, s, reduce="multiply"),
+        x,
+        torch.tensor([[0, 1, 2, 0]]),
+        torch.full((1, 4), 2.0),
+    )
+    sparse = torch.tensor([[0.0, 1.0], [2.0, 0.0], [0.0, 3.0]])
+    _matches(lambda t: torch.nonzero_static(t, size=5), sparse)
+    _matches(lambda t: torch.nonzero_static(t, size=2, fill_value=7), sparse)
+    _matches(lambda t: torch.squeeze(t, (0, 2, 3)), torch.randn(1, 3, 1, 2))
+
+
+def test_cdist_for_several_norms():
+    x1, x2 = torch.randn(2, 4, 3), torch.randn(2, 5, 3)
+    for p in (2.0, 1.0, 0.0, math.inf):
+        _matches(lambda a, b, p=p: torch.cdist(a, b, p=p), x1, x2, atol=1e-4)
+
+
+def test_rrelu_in_evaluation_mode_uses_the_mean_slope():
+    x = torch.randn(20)
+    _matches(lambda t: torch.nn.functional.rrelu(t, 0.1, 0.3, training=False), x)
+
+
+def test_uniform_fills_within_its_bounds():
+    x = torch.zeros(500)
+    program = dynamo_onnx.export(lambda t: t.clone().uniform_(-2.0, 3.0), (x,))
+    (y,) = program(x)
+    assert y.shape == x.shape and (y >= -2).all() and (y < 3).all() and y.std() > 0.5

@@ -51,6 +51,20 @@ class Refuses(torch.nn.Module):
         raise ValueError("no")  # marker: DO100
 
 
+class CallsKernel(torch.nn.Module):
+    def forward(self, x):
+        return x + x.data_ptr() % 2  # marker: DO126
+
+
+class WantsEight(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.lin(x)  # marker: DO127
+
+
 class Branches(torch.nn.Module):
     def forward(self, x):
         if x.sum() > 0:  # marker: DO104
@@ -283,6 +297,8 @@ FIXTURES = {
     "DO123": (lambda t: dynamo_onnx.export(Noisy(), (X,)), "DO123"),
     "DO124": (lambda t: dynamo_onnx.export(BranchesOnSize(), (X6,), dynamic_shapes=BATCH), "DO124"),
     "DO125": (_strict_dim, "DO124"),
+    "DO126": (lambda t: dynamo_onnx.export(CallsKernel(), (X,)), "DO126"),
+    "DO127": (lambda t: dynamo_onnx.export(WantsEight(), (X,)), "DO127"),
     "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
     "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
     "DO203": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),

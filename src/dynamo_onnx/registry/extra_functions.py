@@ -8,8 +8,15 @@ are never chosen below the opset they need. What each group is for is said in it
 * ``functions.symbolic``: arithmetic on SymInt/SymFloat/SymBool sizes (``torch.sym_*``,
   ``operator.pow``/``floordiv``) by Python's rules;
 * ``functions.numeric``: the variance family torch_lib leaves unregistered, ``dist``,
-  ``ldexp``, ``special_entr``;
+  ``cdist``, ``ldexp``, ``special_entr``;
 * ``functions.pooling``: adaptive average and max pooling, max pooling's gradient;
+* ``functions.elementwise``: ``fmax``/``fmin``, ``hypot``, ``copysign``, ``frexp``,
+  ``uniform``, RReLU;
+* ``functions.indexing``: ``sort``, ``kthvalue``, ``searchsorted``/``bucketize``,
+  ``take``/``put``, ``scatter`` with ``reduce``, ``nonzero_static``, ``squeeze.dims``,
+  ``empty_permuted``;
+* ``functions.reductions``: torch_lib's ``all``/``any``/``amax``/``amin`` on 0-d inputs,
+  ``scatter_reduce`` with ``mean``, circular ``pad``;
 * ``functions.random``: ``cauchy``, ``exponential``, ``geometric``, ``log_normal``;
 * ``functions.copies``: the ``*_copy`` forms of views, mapped to the views' functions by the
   registry (:data:`COPY_OF_VIEW`).
@@ -19,7 +26,16 @@ from __future__ import annotations
 
 import onnxscript
 
-from dynamo_onnx.registry.functions import nn, numeric, pooling, random, symbolic
+from dynamo_onnx.registry.functions import (
+    elementwise,
+    indexing,
+    nn,
+    numeric,
+    pooling,
+    random,
+    reductions,
+    symbolic,
+)
 from dynamo_onnx.registry.functions.copies import COPY_OF_VIEW
 
 __all__ = ["COPY_OF_VIEW", "DOMAIN", "EXTRA_FUNCTIONS"]
@@ -60,6 +76,35 @@ _BY_NAME: tuple[tuple[str, object, int], ...] = (
     ("aten::adaptive_max_pool2d", pooling.adaptive_max_pool, 18),
     ("aten::adaptive_max_pool3d", pooling.adaptive_max_pool, 18),
     ("aten::max_pool2d_with_indices_backward", pooling.max_pool2d_with_indices_backward, 18),
+    ("aten::_cdist_forward", numeric.cdist, 18),
+    ("aten::fmax", elementwise.fmax, 18),
+    ("aten::fmin", elementwise.fmin, 18),
+    ("aten::hypot", elementwise.hypot, 18),
+    ("aten::copysign.Tensor", elementwise.copysign, 18),
+    ("aten::frexp.Tensor", elementwise.frexp, 18),
+    ("aten::rrelu_with_noise_functional", elementwise.rrelu_with_noise, 18),
+    ("aten::sort", indexing.sort, 18),
+    ("aten::sort.stable", indexing.sort_stable, 18),
+    ("aten::kthvalue", indexing.kthvalue, 18),
+    ("aten::searchsorted.Tensor", indexing.searchsorted, 18),
+    ("aten::searchsorted.Scalar", indexing.searchsorted, 18),
+    ("aten::bucketize.Tensor", indexing.bucketize, 18),
+    ("aten::take", indexing.take, 18),
+    ("aten::put", indexing.put, 18),
+    ("aten::scatter.reduce", indexing.scatter_reduce_two, 18),
+    ("aten::scatter.value_reduce", indexing.scatter_value_reduce, 18),
+    ("aten::nonzero_static", indexing.nonzero_static, 18),
+    ("aten::squeeze.dims", indexing.squeeze_dims, 18),
+    ("aten::empty_permuted", indexing.empty_permuted, 18),
+    ("aten::uniform", elementwise.uniform, 18),
+    ("aten::all.dim", reductions.all_dim, 18),
+    ("aten::all.dims", reductions.all_dims, 18),
+    ("aten::any.dim", reductions.any_dim, 18),
+    ("aten::any.dims", reductions.any_dims, 18),
+    ("aten::amax", reductions.amax, 18),
+    ("aten::amin", reductions.amin, 18),
+    ("aten::scatter_reduce.two", reductions.scatter_reduce, 18),
+    ("aten::pad", reductions.pad, 18),
     ("aten::cauchy", random.cauchy, 18),
     ("aten::exponential", random.exponential, 18),
     ("aten::geometric", random.geometric, 18),

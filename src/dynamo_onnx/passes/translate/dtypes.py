@@ -17,9 +17,10 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Finding
 from dynamo_onnx.errors import TranslationError
 from dynamo_onnx.passes.fx import graph_modules
 from dynamo_onnx.passes.metadata import node_source
-from dynamo_onnx.tensors import has_onnx_dtype
+from dynamo_onnx.registry import target_name
+from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE, has_onnx_dtype
 
-__all__ = ["check_dtypes"]
+__all__ = ["check_dtypes", "dtype_finding"]
 
 
 def _dtypes(value: Any) -> list[torch.dtype]:
@@ -33,17 +34,41 @@ def _dtypes(value: Any) -> list[torch.dtype]:
 
 
 def _foreign_dtype(node: torch.fx.Node) -> torch.dtype | None:
-    """The first dtype of the node's value or arguments that ONNX cannot hold."""
-    candidates = _dtypes(node.meta.get("val"))
-    if node.op == "call_function":
-        candidates += _dtypes(list(node.args)) + _dtypes(list(node.kwargs.values()))
-    return next((d for d in candidates if not has_onnx_dtype(d)), None)
+    """The first dtype of the node's value or arguments that ONNX cannot hold. A value may
+    be complex32 (stored as float16 pairs), but a cast to it has no ONNX type to name."""
+    values = _dtypes(node.meta.get("val"))
+    found = next((d for d in values if not has_onnx_dtype(d)), None)
+    if found is None and node.op == "call_function":
+        arguments = _dtypes(list(node.args)) + _dtypes(list(node.kwargs.values()))
+        found = next((d for d in arguments if d not in TORCH_TO_ONNX_DTYPE), None)
+    return found
 
 
 def _what(node: torch.fx.Node, inputs: dict[str, str]) -> str:
     if node.op == "placeholder":
         return inputs.get(node.name, f"input `{node.name}`")
     return f"FX node `{node.name}`"
+
+
+def dtype_finding(
+    ctx: DiagnosticContext, node: torch.fx.Node, dtype: torch.dtype, what: str | None = None
+) -> Finding:
+    """DO309 for one node (weights and inputs point at the model's class)."""
+    source = node_source(ctx, node)
+    location = source.primary or ctx.model_location
+    return ctx.record(
+        "dtype-not-in-onnx",
+        locations=[location],
+        stack=source.frames,
+        properties={
+            "fx_node": node.name,
+            "dtype": str(dtype),
+            "op": target_name(node.target) if node.op == "call_function" else node.name,
+        },
+        dtype=str(dtype),
+        what=what or f"FX node `{node.name}`",
+        source=ctx.display(location),
+    )
 
 
 def check_dtypes(ctx: DiagnosticContext, ep: torch.export.ExportedProgram) -> None:
@@ -59,21 +84,8 @@ def check_dtypes(ctx: DiagnosticContext, ep: torch.export.ExportedProgram) -> No
     for gm in graph_modules(ep):
         for node in gm.graph.nodes:
             dtype = _foreign_dtype(node)
-            if dtype is None:
-                continue
-            source = node_source(ctx, node)
-            location = source.primary or ctx.model_location
-            findings.append(
-                ctx.record(
-                    "dtype-not-in-onnx",
-                    locations=[location],
-                    stack=source.frames,
-                    properties={"fx_node": node.name, "dtype": str(dtype)},
-                    dtype=str(dtype),
-                    what=_what(node, inputs),
-                    source=ctx.display(location),
-                )
-            )
+            if dtype is not None:
+                findings.append(dtype_finding(ctx, node, dtype, _what(node, inputs)))
     if len(findings) == 1:
         ctx.raise_for(findings, TranslationError, findings[0].message)
     if findings:

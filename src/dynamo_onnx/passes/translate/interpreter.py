@@ -23,11 +23,13 @@ from dynamo_onnx.passes.fx import ASSERTIONS, has_decomposition, is_higher_order
 from dynamo_onnx.passes.metadata import NodeSource, control_flow_source, node_source, origin_props
 from dynamo_onnx.passes.translate import control_flow, problems
 from dynamo_onnx.passes.translate.builder import GraphBuilder, Subgraph
+from dynamo_onnx.passes.translate.dtypes import dtype_finding
 from dynamo_onnx.passes.translate.fallback import Lower, flat_args, single_node_program
 from dynamo_onnx.passes.translate.problems import OperatorTally
 from dynamo_onnx.passes.translate.recorder import NodeRecorder, recording
 from dynamo_onnx.registry import OnnxRegistry, target_name
 from dynamo_onnx.registry.dispatch import dispatch
+from dynamo_onnx.tensors import DtypeNotInOnnx
 
 __all__ = ["Translator"]
 
@@ -155,8 +157,13 @@ class Translator:
         source = self.source(node)
         failure: Exception | None = None
         if chosen.function is not None:
-            args = self.builder.convert(list(node.args))
-            kwargs = {k: self.builder.convert(v) for k, v in node.kwargs.items()}
+            try:
+                args = self.builder.convert(list(node.args))
+                kwargs = {k: self.builder.convert(v) for k, v in node.kwargs.items()}
+            except DtypeNotInOnnx as exc:  # a cast to complex32...: found here in a fallback
+                self.builder.stand_in(node)
+                self.tally.failures.append(dtype_finding(self.ctx, node, exc.dtype))
+                return
             if kwargs.get("dtype", 0) is None:
                 kwargs["dtype"] = -1  # torch_lib's "no dtype given"
             recorder = NodeRecorder(self.registry.opset_version, self.builder.constants)

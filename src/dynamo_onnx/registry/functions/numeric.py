@@ -15,7 +15,7 @@ from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.ops import core as torchlib_core
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat, TReal
 
-__all__ = ["MOMENTS", "dist", "ldexp", "special_entr"]
+__all__ = ["MOMENTS", "cdist", "dist", "ldexp", "special_entr"]
 
 #: (ATen overload, torch_lib's function) for the variance family.
 MOMENTS = tuple(
@@ -25,19 +25,35 @@ MOMENTS = tuple(
 )
 
 
+def _p_norm(difference: TFloat, p: float, axes: TFloat | None) -> TFloat:
+    """The p-norm of ``difference`` (absolute values) over ``axes`` (all when None)."""
+    reduce_axes = () if axes is None else (axes,)
+    if p == math.inf:
+        return op.ReduceMax(difference, *reduce_axes, keepdims=0)
+    if p == -math.inf:
+        return op.ReduceMin(difference, *reduce_axes, keepdims=0)
+    if p == 0.0:
+        zero = op.CastLike(0.0, difference)
+        nonzero = op.CastLike(op.Not(op.Equal(difference, zero)), difference)
+        return op.ReduceSum(nonzero, *reduce_axes, keepdims=0)
+    powered = op.Pow(difference, op.CastLike(p, difference))
+    summed = op.ReduceSum(powered, *reduce_axes, keepdims=0)
+    return op.Pow(summed, op.CastLike(1.0 / p, difference))
+
+
 def dist(self: TFloat, other: TFloat, p: float = 2.0) -> TFloat:
     """dist(Tensor self, Tensor other, Scalar p=2) -> Tensor: the p-norm of the difference."""
-    difference = op.Abs(op.Sub(self, other))
-    p = float(p)
-    if p == math.inf:
-        return op.ReduceMax(difference, keepdims=0)
-    if p == -math.inf:
-        return op.ReduceMin(difference, keepdims=0)
-    if p == 0.0:
-        nonzero = op.CastLike(op.Not(op.Equal(difference, op.CastLike(0.0, self))), self)
-        return op.ReduceSum(nonzero, keepdims=0)
-    powered = op.Pow(difference, op.CastLike(p, self))
-    return op.Pow(op.ReduceSum(powered, keepdims=0), op.CastLike(1.0 / p, self))
+    return _p_norm(op.Abs(op.Sub(self, other)), float(p), None)
+
+
+def cdist(x1: TFloat, x2: TFloat, p: float = 2.0, compute_mode: int | None = None) -> TFloat:
+    """_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor: the
+    p-norm distance of every row of x1 [.., P, M] to every row of x2 [.., R, M]."""
+    del compute_mode  # a choice of algorithm (matrix product or not) for the same result
+    rows = op.Unsqueeze(x1, op.Constant(value_ints=[-2]))
+    columns = op.Unsqueeze(x2, op.Constant(value_ints=[-3]))
+    difference = op.Abs(op.Sub(rows, columns))
+    return _p_norm(difference, float(p), op.Constant(value_ints=[-1]))
 
 
 def ldexp(self: TFloat, other: TReal) -> TFloat:

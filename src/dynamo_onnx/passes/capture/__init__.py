@@ -2,8 +2,9 @@
 
 Strategies are objects tried in order: ``torch.export.export`` non-strict (traces with real
 Python, the most permissive), then strict (TorchDynamo). Each failure is a finding with its
-root cause; only when all fail does capture fail (DO100, or DO104 when the cause is a branch
-on a tensor's value). A program the caller passed in is copied, never rewritten.
+root cause; only when all fail does capture fail: with the rule of a known cause
+(``causes``: DO104, DO126, DO127, DO309) at the user's line, else DO100 listing
+every cause. A program the caller passed in is copied, never rewritten.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
+from dynamo_onnx.passes.capture.causes import KnownCause, known_cause
 from dynamo_onnx.passes.model import as_module, describe_value
 
 __all__ = ["STRATEGIES", "CapturePass", "TorchExportStrategy", "copy_program"]
@@ -142,12 +144,6 @@ def _frames(exc: BaseException) -> tuple[tuple[Location, ...], tuple[Location, .
     return tuple(parse_stack_trace(str(exc))) + stack, stack
 
 
-def _is_data_dependent(exc: BaseException) -> bool:
-    """Whether capture failed on a branch over a tensor's value."""
-    text = f"{type(exc).__name__} {exc}".lower()
-    return "guardondatadependent" in text.replace("_", "") or "data-dependent" in text
-
-
 class CapturePass:
     """The model -> an ExportedProgram, by the first strategy that succeeds."""
 
@@ -170,7 +166,7 @@ class CapturePass:
             return state.replace(exported_program=program)
         module = as_module(model)
         causes: list[str] = []
-        data_dependent: tuple[Location | None, str] | None = None
+        known: tuple[KnownCause, Location | None, str] | None = None
         for strategy in self.strategies:
             shape_log = _ShapeLog()
             spec = state.dynamic_shapes
@@ -189,8 +185,9 @@ class CapturePass:
                 frames, stack = _frames(exc)
                 cause = exception_summary(exc)
                 causes.append(f"{strategy.label}: {cause}")
-                if data_dependent is None and _is_data_dependent(exc):
-                    data_dependent = (ctx.user_frame(frames), cause)
+                recognized = known_cause(type(exc).__name__, str(exc))
+                if known is None and recognized is not None:
+                    known = (recognized, ctx.user_frame(frames), cause)
                 ctx.record(
                     "capture-strategy-failed",
                     locations=[ctx.user_frame(frames)],
@@ -209,14 +206,15 @@ class CapturePass:
             return state.replace(
                 exported_program=program, shape_log=tuple(shape_log.records), dynamic_shapes=spec
             )
-        if data_dependent is not None:
-            where, cause = data_dependent
+        if known is not None:
+            recognized, where, cause = known
             ctx.fail(
-                "data-dependent-control-flow",
+                recognized.rule,
                 CaptureError,
                 where,
                 source=ctx.display(where),
                 cause=cause,
+                **dict(recognized.fields),
             )
         first = ctx.by_rule("capture-strategy-failed")
         ctx.fail(

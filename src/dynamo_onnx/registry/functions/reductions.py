@@ -1,0 +1,129 @@
+"""Reductions where torch_lib's function fails on a case: a 0-d input (``all``, ``any``,
+``amax``, ``amin``: ONNX reductions reject an axis on a scalar), ``scatter_reduce`` with
+``mean`` (torch_lib overwrites instead of averaging), and circular padding (ONNX
+Runtime's ``Pad`` has no ``wrap`` mode on CPU: slices and a concatenation instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from onnxscript import BOOL, INT64
+from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.ops import core as torchlib_core
+from onnxscript.function_libs.torch_lib.ops import nn as torchlib_nn
+from onnxscript.function_libs.torch_lib.tensor_typing import TReal, TTensor
+
+__all__ = [
+    "all_dim",
+    "all_dims",
+    "amax",
+    "amin",
+    "any_dim",
+    "any_dims",
+    "pad",
+    "scatter_reduce",
+]
+
+
+def _scalar(self: TTensor) -> bool:
+    return len(self.shape) == 0
+
+
+def all_dim(self: TTensor, dim: int, keepdim: bool = False) -> BOOL:
+    """all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor"""
+    if _scalar(self):
+        return op.Cast(self, to=BOOL.dtype)
+    return torchlib_core.aten_all_dim(self, dim, keepdim)
+
+
+def all_dims(self: TTensor, dim: Sequence[int] = (), keepdim: bool = False) -> BOOL:
+    """all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor"""
+    if _scalar(self):
+        return op.Cast(self, to=BOOL.dtype)
+    return torchlib_core.aten_all_dims(self, dim, keepdim)
+
+
+def any_dim(self: TTensor, dim: int, keepdim: bool = False) -> BOOL:
+    """any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor"""
+    if _scalar(self):
+        return op.Cast(self, to=BOOL.dtype)
+    return torchlib_core.aten_any_dim(self, dim, keepdim)
+
+
+def any_dims(self: TTensor, dim: Sequence[int] = (), keepdim: bool = False) -> BOOL:
+    """any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor"""
+    if _scalar(self):
+        return op.Cast(self, to=BOOL.dtype)
+    return torchlib_core.aten_any_dims(self, dim, keepdim)
+
+
+def amax(self: TReal, dim: Sequence[int] = (), keepdim: bool = False) -> TReal:
+    """amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
+    if _scalar(self):
+        return op.Identity(self)
+    return torchlib_core.aten_amax(self, dim, keepdim)
+
+
+def amin(self: TReal, dim: Sequence[int] = (), keepdim: bool = False) -> TReal:
+    """amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"""
+    if _scalar(self):
+        return op.Identity(self)
+    return torchlib_core.aten_amin(self, dim, keepdim)
+
+
+def scatter_reduce(
+    self: TReal, dim: int, index: INT64, src: TReal, reduce: str, include_self: bool = True
+) -> TReal:
+    """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *,
+    bool include_self=True): ``mean`` is the scattered sum over the scattered count (self
+    counted once when included); the other reductions are torch_lib's."""
+    if reduce != "mean":
+        return torchlib_core.aten_scatter_reduce(self, dim, index, src, reduce, include_self)
+    zeros, ones = (
+        op.Mul(src, op.CastLike(0, src)),
+        op.Add(op.Mul(src, op.CastLike(0, src)), op.CastLike(1, src)),
+    )
+    base = self
+    counted = op.Add(op.Mul(self, op.CastLike(0, self)), op.CastLike(1, self))
+    if not include_self:  # the scattered positions start from nothing
+        base = op.ScatterElements(base, index, zeros, axis=dim)
+        counted = op.ScatterElements(counted, index, zeros, axis=dim)
+    total = op.ScatterElements(base, index, src, axis=dim, reduction="add")
+    count = op.ScatterElements(counted, index, ones, axis=dim, reduction="add")
+    count = op.Max(count, op.CastLike(1, count))
+    return op.Div(total, count)
+
+
+def pad(
+    self: TTensor, pad: Sequence[INT64], mode: str = "constant", value: float | None = None
+) -> TTensor:
+    """pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor:
+    ``circular`` wraps around with slices (a negative amount crops); other modes are
+    torch_lib's ``Pad``."""
+    if mode != "circular":
+        return torchlib_nn.aten_pad(self, pad, mode, value)
+    rank = len(self.shape)
+    result = self
+    for pair in range(len(pad) // 2):
+        axis = rank - 1 - pair
+        before, after = int(pad[2 * pair]), int(pad[2 * pair + 1])
+        axes = op.Constant(value_ints=[axis])
+        parts = []
+        if before > 0:
+            parts.append(
+                op.Slice(
+                    result, op.Constant(value_ints=[-before]), op.Constant(value_ints=[2**62]), axes
+                )
+            )
+        start = -before if before < 0 else 0
+        end = after if after < 0 else 2**62
+        parts.append(
+            op.Slice(result, op.Constant(value_ints=[start]), op.Constant(value_ints=[end]), axes)
+        )
+        if after > 0:
+            parts.append(
+                op.Slice(result, op.Constant(value_ints=[0]), op.Constant(value_ints=[after]), axes)
+            )
+        result = op.Concat(*parts, axis=axis) if len(parts) > 1 else parts[0]
+    return result
