@@ -224,9 +224,13 @@ def _rule_of(error: BaseException) -> str:
 
 
 def _first_line(error: BaseException) -> str:
-    """The error's first lines (dynamo-onnx lists the operators after its first line)."""
-    text = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    return (" ".join(text[:3]) if text else type(error).__name__)[:300]
+    """The error's first lines (dynamo-onnx lists the operators after its first line);
+    for torch.onnx, the cause under its "Exception summary" rather than its generic steps."""
+    message = str(error).strip()
+    if "## Exception summary" in message:
+        message = message.split("## Exception summary", 1)[1]
+    text = [line.strip() for line in message.splitlines() if line.strip()]
+    return (" ".join(text[:3]) if text else type(error).__name__)[:200]
 
 
 def _compare(actual: Sequence[Any], expected: Sequence[Any], shape_only: bool) -> Outcome:
@@ -321,20 +325,30 @@ def _draws_random(program: Any) -> bool:
 
 
 def _outcomes(exporter: str, cases: Sequence[Case], timeout: int) -> list[Outcome]:
-    """Every case in one export; when that fails as a whole, one export per dtype, so that a
-    dtype an exporter cannot handle does not hide the dtypes it can."""
+    """Every case in one export. When that fails as a whole, the cases are split so that a
+    dtype an exporter cannot handle does not hide those it can: float32 alone, then the
+    other dtypes together, then one by one if that fails while float32 passed. (An operator
+    failing in float32 and in all the other dtypes together is not tried dtype by dtype: it
+    is broken as a whole, and each try costs torch.onnx a second.)"""
     result = _run_cases(exporter, cases, timeout)
     if isinstance(result, list):
         return result
-    dtypes = list(dict.fromkeys(case.dtype for case in cases))
-    if len(dtypes) == 1 or result.status == "timeout":
+    if len({case.dtype for case in cases}) == 1 or result.status == "timeout":
         return [result] * len(cases)
     outcomes: dict[int, Outcome] = {}
-    for dtype in dtypes:
-        group = [i for i, case in enumerate(cases) if case.dtype == dtype]
-        grouped = _run_cases(exporter, [cases[i] for i in group], timeout)
-        for index, i in enumerate(group):
-            outcomes[i] = grouped[index] if isinstance(grouped, list) else grouped
+
+    def run_group(indices: list[int]) -> bool:
+        grouped = _run_cases(exporter, [cases[i] for i in indices], timeout)
+        for position, i in enumerate(indices):
+            outcomes[i] = grouped[position] if isinstance(grouped, list) else grouped
+        return isinstance(grouped, list)
+
+    first = [i for i, case in enumerate(cases) if case.dtype == "float32"]
+    others = [i for i, case in enumerate(cases) if case.dtype != "float32"]
+    first_ran = run_group(first) if first else False
+    if others and not run_group(others) and first_ran:
+        for dtype in dict.fromkeys(cases[i].dtype for i in others):
+            run_group([i for i in others if cases[i].dtype == dtype])
     return [outcomes[i] for i in range(len(cases))]
 
 
@@ -516,8 +530,10 @@ def markdown(report: dict[str, Any]) -> str:
         "atol 1e-4; float16: 1e-2). Operators whose eager result changes with the seed are "
         "compared on shape and dtype only (✅ shape/dtype). "
         f"Float32: the first {report['config']['samples']} samples of each operator; other "
-        "dtypes: the first sample each. A row's status is its worst sample's; the rule is "
-        "dynamo-onnx's rule id, or the class of torch.onnx's error.",
+        "dtypes: the first sample each. All of an operator's samples are one export per "
+        "exporter; when it fails, float32 and the other dtypes are exported apart (and the "
+        "other dtypes one by one when float32 passes). A row's status is its worst sample's; "
+        "the rule is dynamo-onnx's rule id, or the class of torch.onnx's error.",
         "",
         "| | dynamo-onnx | torch.onnx |",
         "|---|---:|---:|",
@@ -577,6 +593,19 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
+def _as_json(report: dict[str, Any]) -> str:
+    """Compact, one operator per line: small, and a rerun's diff reads operator by operator."""
+    head = {k: v for k, v in report.items() if k != "operators"}
+    lines = [json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in report["operators"]]
+    body = json.dumps(head, indent=1, ensure_ascii=False)[:-2]
+    return body + ',\n "operators": [\n' + ",\n".join(lines) + "\n ]\n}\n"
+
+
+def _write(report: dict[str, Any], json_path: Path, markdown_path: Path) -> None:
+    _atomic_write(json_path, _as_json(report))
+    _atomic_write(markdown_path, markdown(report))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ops", nargs="*", help="OpInfo names (default: every operator)")
@@ -586,7 +615,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=ROOT / "docs" / "coverage.json")
     parser.add_argument("--markdown", type=Path, default=ROOT / "docs" / "coverage.md")
     parser.add_argument("--print", action="store_true", help="print each row, write nothing")
+    parser.add_argument(
+        "--render", action="store_true", help="rewrite the markdown from --json, run nothing"
+    )
     options = parser.parse_args(argv)
+    if options.render:
+        report = json.loads(options.json.read_text(encoding="utf-8"))
+        _write(report, options.json, options.markdown)
+        return 0
     names = _all_names(options.ops)
     started = time.monotonic()
     results = run(names, options.jobs, options.samples, options.timeout)
@@ -607,8 +643,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"{result['name']} {dtype} {row['input']}: {cells}")
         print(json.dumps(report["summary"], indent=1))
         return 0
-    _atomic_write(options.json, json.dumps(report, indent=1, sort_keys=False) + "\n")
-    _atomic_write(options.markdown, markdown(report))
+    _write(report, options.json, options.markdown)
     summary = report["summary"]
     print(
         f"float32 operators matching eager: dynamo-onnx {summary['float32_good']['dynamo_onnx']}, "

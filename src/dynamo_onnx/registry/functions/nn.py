@@ -106,6 +106,21 @@ def _updated(
     )
 
 
+def _training_step(
+    input: TFloat,  # noqa: A002
+    weight: TFloat | None,
+    bias: TFloat | None,
+    running_mean: TFloat,
+    running_var: TFloat,
+    momentum: float,
+    eps: float,
+) -> tuple[TFloat, TFloat, TFloat, TFloat, TFloat]:
+    """(out, mean, invstd, running_mean_out, running_var_out) of one training step."""
+    out, mean, invstd, variance = _batch_statistics(input, weight, bias, eps)
+    new_mean, new_var = _updated(input, running_mean, running_var, mean, variance, momentum)
+    return out, mean, invstd, new_mean, new_var
+
+
 def aten_batch_norm(
     input: TFloat,  # noqa: A002 - ATen's parameter name
     weight: Optional[TFloat],  # noqa: UP045 - onnxscript reads these annotations
@@ -177,9 +192,7 @@ def native_batch_norm_functional(
             input, weight, bias, running_mean, running_var, False, momentum, eps
         )
         return out, mean, invstd, running_mean, running_var
-    out, mean, invstd, variance = _batch_statistics(input, weight, bias, eps)
-    new_mean, new_var = _updated(input, running_mean, running_var, mean, variance, momentum)
-    return out, mean, invstd, new_mean, new_var
+    return _training_step(input, weight, bias, running_mean, running_var, momentum, eps)
 
 
 def batch_norm_with_update(
@@ -194,7 +207,8 @@ def batch_norm_with_update(
     """_batch_norm_with_update_functional(...) -> (out, save_mean, save_invstd, reserve,
     running_mean_out, running_var_out): the training form torch 2.13 exports ``BatchNorm``
     to."""
-    out, mean, invstd, variance = _batch_statistics(input, weight, bias, eps)
-    new_mean, new_var = _updated(input, running_mean, running_var, mean, variance, momentum)
+    out, mean, invstd, new_mean, new_var = _training_step(
+        input, weight, bias, running_mean, running_var, momentum, eps
+    )
     reserve = opset18.Cast(opset18.Constant(value_ints=[]), to=2)  # cuDNN's workspace: none
     return out, mean, invstd, reserve, new_mean, new_var
