@@ -209,3 +209,14 @@ def test_uniform_fills_within_its_bounds():
     program = dynamo_onnx.export(lambda t: t.clone().uniform_(-2.0, 3.0), (x,))
     (y,) = program(x)
     assert y.shape == x.shape and (y >= -2).all() and (y < 3).all() and y.std() > 0.5
+
+
+def test_native_batch_norm_in_inference_mode_saves_no_statistics():
+    """Eager returns empty save_mean/save_invstd in inference mode; so does the ONNX model."""
+
+    def norm(x, weight, bias, mean, var):
+        return torch.ops.aten._native_batch_norm_legit(x, weight, bias, mean, var, False, 0.1, 1e-5)
+
+    args = (torch.randn(3, 2, 4), torch.randn(2), torch.randn(2), torch.randn(2), torch.rand(2) + 1)
+    program = _matches(norm, *args)
+    assert [tuple(t.shape) for t in program(*args)] == [(3, 2, 4), (0,), (0,)]

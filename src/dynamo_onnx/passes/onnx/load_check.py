@@ -30,10 +30,12 @@ __all__ = ["MAX_CHECKED_BYTES", "LoadCheckPass"]
 #: export's peak memory); the structure is still checked.
 MAX_CHECKED_BYTES = 256 * 2**20
 
-#: How the checker ("node name: add_n0") and ONNX Runtime ("in node (add_n0)", "node with
-#: name 'add_n0'") name a node.
+#: How the checker ("node name: add_n0", "in 'add_n0 : value'") and ONNX Runtime ("in node
+#: (add_n0)", "node with name 'add_n0'") name a node.
 _NODE = re.compile(
-    r"node name: ([\w./-]+)|node \(([\w./-]+)\)|node with name '([\w./-]+)'", re.IGNORECASE
+    r"node name: ([\w./-]+)|node \(([\w./-]+)\)|node with name '([\w./-]+)'|"
+    r"in '([\w./-]+) : ",
+    re.IGNORECASE,
 )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import onnx_ir as ir
 from onnxscript import opset18, opset20
 from onnxscript.function_libs.torch_lib.ops.core import aten_native_batch_norm
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
@@ -106,6 +107,11 @@ def _updated(
     )
 
 
+def _nothing_saved(input: TFloat) -> TFloat:  # noqa: A002
+    """The empty save_mean/save_invstd eager returns in inference mode (shape [0])."""
+    return opset18.CastLike(opset18.Constant(value=ir.tensor([], dtype=ir.DataType.FLOAT)), input)
+
+
 def _training_step(
     input: TFloat,  # noqa: A002
     weight: TFloat | None,
@@ -157,9 +163,10 @@ def native_batch_norm(
     """native_batch_norm / _native_batch_norm_legit(...) -> (out, save_mean, save_invstd)."""
     if training or running_mean is None or running_var is None:
         return _batch_statistics(input, weight, bias, eps)[:3]
-    return aten_native_batch_norm(
+    out = aten_native_batch_norm(
         input, weight, bias, running_mean, running_var, False, momentum, eps
-    )
+    )[0]
+    return out, _nothing_saved(input), _nothing_saved(input)
 
 
 def native_batch_norm_no_stats(
@@ -188,10 +195,10 @@ def native_batch_norm_functional(
     """_native_batch_norm_legit_functional(...) -> (out, save_mean, save_invstd,
     running_mean_out, running_var_out): what ``BatchNorm`` in training mode exports to."""
     if not training:
-        out, mean, invstd = aten_native_batch_norm(
+        out = aten_native_batch_norm(
             input, weight, bias, running_mean, running_var, False, momentum, eps
-        )
-        return out, mean, invstd, running_mean, running_var
+        )[0]
+        return out, _nothing_saved(input), _nothing_saved(input), running_mean, running_var
     return _training_step(input, weight, bias, running_mean, running_var, momentum, eps)
 
 
@@ -210,5 +217,5 @@ def batch_norm_with_update(
     out, mean, invstd, new_mean, new_var = _training_step(
         input, weight, bias, running_mean, running_var, momentum, eps
     )
-    reserve = opset18.Cast(opset18.Constant(value_ints=[]), to=2)  # cuDNN's workspace: none
+    reserve = opset18.Constant(value=ir.tensor([], dtype=ir.DataType.UINT8))  # cuDNN's: none
     return out, mean, invstd, reserve, new_mean, new_var
