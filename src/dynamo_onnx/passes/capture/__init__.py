@@ -84,16 +84,17 @@ class _ShapeLog(logging.Handler):
             )
         self.records.append(ShapeLogRecord(message, stack))
 
-    #: Logs the error a failed attempt raises anyway ("Error while creating guard" and its
-    #: stack, for a constraint violation): the finding reports it, once, at the user's line.
-    QUIET = "torch._guards"
+    #: Log the error a failed attempt raises anyway ("Error while creating guard" and its
+    #: stack for a constraint violation; strict mode's summary of any failure): the finding
+    #: reports it, once, at the user's line.
+    QUIET = ("torch._guards", "torch.export._trace", "torch._subclasses.fake_tensor")
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
-        with (
-            _redirected(self.LOGGER, self, logging.INFO),
-            _redirected(self.QUIET, logging.NullHandler(), logging.CRITICAL),
-        ):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_redirected(self.LOGGER, self, logging.INFO))
+            for name in self.QUIET:
+                stack.enter_context(_redirected(name, logging.NullHandler(), logging.CRITICAL))
             yield
 
 
