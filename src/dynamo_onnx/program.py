@@ -74,6 +74,8 @@ class ONNXProgram:
         self.exported_program = exported_program
         self.diagnostics = diagnostics
         self._session: Any = None
+        #: Which outputs eager returns complex: read from the graph once, used by every call.
+        self._complex_outputs = complex_outputs(exported_program)
         #: Where export(report=True) wrote the reports; a failure after export rewrites them.
         self.report_dir: str | None = None
 
@@ -287,7 +289,7 @@ class ONNXProgram:
             for name, t in zip(names, inputs)
         }
         outputs = [from_ort_value(o) for o in self._session.run_with_ort_values(None, feed)]
-        complex_flags = complex_outputs(self.exported_program)
+        complex_flags = self._complex_outputs
         return [
             torch.view_as_complex(o.contiguous())
             if i < len(complex_flags) and complex_flags[i]

@@ -28,6 +28,10 @@ _BITS = {
 }
 
 
+#: Their ONNX types, which come back from ONNX Runtime through DLPack.
+_THROUGH_DLPACK = frozenset(TORCH_TO_ONNX_DTYPE[d] for d in _BITS)
+
+
 def to_ort_value(tensor: torch.Tensor) -> ort.OrtValue:
     """A CPU tensor as an OrtValue (complex as its reals, bfloat16/float8 by their bits)."""
     tensor = tensor.detach().cpu().contiguous()
@@ -44,7 +48,7 @@ def to_ort_value(tensor: torch.Tensor) -> ort.OrtValue:
 
 def from_ort_value(value: ort.OrtValue) -> torch.Tensor:
     """An output OrtValue as a tensor; the types numpy lacks come through DLPack."""
-    if ir.DataType(value.element_type()) in {TORCH_TO_ONNX_DTYPE[d] for d in _BITS}:
+    if ir.DataType(value.element_type()) in _THROUGH_DLPACK:
         return torch.from_dlpack(value._get_c_value())  # noqa: SLF001 - ORT's DLPack exit
     array = value.numpy()
     if array.dtype.kind in "iu" and array.dtype.char in "Qq":
