@@ -67,3 +67,24 @@ def first_output(out):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(params=["default-logging", "logging-disabled", "debug-logging"])
+def caller_logging(request):
+    """Runs a test three ways, as callers configure logging: untouched,
+    ``logging.disable(logging.CRITICAL)`` (scripts, notebooks, test harnesses), and
+    ``logging.basicConfig(level=logging.DEBUG)``. A finding must not depend on it."""
+    import io
+    import logging
+
+    root = logging.getLogger()
+    saved = root.level, list(root.handlers), logging.root.manager.disable
+    if request.param == "logging-disabled":
+        logging.disable(logging.CRITICAL)
+    elif request.param == "debug-logging":
+        root.addHandler(logging.StreamHandler(io.StringIO()))
+        root.setLevel(logging.DEBUG)
+    yield request.param
+    logging.disable(saved[2])
+    root.setLevel(saved[0])
+    root.handlers = saved[1]

@@ -9,8 +9,13 @@ import torch
 
 import dynamo_onnx
 from conftest import MLPModel, line_of
+from dynamo_onnx.diagnostics import Level
 
 transformers = pytest.importorskip("transformers")
+
+
+#: Every finding here is the same, at the same line, however the caller configured logging.
+pytestmark = pytest.mark.usefixtures("caller_logging")
 
 
 def _dims(value):
@@ -87,18 +92,60 @@ def test_a_specialized_dynamic_dimension_is_a_warning_with_its_line():
     torch.testing.assert_close(program(x)[0], Specializes()(x))
 
 
-def test_an_example_of_size_one_for_a_dynamic_dimension_is_a_warning(capfd):
+def test_an_example_of_size_one_for_a_dynamic_dimension_is_traced_at_two(capfd):
+    x = torch.randn(1, 8)
+    program = dynamo_onnx.export(MLPModel(), (x,), dynamic_shapes={"tensor_x": {0: "batch"}})
+    (note,) = program.diagnostics.by_rule("dynamic-dim-example-widened")
+    assert "Input `tensor_x` dimension 0 has size 1 in the example" in note.message
+    assert note.primary.path == __file__  # the export call
+    assert not program.diagnostics.by_rule("dynamic-dim-example-too-small")
+    assert _dims(program.model.graph.inputs[0]) == ["batch", "8"]
+    model = MLPModel()
+    program = dynamo_onnx.export(model, (x,), dynamic_shapes={"tensor_x": {0: "batch"}})
+    for batch in (1, 3):
+        inputs = torch.randn(batch, 8)
+        torch.testing.assert_close(program(inputs)[0], model(inputs), atol=1e-5, rtol=1e-4)
+    assert "create_env" not in capfd.readouterr().err, "torch's shape log is not printed"
+
+
+class OnlyOneRow(torch.nn.Module):
+    def forward(self, x):
+        return x.view(8)  # holds for a batch of 1 only
+
+
+def test_a_size_one_example_the_model_needs_is_a_warning_and_stays_static():
     program = dynamo_onnx.export(
-        MLPModel(), (torch.randn(1, 8),), dynamic_shapes={"tensor_x": {0: "batch"}}
+        OnlyOneRow(), (torch.randn(1, 8),), dynamic_shapes={"x": {0: "batch"}}
     )
     (warning,) = program.diagnostics.by_rule("dynamic-dim-example-too-small")
-    assert (
-        "Input `tensor_x` dimension 0 is meant to be dynamic but the example has size 1"
-        in warning.message
+    assert "Input `x` dimension 0 is meant to be dynamic but the example has size 1" in (
+        warning.message
     )
-    assert warning.primary.path == __file__  # the export call
     assert _dims(program.model.graph.inputs[0]) == ["1", "8"]
-    assert "create_env" not in capfd.readouterr().err, "torch's shape log is not printed"
+
+
+def test_the_torch_onnx_tutorial_call_keeps_its_batch_dynamic_as_torch_onnx_does():
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 6, 5), torch.nn.Flatten(), torch.nn.LazyLinear(10)
+    )
+    x = torch.randn(1, 3, 32, 32)
+    model(x)
+    model.eval()
+    ours = dynamo_onnx.export(
+        model, (x,), input_names=["input"], dynamic_axes={"input": {0: "batch_size"}}
+    )
+    theirs = torch.onnx.export(
+        model, (x,), input_names=["input"], dynamic_axes={"input": {0: "batch_size"}}, dynamo=True
+    )
+    for mine, other in (
+        (ours.model.graph.inputs, theirs.model.graph.inputs),
+        (ours.model.graph.outputs, theirs.model.graph.outputs),
+    ):
+        assert [_dims(v) for v in mine] == [_dims(v) for v in other]
+    assert _dims(ours.model.graph.inputs[0]) == ["batch_size", "3", "32", "32"]
+    (note,) = ours.diagnostics.by_rule("dynamic-dim-example-widened")
+    assert "Input `input` dimension 0" in note.message  # the caller's name of the input
+    assert not [f for f in ours.diagnostics.findings if f.level >= Level.WARNING]
 
 
 class ReshapesToTwo(torch.nn.Module):

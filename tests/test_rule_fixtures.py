@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import dynamo_onnx
-from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics import DiagnosticContext, Level
 from dynamo_onnx.rules import catalog
 
 HERE = pathlib.Path(__file__).resolve()
@@ -197,7 +197,11 @@ def _scripted(tmp_path):
 
 
 def _size_one_example(tmp_path):
-    return dynamo_onnx.export(Lin(), (X1,), dynamic_shapes=BATCH)  # marker: DO105
+    return dynamo_onnx.export(Lin(), (X[:0],), dynamic_shapes=BATCH)  # marker: DO105
+
+
+def _size_one_widened(tmp_path):
+    return dynamo_onnx.export(Lin(), (X1,), dynamic_shapes=BATCH)  # marker: DO129
 
 
 def _aten_fallback(tmp_path):
@@ -288,7 +292,7 @@ FIXTURES = {
     "DO108": (lambda t: dynamo_onnx.export(Lin(), [X]), "DO108"),  # marker: DO108
     "DO109": (lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=0), "DO109"),  # marker: DO109
     "DO110": (lambda t: dynamo_onnx.export(ReturnsInt(), (X,)), "DO110"),
-    "DO111": (lambda t: dynamo_onnx.export(Lin(), (X,), verbose=True), "DO111"),  # marker: DO111
+    "DO111": (lambda t: dynamo_onnx.export(Lin(), (X,), profile=True), "DO111"),  # marker: DO111
     "DO112": (_aten_fallback, "DO112"),
     "DO113": (_scripted, "DO113"),
     "DO120": (lambda t: dynamo_onnx.export(MutatesInput(), (X.clone(),)), "DO120"),
@@ -298,6 +302,8 @@ FIXTURES = {
     "DO124": (lambda t: dynamo_onnx.export(BranchesOnSize(), (X6,), dynamic_shapes=BATCH), "DO124"),
     "DO125": (_strict_dim, "DO124"),
     "DO126": (lambda t: dynamo_onnx.export(CallsKernel(), (X,)), "DO126"),
+    "DO128": (lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_shapes=True), None),
+    "DO129": (_size_one_widened, "DO129"),
     "DO127": (lambda t: dynamo_onnx.export(WantsEight(), (X,)), "DO127"),
     "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
     "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
@@ -371,3 +377,78 @@ def test_an_invalid_model_names_the_onnx_node_the_fx_node_and_the_line(tmp_path)
     assert "from FX node `bump`" in message
     assert f"called at tests/{HERE.name}:{marker_line('DO407')}" in message
     assert "inconsistent type" in message
+
+
+# -- fixes that work: each rule's fix applied to its fixture, and the finding is gone ------
+
+
+class BranchesWithCond(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x + 1, lambda x: x - 1, (x,))
+
+
+class ReshapesBySize(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(x.shape[0], -1)
+
+
+class ReturnsTensor(torch.nn.Module):
+    def forward(self, x):
+        return torch.tensor(x.shape[0])
+
+
+class MutatesCopy(torch.nn.Module):
+    def forward(self, x):
+        y = x.clone()
+        y.add_(1)
+        return y * 2
+
+
+class CountsAsInput(torch.nn.Module):
+    def forward(self, x, calls):
+        calls = calls + 1
+        return x * calls, calls
+
+
+class NoiseAsInput(torch.nn.Module):
+    def forward(self, x, noise):
+        return x + noise
+
+
+def _refined_spec(tmp_path):
+    ctx = diagnostics_of(lambda: _strict_dim(tmp_path))
+    (refined,) = ctx.by_rule("dynamic-shapes-refined")
+    spec = eval(refined.properties["spec"], {"Dim": torch.export.Dim})  # the spec it gives
+    return dynamo_onnx.export(BranchesOnSize(), (X6,), dynamic_shapes=spec)
+
+
+#: rule id -> the fixture's call with the rule's fix applied.
+FIXED = {
+    "DO103": lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=18),
+    "DO104": lambda t: dynamo_onnx.export(BranchesWithCond(), (X,)),
+    "DO105": lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_shapes=BATCH),
+    "DO106": lambda t: dynamo_onnx.export(ReshapesBySize(), (X,), dynamic_shapes=BATCH),
+    "DO108": lambda t: dynamo_onnx.export(Lin(), (X,)),
+    "DO109": lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=18),
+    "DO110": lambda t: dynamo_onnx.export(ReturnsTensor(), (X,)),
+    "DO111": lambda t: dynamo_onnx.export(Lin(), (X,)),
+    "DO112": lambda t: dynamo_onnx.export(Lin(), (X,)),
+    "DO113": lambda t: dynamo_onnx.export(Lin(), (X,)),
+    "DO120": lambda t: dynamo_onnx.export(MutatesCopy(), (X,)),
+    "DO121": lambda t: dynamo_onnx.export(CountsAsInput(), (X, torch.zeros(1))),
+    "DO122": lambda t: dynamo_onnx.export(Drops().eval(), (X,)),
+    "DO123": lambda t: dynamo_onnx.export(NoiseAsInput(), (X, torch.rand_like(X))),
+    "DO124": lambda t: dynamo_onnx.export(
+        BranchesOnSize(), (X6,), dynamic_shapes={"x": {0: torch.export.Dim("b", min=5)}}
+    ),
+    "DO125": _refined_spec,
+    "DO127": lambda t: dynamo_onnx.export(WantsEight(), (torch.randn(2, 8),)),
+    "DO402": lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=18),
+}
+
+
+@pytest.mark.parametrize("rule_id", sorted(FIXED))
+def test_the_rules_fix_applied_to_its_fixture_removes_the_finding(rule_id, tmp_path):
+    ctx = diagnostics_of(lambda: FIXED[rule_id](tmp_path))
+    assert not ctx.by_rule(rule_id), [f.message for f in ctx.by_rule(rule_id)]
+    assert ctx.success, [f.message for f in ctx.findings if f.level >= Level.ERROR]

@@ -170,7 +170,6 @@ def test_custom_opsets_set_the_version_of_a_custom_domain():
 
 
 IGNORED = {
-    "verbose": ({"verbose": True}, "logs to its reports"),
     "profile": ({"profile": True}, "pass table"),
     "dump_exported_program": ({"dump_exported_program": True}, "torch.export.save"),
     "autograd_inlining": ({"autograd_inlining": False}, "TorchScript"),
@@ -180,6 +179,16 @@ IGNORED = {
     "dynamo": ({"dynamo": False}, "no TorchScript exporter"),
     "training": ({"training": torch.onnx.TrainingMode.PRESERVE}, None),
 }
+
+
+def test_verbose_prints_each_pass_as_the_command_line_does(capfd):
+    program = dynamo_onnx.export(MLPModel(), (torch.randn(4, 8),), verbose=True)
+    err = capfd.readouterr().err
+    for name in ("capture", "translation", "load-check", "optimization"):
+        assert f"  {name}: done in " in err
+    assert not program.diagnostics.by_rule("argument-ignored")
+    dynamo_onnx.export(MLPModel(), (torch.randn(4, 8),), verbose=False)
+    assert "done in" not in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("argument", sorted(IGNORED))

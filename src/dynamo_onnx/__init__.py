@@ -8,6 +8,7 @@ written for ``torch.onnx.dynamo_export`` runs as it did.
 from dynamo_onnx.errors import (
     CaptureError,
     DecompositionError,
+    DynamoOnnxWarning,
     FakeWeightsError,
     InvalidExportOptionsError,
     OnnxExporterError,
@@ -33,6 +34,7 @@ __all__ = [
     "CaptureError",
     "DecompositionError",
     "DiagnosticOptions",
+    "DynamoOnnxWarning",
     "ExportOptions",
     "FakeWeightsError",
     "InvalidExportOptionsError",

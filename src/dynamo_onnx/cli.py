@@ -22,10 +22,11 @@ import time
 import traceback
 import warnings
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any
 
-from dynamo_onnx.diagnostics.context import ProgressEvent, default_source_root
+from dynamo_onnx.diagnostics.context import default_source_root
 from dynamo_onnx.reports import markdown
+from dynamo_onnx.reports.terminal import ProgressPrinter
 from dynamo_onnx.reports.writing import atomic_write_text
 from dynamo_onnx.rules import catalog
 
@@ -182,23 +183,6 @@ def _build(factory: Any, args: argparse.Namespace) -> tuple[Any, tuple[Any, ...]
     return model, positional, keywords
 
 
-class _Progress:
-    """Each pass as it runs, with its time, and a node counter during translation."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-
-    def __call__(self, event: ProgressEvent) -> None:
-        if event.kind == "start":
-            self.stream.write(f"  {event.pass_name} ...")
-        elif event.kind == "progress":
-            self.stream.write(f"\r  {event.pass_name} ... {event.done}/{event.total} nodes")
-        else:
-            mark = "done" if event.outcome == "ok" else event.outcome
-            self.stream.write(f"\r  {event.pass_name}: {mark} in {event.duration_s:.2f} s\033[K\n")
-        self.stream.flush()
-
-
 def _write_reports(ctx: Any, args: argparse.Namespace) -> list[str]:
     ctx.all_rules = args.all_rules
     ctx.save_reports(args.sarif or None, args.report or None)
@@ -232,16 +216,19 @@ def _cmd_export(args: argparse.Namespace) -> int:
     program = None
     code = EXIT_OK
     try:
-        program = dynamo_onnx.export(
-            model,
-            positional,
-            kwargs=keywords,
-            dynamic_shapes=dynamic,
-            opset_version=args.opset,
-            diagnostic_options=options,
-            source_root=args.source_root or default_source_root(),
-            progress=_Progress(sys.stderr) if show_progress else None,
-        )
+        # The command prints its own summary of the findings: no Python warning repeats it.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dynamo_onnx.DynamoOnnxWarning)
+            program = dynamo_onnx.export(
+                model,
+                positional,
+                kwargs=keywords,
+                dynamic_shapes=dynamic,
+                opset_version=args.opset,
+                diagnostic_options=options,
+                source_root=args.source_root or default_source_root(),
+                progress=ProgressPrinter(sys.stderr) if show_progress else None,
+            )
         ctx = program.diagnostics
     except dynamo_onnx.WarningsAsErrorsError as error:
         program, ctx, code = error.program, error.diagnostics, EXIT_WARNINGS  # type: ignore[assignment]

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from dynamo_onnx.diagnostics import DiagnosticContext
 
 __all__ = [
+    "DynamoOnnxWarning",
     "OnnxExporterError",
     "InvalidExportOptionsError",
     "CaptureError",
@@ -29,6 +30,12 @@ __all__ = [
     "VerificationError",
     "WarningsAsErrorsError",
 ]
+
+
+class DynamoOnnxWarning(UserWarning):
+    """A warning finding of an export that succeeded, issued as a Python warning at the
+    user's line so that it reaches the terminal. Filter it like any warning:
+    ``warnings.filterwarnings("ignore", category=dynamo_onnx.DynamoOnnxWarning)``."""
 
 
 class OnnxExporterError(RuntimeError):

@@ -31,6 +31,7 @@ from dynamo_onnx.passes.validate.torch_onnx import TorchOnnxArguments
 from dynamo_onnx.program import ONNXProgram
 from dynamo_onnx.registry import OnnxRegistry
 from dynamo_onnx.reports import ReportingContext
+from dynamo_onnx.reports.terminal import ProgressPrinter, issue_warnings
 from dynamo_onnx.versions import package_version, tool_versions
 
 __all__ = ["dynamo_export", "export", "export_passes"]
@@ -148,14 +149,14 @@ def _run(
         ctx.summary.model = describe_model(model)
         ctx.summary.inputs = [describe_value(v) for v in model.graph.inputs]
         ctx.summary.outputs = [describe_value(v) for v in model.graph.outputs]
-        program = ONNXProgram(model, state.exported_program, ctx)
+        reference = request.model
+        if isinstance(reference, torch.export.ExportedProgram):
+            reference = reference.module()
+        program = ONNXProgram(model, state.exported_program, ctx, reference=reference)
         if optimize:
             program.optimize()
         if verify:
-            reference = request.model
-            if isinstance(reference, torch.export.ExportedProgram):
-                reference = reference.module()
-            program.verify(state.args, state.kwargs, reference=reference)
+            program.verify(state.args, state.kwargs)
         if save is not None:
             program.save(**save)
     except OnnxExporterError as error:
@@ -173,6 +174,14 @@ def _run(
     if gate is not None:
         gate.program = program
         raise gate
+    warned = [f for f in ctx.findings if f.level == Level.WARNING]
+    if warned:
+        hint = (
+            f"the reports in {os.fspath(artifacts_dir)}"
+            if report
+            else "program.diagnostics.findings, or export(..., report=True)"
+        )
+        issue_warnings(warned, call_site, hint)
     return program
 
 
@@ -239,6 +248,8 @@ def export(
         report: write ``<artifacts_dir>/<Model>.sarif`` and ``<Model>.md``, on success and
             on failure (then the exception message names both paths).
         optimize: run the onnxscript optimizer on the result (default True, as torch.onnx).
+        verbose: print each pass as it runs, with its time, to standard error (as the
+            command line does).
         verify: compare ONNX Runtime with the model in eager PyTorch on the example inputs
             (``ONNXProgram.verify``, default tolerances); a mismatch is a warning finding.
         export_params, keep_initializers_as_inputs: how ``f`` is saved.
@@ -250,6 +261,10 @@ def export(
             its module path (Netron then shows the layer hierarchy); default: inline.
         source_root: the directory SARIF paths are relative to (default: cwd).
         progress: called with a ``ProgressEvent`` as passes start, end and advance.
+
+    An export that succeeds with warning findings also issues them as Python warnings
+    (:class:`DynamoOnnxWarning`, at the user's line, at most five and a count of the
+    rest), so they reach the terminal; filter that category to silence them.
 
     Raises:
         OnnxExporterError: a subclass naming the rule, the cause and the fix; its
@@ -303,7 +318,7 @@ def export(
         optimize=optimize and not request.module_functions,
         verify=verify,
         source_root=source_root,
-        progress=progress,
+        progress=progress if progress is not None or not verbose else ProgressPrinter(sys.stderr),
         call_site=_call_site(),
         save=save,
     )

@@ -69,8 +69,14 @@ class ONNXProgram:
         model: ir.Model,
         exported_program: torch.export.ExportedProgram | None,
         diagnostics: ReportingContext | None = None,
+        *,
+        reference: Callable[..., Any] | None = None,
     ) -> None:
         self.model = model
+        #: What ``verify`` compares with by default: the caller's model (so that
+        #: ``program.verify(args)`` and ``export(..., verify=True)`` agree), else the
+        #: exported program.
+        self.reference = reference
         self.exported_program = exported_program
         self.diagnostics = diagnostics
         self._session: Any = None
@@ -218,11 +224,14 @@ class ONNXProgram:
         its max absolute and relative difference (an error under warnings-as-errors); all
         within them is an ``outputs-match`` note. ``find_divergence`` also names the first
         FX node whose ONNX value diverges (``first-divergence``), with its source line.
-        ``reference`` computes the eager outputs (default: the exported program itself).
+        ``reference`` computes the eager outputs (default: the model that was exported,
+        run as the caller gave it; its buffers are restored afterwards, so verifying a
+        training-mode model does not update its running statistics).
         With dynamic dimensions, ``second_shape`` also compares at another size of each
         (random inputs of the same dtypes and value range), so a size baked into the graph
-        is a mismatch, not a silent success. A model that draws random numbers is compared
-        on shapes only.
+        is a mismatch, not a silent success. An output computed from random numbers is
+        compared on shape only, and the ``outputs-match`` note counts and names it; every
+        other output is compared on values.
         """
         request = VerifyRequest(
             self.model,
@@ -230,7 +239,7 @@ class ONNXProgram:
             self,
             args,
             kwargs,
-            reference,
+            reference if reference is not None else self.reference,
             atol,
             rtol,
             find_divergence,

@@ -34,6 +34,7 @@ __all__ = [
     "ProgressEvent",
     "default_source_root",
     "exception_summary",
+    "finding_text",
     "is_recorded",
     "mark_recorded",
 ]
@@ -324,6 +325,12 @@ def default_source_root(start: str | os.PathLike[str] | None = None) -> str:
         if parent == directory:
             return os.getcwd()
         directory = parent
+
+
+def finding_text(finding: Finding) -> str:
+    """A finding as an error of its rule reads: ``[ID name] message`` and ``Fix:`` its fix
+    (also the text of the Python warnings a successful export issues)."""
+    return format_message(finding.rule.id, finding.rule.name, finding.message, finding.rule.fix)
 
 
 def is_recorded(exc: BaseException) -> bool:

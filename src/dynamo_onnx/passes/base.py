@@ -94,6 +94,11 @@ class ExportState:
             ``dynamic_axes``), for the names of the ONNX dims.
         requested_dims: (input name, dimension) -> example size, for every dimension asked
             to be dynamic.
+        declared_dims: the requested dimensions the caller named or declared one by one
+            (not those of "every dimension dynamic", which the model may keep static).
+        all_dims_dynamic: ``dynamic_shapes=True`` or ``ExportOptions(dynamic_shapes=True)``.
+        input_labels: ``forward`` parameter -> the name the caller gave that input
+            (``input_names``), for messages.
         exported_program: the captured, then decomposed, program (never the caller's object).
         shape_log: torch's symbolic-shape log records of the capture that succeeded.
         dim_names: torch's dimension symbols (``s17``) -> names in the ONNX model.
@@ -107,10 +112,17 @@ class ExportState:
     dynamic_shapes: Any = None
     named_spec: Any = None
     requested_dims: Mapping[tuple[str, int], int] = dataclasses.field(default_factory=dict)
+    declared_dims: frozenset[tuple[str, int]] = frozenset()
+    all_dims_dynamic: bool = False
+    input_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     exported_program: torch.export.ExportedProgram | None = None
     shape_log: tuple[ShapeLogRecord, ...] = ()
     dim_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     onnx_model: ir.Model | None = None
+
+    def label(self, input_name: str) -> str:
+        """The caller's name of an input (``input_names``), else the parameter's name."""
+        return self.input_labels.get(input_name, input_name)
 
     def replace(self, **changes: Any) -> ExportState:
         """A copy with ``changes``: passes never change the state they were given."""

@@ -19,14 +19,13 @@ import torch
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
-from dynamo_onnx.passes.fx import range_bounds
+from dynamo_onnx.passes.fx import range_bounds, static_size
 from dynamo_onnx.passes.model import forward_signature
 
 __all__ = ["DynamicShapesPass", "dimension_names"]
 
 _CREATE = re.compile(r"create_symbol (\w+) = \d+ for L\['(\w+)'\]\.size\(\)\[(\d+)\]")
 _GUARD = re.compile(r"eval (.+?) \[guard added\].*?\((\S+?):(\d+) in (\w+)\)")
-_REPLACE = re.compile(r"set_replacement (\w+) = (-?\d+)")
 
 
 class DynamicShapesPass:
@@ -38,7 +37,7 @@ class DynamicShapesPass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         program = state.exported_program
         assert program is not None
-        _report_specializations(ctx, state.shape_log, state.requested_dims)
+        _report_specializations(ctx, program, state)
         names = dimension_names(program, state.request.model, state.named_spec)
         _report_narrowing(ctx, program, state, names)
         return state.replace(dim_names=names)
@@ -55,41 +54,73 @@ def _resolve(suffix: str) -> str | None:
     return None
 
 
-def _report_specializations(
-    ctx: DiagnosticContext,
-    records: tuple[ShapeLogRecord, ...],
-    requested: Mapping[tuple[str, int], int],
-) -> None:
-    """A warning for each requested-dynamic dimension torch specialized, with its guard and
-    the user's line behind it (torch's log names its own frame; the stack has the user's)."""
-    symbols: dict[str, tuple[str, int]] = {}
+def _guards(
+    ctx: DiagnosticContext, records: tuple[ShapeLogRecord, ...]
+) -> tuple[dict[tuple[str, int], str], list[tuple[str, Location | None]]]:
+    """From torch's symbolic-shape records of the capture: the symbol made for each input
+    dimension, and every guard with the user's line behind it (innermost user frame of the
+    stack when it was added; torch's own frame otherwise names a file by its tail)."""
+    symbols: dict[tuple[str, int], str] = {}
     guards: list[tuple[str, Location | None]] = []
     for record in records:
         message = record.message
         if created := _CREATE.search(message):
-            symbols[created[1]] = (created[2], int(created[3]))
+            symbols[(created[2], int(created[3]))] = created[1]
         elif guard := _GUARD.search(message):
             where = ctx.user_frame(record.stack)
             if where is None and (path := _resolve(guard[2])):
                 where = Location(path, int(guard[3]), guard[4])
                 where = where if ctx.user_frame([where]) is not None else None
             guards.append((guard[1], where))
-        elif (replaced := _REPLACE.search(message)) and replaced[1] in symbols:
-            input_name, dim = symbols[replaced[1]]
-            if (input_name, dim) not in requested:
-                continue
-            symbol = re.compile(rf"\b{re.escape(replaced[1])}\b")
-            culprit = next((g for g in reversed(guards) if symbol.search(g[0])), None)
-            where = culprit[1] if culprit is not None else None
-            ctx.record(
-                "dynamic-dim-specialized",
-                locations=[where],
-                input=input_name,
-                dim=dim,
-                value=int(replaced[2]),
-                guard=culprit[0] if culprit else "unknown",
-                source=ctx.display(where) if where else "an unknown line",
-            )
+    return symbols, guards
+
+
+def _report_specializations(
+    ctx: DiagnosticContext, program: torch.export.ExportedProgram, state: ExportState
+) -> None:
+    """Requested-dynamic dimensions the captured program has as constants.
+
+    Decided from the program (a placeholder whose size is an int); torch's guard and the
+    user's line behind it say why. A dimension the caller named or declared is a warning
+    (DO106) each; in "every dimension dynamic" mode the dimensions the model keeps static
+    (a Linear's features, a Conv's channels) are what that mode promises, so they are one
+    note (DO128) that lists them.
+    """
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    symbols, guards = _guards(ctx, state.shape_log)
+    kept: list[str] = []
+    for (input_name, dim), example in state.requested_dims.items():
+        node = placeholders.get(input_name)
+        val = node.meta.get("val") if node is not None else None
+        if not isinstance(val, torch.Tensor) or dim >= val.dim():
+            continue
+        value = static_size(val.shape[dim])
+        if value is None:
+            continue
+        declared = (input_name, dim) in state.declared_dims
+        if declared and example in (0, 1):
+            continue  # torch's 0/1 rule, not a line of the model: DO105 says it
+        symbol = symbols.get((input_name, dim))
+        pattern = re.compile(rf"\b{re.escape(symbol)}\b") if symbol else None
+        culprit = next(
+            (g for g in reversed(guards) if pattern is not None and pattern.search(g[0])), None
+        )
+        guard, where = culprit if culprit is not None else ("unknown", None)
+        if not declared:
+            because = f", because of `{guard}` at {ctx.display(where)}" if where else ""
+            kept.append(f"`{state.label(input_name)}` dimension {dim} = {value}{because}")
+            continue
+        ctx.record(
+            "dynamic-dim-specialized",
+            locations=[where],
+            input=state.label(input_name),
+            dim=dim,
+            value=value,
+            guard=guard,
+            source=ctx.display(where) if where else "an unknown line",
+        )
+    if kept:
+        ctx.record("dynamic-dims-kept-static", count=len(kept), dims="; ".join(kept))
 
 
 def _asked_range(spec: Any, model: Any, input_name: str, dim: int) -> tuple[int, int | None]:
@@ -116,23 +147,27 @@ def _report_narrowing(
 ) -> None:
     """A warning for each requested-dynamic dimension that torch.export kept dynamic over a
     narrower range than asked, or only as a multiple of a number."""
-    if state.request.dynamic_shapes is True or not state.requested_dims:
+    if not state.requested_dims:
         return
     ranges = {str(symbol): vr for symbol, vr in program.range_constraints.items()}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    reported: set[str] = set()
     for (input_name, dim), _ in state.requested_dims.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
         if not isinstance(val, torch.Tensor) or dim >= val.dim():
             continue
         size = val.shape[dim]
-        if isinstance(size, int):
+        if static_size(size) is not None:
             continue  # specialized: DO106
         expression = str(size)
         symbols = [s for s in ranges if re.search(rf"\b{re.escape(s)}\b", expression)]
         if len(symbols) != 1:
             continue
         symbol = symbols[0]
+        if symbol in reported:
+            continue  # one finding per dimension symbol (inputs sharing it say the same)
+        reported.add(symbol)
         name = (
             names.get(expression, f"{input_name}_dim_{dim}")
             if expression.isidentifier()
@@ -152,7 +187,9 @@ def _report_narrowing(
                 else f"the expression {expression}"
             )
         else:
-            if _report_divisibility(ctx, state.shape_log, input_name, dim, symbol, name):
+            if _report_divisibility(
+                ctx, state.shape_log, state.label(input_name), dim, symbol, name
+            ):
                 continue
             narrower_low = got_low is not None and got_low > low
             narrower_high = got_high is not None and (high is None or got_high < high)
@@ -171,7 +208,7 @@ def _report_narrowing(
         guard, where = _narrowing_guard(ctx, state.shape_log, symbol)
         _narrowed(
             ctx,
-            input_name,
+            state.label(input_name),
             dim,
             valid,
             guard,
@@ -245,11 +282,33 @@ def _report_divisibility(
     return False
 
 
+_SAME = re.compile(r"^Eq\((\w+), (\w+)\)$")
+
+
+def _aliases(records: tuple[ShapeLogRecord, ...], symbol: str) -> set[str]:
+    """``symbol`` and every symbol a guard made equal to it (``Eq(s53, s70)``: the mask's
+    length is the ids' length), whose guards then constrain it too."""
+    same = [
+        m.groups() for r in records if (g := _GUARD.search(r.message)) and (m := _SAME.match(g[1]))
+    ]
+    found = {symbol}
+    grew = True
+    while grew:
+        grew = False
+        for a, b in same:
+            if (a in found) != (b in found):
+                found |= {a, b}
+                grew = True
+    return found
+
+
 def _narrowing_guard(
     ctx: DiagnosticContext, records: tuple[ShapeLogRecord, ...], symbol: str
 ) -> tuple[str, Location | None]:
-    """The last guard on ``symbol`` that is not an equality, and the user's line behind it."""
-    pattern = re.compile(rf"\b{re.escape(symbol)}\b")
+    """The last guard on ``symbol`` (or a symbol made equal to it) that is not an equality,
+    and the user's line behind it."""
+    names = "|".join(re.escape(a) for a in sorted(_aliases(records, symbol)))
+    pattern = re.compile(rf"\b({names})\b")
     found: tuple[str, Location | None] = ("unknown", None)
     for record in records:
         guard = _GUARD.search(record.message)

@@ -12,13 +12,16 @@ import torch.fx
 
 __all__ = [
     "ASSERTIONS",
+    "argument_value",
     "draws_random",
     "graph_modules",
     "has_decomposition",
     "is_higher_order",
     "is_static",
-    "range_bounds",
     "meta_value",
+    "random_outputs",
+    "range_bounds",
+    "static_size",
     "translated_higher_order",
 ]
 
@@ -83,19 +86,98 @@ def graph_modules(ep: torch.export.ExportedProgram) -> list[torch.fx.GraphModule
     return [m for m in ep.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
 
 
+def argument_value(node: torch.fx.Node, name: str) -> Any:
+    """The value of an operator's argument by its schema name: given positionally, by
+    keyword, or the schema's default (``dropout_p`` of attention defaults to 0.0)."""
+    schema = getattr(node.target, "_schema", None)
+    for index, argument in enumerate(schema.arguments if schema is not None else ()):
+        if argument.name != name:
+            continue
+        if index < len(node.args) and not argument.kwarg_only:
+            return node.args[index]
+        if name in node.kwargs:
+            return node.kwargs[name]
+        return argument.default_value if argument.has_default_value() else None
+    return None
+
+
+def _names_of(node: torch.fx.Node) -> frozenset[str]:
+    schema = getattr(node.target, "_schema", None)
+    return frozenset(a.name for a in (schema.arguments if schema is not None else ()))
+
+
 def draws_random(node: torch.fx.Node) -> bool:
-    """Whether a node draws random numbers: a seeded nondeterministic operator, unless its
-    ``train`` argument turns that off (``dropout`` in eval mode is the identity)."""
+    """Whether a node draws random numbers in the exported graph.
+
+    A seeded nondeterministic operator draws, except where its arguments turn that off:
+    ``train=False`` (``dropout`` in eval mode is the identity), or a dropout probability
+    of 0 on a dropout or attention operator (transformers calls
+    ``scaled_dot_product_attention`` with ``dropout_p=0.0`` in eval mode). The decision is
+    made on the graph's constant arguments; a probability computed in the graph counts as
+    random.
+    """
     if node.op != "call_function":
         return False
     if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
         return False
-    schema = getattr(node.target, "_schema", None)
-    for index, argument in enumerate(schema.arguments if schema is not None else ()):
-        if argument.name in ("train", "training"):
-            value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
-            return value is not False
+    names = _names_of(node)
+    for flag in ("train", "training"):
+        if flag in names and argument_value(node, flag) is False:
+            return False
+    operator = str(getattr(node.target, "__name__", node.target))
+    if "dropout" in operator or "attention" in operator:
+        probability = next(
+            (argument_value(node, p) for p in ("dropout_p", "p") if p in names), None
+        )
+        if isinstance(probability, (int, float)) and probability == 0:
+            return False
     return True
+
+
+def _draws_random_inside(root: torch.nn.Module, node: torch.fx.Node) -> bool:
+    """Whether a node draws random numbers, itself or in the branches and bodies of a
+    control-flow operator (its ``get_attr`` graph modules)."""
+    if draws_random(node):
+        return True
+    if node.op != "call_function" or not is_higher_order(node.target):
+        return False
+    for arg in node.all_input_nodes:
+        if arg.op != "get_attr":
+            continue
+        sub = getattr(root, str(arg.target), None)
+        if isinstance(sub, torch.fx.GraphModule) and any(
+            _draws_random_inside(sub, n) for n in sub.graph.nodes
+        ):
+            return True
+    return False
+
+
+def random_outputs(ep: torch.export.ExportedProgram) -> list[bool]:
+    """For each user output of the program, whether its value depends on a node that draws
+    random numbers (those outputs can only be compared with eager on their shapes)."""
+    tainted: set[torch.fx.Node] = set()
+    for node in ep.graph.nodes:  # topological order: inputs come before their users
+        if _draws_random_inside(ep.graph_module, node) or any(
+            i in tainted for i in node.all_input_nodes
+        ):
+            tainted.add(node)
+    produced = {n.name: n for n in ep.graph.nodes}
+    flags = []
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind != torch.export.graph_signature.OutputKind.USER_OUTPUT:
+            continue
+        node = produced.get(getattr(spec.arg, "name", ""))
+        flags.append(node is not None and node in tainted)
+    return flags
+
+
+def static_size(size: Any) -> int | None:
+    """A dimension's size when the program fixes it: an int, or a symbolic size torch
+    replaced by a constant (a placeholder keeps its ``SymInt`` even then); else None."""
+    if isinstance(size, int):
+        return size
+    text = str(size)
+    return int(text) if text.lstrip("-").isdigit() else None
 
 
 def range_bounds(value_range: Any) -> tuple[int | None, int | None]:

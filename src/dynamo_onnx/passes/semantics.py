@@ -54,11 +54,15 @@ class SemanticsPass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         program = state.exported_program
         assert program is not None
-        _mutations(ctx, program)
-        _random_operators(ctx, program)
         model = state.request.model
+        # Training mode first: it is the cause of the buffer updates and random draws of
+        # the modules it names, which are not reported again (one cause, one finding,
+        # and the first fix a gate shows is ``model.eval()``).
+        training: frozenset[str] = frozenset()
         if isinstance(model, torch.nn.Module):
-            _training_mode(ctx, program, model)
+            training = _training_mode(ctx, program, model)
+        _mutations(ctx, program, training)
+        _random_operators(ctx, program, training)
         return state
 
 
@@ -83,7 +87,19 @@ def _written_arguments(node: torch.fx.Node) -> list[Any]:
     return written
 
 
-def _mutations(ctx: DiagnosticContext, program: torch.export.ExportedProgram) -> None:
+def _in_modules(path: str, modules: frozenset[str]) -> bool:
+    """Whether a module path (``encoder.0.norm``) is one of ``modules`` or inside one."""
+    return any(path == m or path.startswith(m + ".") for m in modules)
+
+
+def _called_in(node: torch.fx.Node, modules: frozenset[str]) -> bool:
+    stack = node.meta.get("nn_module_stack") or {}
+    return any(_in_modules(path, modules) for path, _ in stack.values())
+
+
+def _mutations(
+    ctx: DiagnosticContext, program: torch.export.ExportedProgram, training: frozenset[str]
+) -> None:
     kinds = {}
     for spec in program.graph_signature.input_specs:
         if isinstance(spec.arg, gs.TensorArgument):
@@ -110,15 +126,20 @@ def _mutations(ctx: DiagnosticContext, program: torch.export.ExportedProgram) ->
             if kind == gs.InputKind.USER_INPUT:
                 ctx.record("input-mutated", input=arg.name, **common)
             elif kind == gs.InputKind.BUFFER:
+                owner = str(target).rpartition(".")[0]
+                if owner and _in_modules(owner, training):
+                    continue  # a training-mode module's statistics: DO122 says it
                 ctx.record("buffer-mutated", buffer=target, **common)
             else:
                 continue
             reported.add(arg.name)
 
 
-def _random_operators(ctx: DiagnosticContext, program: torch.export.ExportedProgram) -> None:
+def _random_operators(
+    ctx: DiagnosticContext, program: torch.export.ExportedProgram, training: frozenset[str]
+) -> None:
     for node in program.graph.nodes:
-        if draws_random(node):
+        if draws_random(node) and not _called_in(node, training):
             source, where = _where(ctx, node)
             ctx.record(
                 "nondeterministic-operator",
@@ -132,11 +153,12 @@ def _random_operators(ctx: DiagnosticContext, program: torch.export.ExportedProg
 
 def _training_mode(
     ctx: DiagnosticContext, program: torch.export.ExportedProgram, model: torch.nn.Module
-) -> None:
+) -> frozenset[str]:
     """A warning for each module in training mode whose behavior depends on it, at the line
-    that calls it (the first FX node made inside it)."""
+    that calls it (the first FX node made inside it). Returns the paths reported."""
+    reported: set[str] = set()
     if not model.training:
-        return
+        return frozenset()
     first_node: dict[str, torch.fx.Node] = {}
     for node in program.graph.nodes:
         for path, _ in (node.meta.get("nn_module_stack") or {}).values():
@@ -155,3 +177,5 @@ def _training_mode(
             kind=f"{type(module).__name__}: {behavior}",
             source=where,
         )
+        reported.add(path)
+    return frozenset(reported)

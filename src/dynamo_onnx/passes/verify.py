@@ -9,8 +9,9 @@ differs, with its source line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import onnx_ir as ir
@@ -23,7 +24,7 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
 from dynamo_onnx.passes.base import PassName
-from dynamo_onnx.passes.fx import draws_random, range_bounds
+from dynamo_onnx.passes.fx import random_outputs, range_bounds
 from dynamo_onnx.registry import target_name
 
 __all__ = ["Comparison", "VerifyPass", "VerifyRequest", "compare"]
@@ -43,6 +44,8 @@ class Comparison:
     max_rel: float
     ok: bool
     detail: str = ""
+    #: False for an output that depends on random numbers: compared on shape only.
+    on_values: bool = True
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -114,6 +117,38 @@ class VerifyPass:
         return dataclasses.replace(request, comparisons=comparisons)
 
 
+def _buffers_of(reference: Callable[..., Any]) -> list[torch.Tensor]:
+    """The buffers of the module behind ``reference`` (a module or its bound method)."""
+    module = reference if isinstance(reference, torch.nn.Module) else None
+    owner = getattr(reference, "__self__", None)
+    if module is None and isinstance(owner, torch.nn.Module):
+        module = owner
+    return list(module.buffers()) if module is not None else []
+
+
+@contextlib.contextmanager
+def _state_preserved(reference: Callable[..., Any]) -> Iterator[None]:
+    """Run the eager reference without changing the caller's model: buffers a forward
+    updates (BatchNorm's running statistics and ``num_batches_tracked`` in training mode,
+    counters) are put back as they were afterwards. Buffers are small; weights are not
+    copied (a forward that writes its weights is already a DO121 finding)."""
+    saved = [(b, b.detach().clone()) for b in _buffers_of(reference)]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in saved:
+                if buffer.shape == value.shape:
+                    buffer.copy_(value)
+
+
+def _eager(
+    reference: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> list[Any]:
+    with _state_preserved(reference), torch.no_grad():
+        return _leaves(reference(*args, **kwargs))
+
+
 def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
     args, atol, rtol = request.args, request.atol, request.rtol
     kwargs = dict(request.kwargs or {})
@@ -121,12 +156,11 @@ def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
     if reference is None:
         assert request.exported_program is not None
         reference = request.exported_program.module()
-    with torch.no_grad():
-        expected = _leaves(reference(*args, **kwargs))
+    expected = _eager(reference, args, kwargs)
     actual = request.run(*args, **kwargs)
     names = [v.name or f"output_{i}" for i, v in enumerate(request.model.graph.outputs)]
-    random = request.exported_program is not None and any(
-        draws_random(n) for n in request.exported_program.graph.nodes
+    random = (
+        random_outputs(request.exported_program) if request.exported_program is not None else []
     )
     results = _compare_all(ctx, names, actual, expected, atol, rtol, random, "")
     second = None
@@ -134,20 +168,28 @@ def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
         second = _second_inputs(request.exported_program, args, kwargs)
     if second is not None:
         args2, kwargs2, sizes = second
-        with torch.no_grad():
-            expected2 = _leaves(reference(*args2, **kwargs2))
+        expected2 = _eager(reference, args2, kwargs2)
         actual2 = request.run(*args2, **kwargs2)
         where = f" (at a second size of the dynamic dimensions: {sizes})"
         at_second = _compare_all(ctx, names, actual2, expected2, atol, rtol, random, where)
     else:
         at_second = []
     if all(r.ok for r in results + at_second):
+        shape_only = [r.name for r in results if not r.on_values]
         ctx.record(
             "outputs-match",
             count=len(results),
+            on_values=len(results) - len(shape_only),
+            on_shape=len(shape_only),
+            random_outputs=(
+                f" ({', '.join(f'`{n}`' for n in shape_only)}: computed from random numbers, "
+                "whose values ONNX Runtime draws itself)"
+                if shape_only
+                else ""
+            ),
             atol=atol,
             rtol=rtol,
-            max_abs=max((r.max_abs for r in results + at_second), default=0.0),
+            max_abs=max((r.max_abs for r in results + at_second if r.on_values), default=0.0),
         )
     elif request.find_divergence:
         _first_divergence(ctx, request, kwargs)
@@ -161,13 +203,13 @@ def _compare_all(
     expected: list[torch.Tensor],
     atol: float,
     rtol: float,
-    random: bool,
+    random: Sequence[bool],
     where: str,
 ) -> list[Comparison]:
     """Compare output by output; a DO601 warning for each that differs.
 
-    A model that draws random numbers (DO123) is compared on shapes and dtypes only: its
-    values can never equal eager's.
+    An output computed from random numbers (DO123) is compared on shape only: its values
+    can never equal eager's. Every other output is compared on values.
     """
     if len(actual) != len(expected):
         raise ValueError(
@@ -175,17 +217,21 @@ def _compare_all(
         )
     results = []
     for i, (a, e) in enumerate(zip(actual, expected)):
-        if random:
+        if i < len(random) and random[i]:
             same = tuple(a.shape) == tuple(e.shape)
-            detail = "" if same else f"; shapes differ: {list(a.shape)} vs {list(e.shape)}"
-            result = Comparison(i, names[i], 0.0 if same else float("inf"), 0.0, same, detail)
+            detail = "; compared on shape only: it is computed from random numbers" + (
+                "" if same else f"; shapes differ: {list(a.shape)} vs {list(e.shape)}"
+            )
+            result = Comparison(
+                i, names[i], 0.0 if same else float("inf"), 0.0, same, detail, on_values=False
+            )
         else:
             result = compare(i, names[i], a, e, atol, rtol)
         results.append(result)
         if not result.ok:
             ctx.record(
                 "output-mismatch",
-                properties={"output": result.name},
+                properties={"output": result.name, "on_values": result.on_values},
                 index=result.index,
                 name=result.name,
                 max_abs=result.max_abs,
@@ -269,6 +315,18 @@ class _Recorder(torch.fx.Interpreter):
     def __init__(self, module: torch.fx.GraphModule) -> None:
         super().__init__(module)
         self.values: dict[str, Any] = {}
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        # Symbolic sizes are plain numbers when run eagerly; the graph may cast one
+        # (type promotion of ``x * x.shape[1]``), which prims takes only for tensors.
+        if target is torch.ops.prims.convert_element_type.default and isinstance(
+            args[0], (int, float, bool)
+        ):
+            dtype = args[1]
+            if dtype.is_floating_point:
+                return float(args[0])
+            return bool(args[0]) if dtype == torch.bool else int(args[0])
+        return super().call_function(target, args, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         result = super().run_node(n)

@@ -27,7 +27,7 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import KnownCause, known_cause
-from dynamo_onnx.passes.model import as_module, describe_value
+from dynamo_onnx.passes.model import as_module, describe_value, forward_signature
 
 __all__ = ["STRATEGIES", "CapturePass", "TorchExportStrategy", "copy_program"]
 
@@ -65,54 +65,90 @@ STRATEGIES: tuple[TorchExportStrategy, ...] = (
 )
 
 
-class _ShapeLog(logging.Handler):
-    """Collects torch's symbolic-shape log records (without printing them) during capture."""
+class _ShapeLog(logging.Filter):
+    """Where torch's symbolic shapes came from: each record of its symbolic-shape logger
+    during capture, with the Python stack when it adds a guard (torch names its own frame
+    for a guard; the stack still holds the user's line behind it).
+
+    The findings are decided from the captured program; these records only say which
+    line caused what the program shows. They must not depend on how the caller's process
+    configured logging, so while capture runs the logger is made to produce them whatever
+    ``logging.disable``, ``dictConfig(disable_existing_loggers=True)``, the logger's level
+    or ``TORCH_LOGS`` say, and a filter on the logger (added, never replacing a handler)
+    takes them: a record the caller's configuration would have shown still goes on to the
+    caller's handlers, the others stop here. Everything is restored afterwards.
+    """
 
     LOGGER = "torch.fx.experimental.symbolic_shapes"
 
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.records: list[ShapeLogRecord] = []
+    #: The errors a failed attempt logs anyway ("Error while creating guard" and its stack
+    #: for a constraint violation; strict mode's summary of any failure): the finding
+    #: reports it, once, at the user's line. Dropped by a filter while capture runs.
+    QUIET = ("torch._guards", "torch.export._trace", "torch._subclasses.fake_tensor")
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[ShapeLogRecord] = []
+        self._shown: Any = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         stack: tuple[Location, ...] = ()
-        if "[guard added]" in message:  # the stack holds the user's line behind the guard
+        if "[guard added]" in message:
             stack = tuple(
                 Location(fs.filename, fs.lineno or 1, fs.name)
                 for fs in reversed(traceback.extract_stack())
             )
         self.records.append(ShapeLogRecord(message, stack))
-
-    #: Log the error a failed attempt raises anyway ("Error while creating guard" and its
-    #: stack for a constraint violation; strict mode's summary of any failure): the finding
-    #: reports it, once, at the user's line.
-    QUIET = ("torch._guards", "torch.export._trace", "torch._subclasses.fake_tensor")
+        return bool(self._shown(record.levelno)) if self._shown is not None else False
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(_redirected(self.LOGGER, self, logging.INFO))
+            stack.enter_context(self._producing(logging.getLogger(self.LOGGER)))
             for name in self.QUIET:
-                stack.enter_context(_redirected(name, logging.NullHandler(), logging.CRITICAL))
+                stack.enter_context(_filtered(logging.getLogger(name), _DropAll()))
             yield
+
+    @contextlib.contextmanager
+    def _producing(self, logger: logging.Logger) -> Iterator[None]:
+        """The logger emits INFO records to this filter whatever the caller configured."""
+        was_disabled = logger.disabled
+        own = logger.__dict__.get("isEnabledFor")
+        shown_by_caller = logger.isEnabledFor
+
+        def shown(level: int) -> bool:  # what the caller's configuration lets through
+            return not was_disabled and shown_by_caller(level)
+
+        self._shown = shown
+        logger.disabled = False
+        logger.isEnabledFor = lambda level: level >= logging.INFO or shown(level)  # type: ignore[method-assign]
+        try:
+            with _filtered(logger, self):
+                yield
+        finally:
+            if own is None:
+                del logger.isEnabledFor
+            else:
+                logger.isEnabledFor = own  # type: ignore[method-assign]
+            logger.disabled = was_disabled
+            self._shown = None
+
+
+class _DropAll(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
 
 
 @contextlib.contextmanager
-def _redirected(name: str, handler: logging.Handler, level: int) -> Iterator[None]:
-    """Send one torch logger's records to ``handler`` only, while capture runs: they are
-    ours to read, not the user's to see (restored afterwards)."""
-    logger = logging.getLogger(name)
-    saved = logger.level, logger.propagate, list(logger.handlers)
-    logger.setLevel(level)
-    logger.propagate = False
-    logger.handlers = [handler]
+def _filtered(logger: logging.Logger, log_filter: logging.Filter) -> Iterator[None]:
+    """``log_filter`` on ``logger`` while the block runs (added beside the caller's filters
+    and handlers, removed afterwards)."""
+    logger.addFilter(log_filter)
     try:
         yield
     finally:
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
-        logger.handlers = saved[2]
+        logger.removeFilter(log_filter)
 
 
 def copy_program(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
@@ -166,6 +202,10 @@ class CapturePass:
             _check_outputs(ctx, program)
             return state.replace(exported_program=program)
         module = as_module(model)
+        widened = _widened_capture(ctx, self.strategies[0], module, state)
+        if widened is not None:
+            return widened
+        _report_size_one(ctx, state)
         causes: list[str] = []
         known: tuple[KnownCause, Location | None, str] | None = None
         for strategy in self.strategies:
@@ -223,6 +263,71 @@ class CapturePass:
             CaptureError,
             first[0].primary if first else None,
             cause="no strategy could capture it:\n" + "\n".join(f"  - {c}" for c in causes),
+        )
+
+
+def _size_one_dims(state: ExportState) -> list[tuple[str, int]]:
+    """Dimensions the caller declared dynamic whose example has size 1."""
+    return [
+        key
+        for key, size in state.requested_dims.items()
+        if size == 1 and key in state.declared_dims
+    ]
+
+
+def _widened_capture(
+    ctx: DiagnosticContext,
+    strategy: TorchExportStrategy,
+    module: torch.nn.Module,
+    state: ExportState,
+) -> ExportState | None:
+    """Capture with every size-1 dimension the caller declared dynamic traced at size 2.
+
+    torch.export makes a size-1 dimension static (its 0/1 rule), so the torch.onnx
+    tutorial's ``torch.randn(1, 3, 32, 32)`` with ``dynamic_axes={"input": {0:
+    "batch_size"}}`` would come out with a batch of 1. torch.onnx traces such dimensions
+    "size-oblivious", through a private torch switch; here the example is repeated along
+    them (``torch.cat([x, x], dim)``: the same values, so value-dependent code sees what
+    it saw), which gives the same graph through public APIs. A model that does not trace
+    at size 2 is captured as given instead, and the dimension is a DO105 warning.
+    """
+    ones = _size_one_dims(state)
+    signature = forward_signature(state.request.model)
+    if not ones or signature is None:
+        return None
+    bound = signature.bind(*state.args, **state.kwargs)
+    for name, dim in ones:
+        value = bound.arguments[name]
+        bound.arguments[name] = torch.cat([value, value], dim=dim)
+    shape_log = _ShapeLog()
+    try:
+        with shape_log.listening():
+            program = strategy.capture(module, bound.args, bound.kwargs, state.dynamic_shapes)
+    except Exception:  # noqa: BLE001 - captured as given instead, with DO105
+        return None
+    for name, dim in ones:
+        ctx.record(
+            "dynamic-dim-example-widened",
+            locations=[ctx.call_site],
+            input=state.label(name),
+            dim=dim,
+        )
+    ctx.record(
+        "capture-strategy-succeeded", strategy=strategy.label, nodes=len(program.graph.nodes)
+    )
+    _check_outputs(ctx, program)
+    return state.replace(exported_program=program, shape_log=tuple(shape_log.records))
+
+
+def _report_size_one(ctx: DiagnosticContext, state: ExportState) -> None:
+    """DO105 for each declared dimension whose example of size 1 torch will make static."""
+    for name, dim in _size_one_dims(state):
+        ctx.record(
+            "dynamic-dim-example-too-small",
+            locations=[ctx.call_site],
+            input=state.label(name),
+            dim=dim,
+            size=1,
         )
 
 

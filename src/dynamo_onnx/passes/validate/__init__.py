@@ -117,20 +117,24 @@ class ValidatePass:
                 forward_signature(request.model),
             )
         options = request.export_options
-        if spec is True or (isinstance(options, ExportOptions) and options.dynamic_shapes):
+        # Two spellings of one request: every dimension dynamic where the model allows it.
+        everything = spec is True or (isinstance(options, ExportOptions) and options.dynamic_shapes)
+        if everything:
             spec = _all_dimensions_dynamic(request.model, args, kwargs)
         named_spec = spec
         spec = normalize_dynamic_shapes(spec)
         requested = _requested_dynamic(spec, request.model, args, kwargs)
-        for (input_name, dim), size in requested.items():
-            if size in (0, 1):
-                ctx.record(
-                    "dynamic-dim-example-too-small",
-                    locations=[ctx.call_site],
-                    input=input_name,
-                    dim=dim,
-                    size=size,
-                )
+        labels = _input_labels(request.model, args, kwargs, request.input_names)
+        if not everything:  # there, a size-1 dimension is one the model may keep static
+            for (input_name, dim), size in requested.items():
+                if size == 0:  # size 1: capture traces it at size 2 (DO129), or says DO105
+                    ctx.record(
+                        "dynamic-dim-example-too-small",
+                        locations=[ctx.call_site],
+                        input=labels.get(input_name, input_name),
+                        dim=dim,
+                        size=size,
+                    )
         return state.replace(
             args=args,
             kwargs=kwargs,
@@ -138,6 +142,9 @@ class ValidatePass:
             dynamic_shapes=spec,
             named_spec=named_spec,
             requested_dims=requested,
+            declared_dims=frozenset() if everything else frozenset(requested),
+            all_dims_dynamic=bool(everything),
+            input_labels=labels,
         )
 
 
@@ -238,6 +245,28 @@ def _check_inputs(
         problem=problem,
         call=_right_call(args, kwargs, unexpected),
     )
+
+
+def _input_labels(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], input_names: Any
+) -> dict[str, str]:
+    """``forward`` parameter -> the caller's name for it in ``input_names`` (which name the
+    ONNX inputs: the tensors among the inputs, in order), for the top-level tensor inputs."""
+    signature = forward_signature(model)
+    if not input_names or signature is None:
+        return {}
+    try:
+        bound = signature.bind(*args, **kwargs).arguments
+    except TypeError:
+        return {}
+    labels: dict[str, str] = {}
+    position = 0
+    for name, value in bound.items():
+        leaves, _ = pytree.tree_flatten(value)
+        if isinstance(value, torch.Tensor) and position < len(input_names):
+            labels[name] = str(input_names[position])
+        position += sum(isinstance(leaf, torch.Tensor) for leaf in leaves)
+    return labels
 
 
 def _auto_spec(value: Any) -> Any:

@@ -50,8 +50,6 @@ class TorchOnnxArguments:
 
 #: argument -> (its value with no effect here, why, what to use instead), for the note.
 IGNORED_WITHOUT_EFFECT: dict[str, str] = {
-    "verbose": "dynamo-onnx logs to its reports, not to the console; "
-    "DiagnosticOptions(verbosity_level=logging.DEBUG) shows every detail",
     "profile": "the time of every pass is in the SARIF log's invocation and the markdown "
     "report's pass table",
     "dump_exported_program": "dynamo-onnx does not write the ExportedProgram; "
@@ -102,8 +100,6 @@ def report_arguments(
     defaults = TorchOnnxArguments()
     for name, reason in IGNORED_WITHOUT_EFFECT.items():
         value = getattr(given, name)
-        if name == "verbose" and value is None:
-            continue
         if name == "do_constant_folding" and (value or not given.optimize):
             continue
         if value != getattr(defaults, name):

@@ -1,0 +1,62 @@
+"""What an export shows in the terminal: each pass as it runs (the CLI's progress and
+``export(verbose=True)``), and the warnings of a successful export as Python warnings.
+
+A user who never opens the report must still learn that the batch became static: an export
+that succeeds with warnings issues a :class:`~dynamo_onnx.errors.DynamoOnnxWarning` per
+warning finding, at the user's line, a bounded number of them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import TextIO
+
+from dynamo_onnx.diagnostics import Finding, Location
+from dynamo_onnx.diagnostics.context import ProgressEvent, finding_text
+from dynamo_onnx.errors import DynamoOnnxWarning
+
+__all__ = ["MAX_PYTHON_WARNINGS", "ProgressPrinter", "issue_warnings"]
+
+#: Warnings issued one by one; past this number, one more says how many were left out.
+MAX_PYTHON_WARNINGS = 5
+
+
+class ProgressPrinter:
+    """Each pass as it runs, with its time, and a node counter during translation."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if event.kind == "start":
+            self.stream.write(f"  {event.pass_name} ...")
+        elif event.kind == "progress":
+            self.stream.write(f"\r  {event.pass_name} ... {event.done}/{event.total} nodes")
+        else:
+            mark = "done" if event.outcome == "ok" else event.outcome
+            self.stream.write(f"\r  {event.pass_name}: {mark} in {event.duration_s:.2f} s\033[K\n")
+        self.stream.flush()
+
+
+def issue_warnings(
+    findings: Sequence[Finding],
+    fallback: Location | None,
+    report_hint: str,
+    limit: int = MAX_PYTHON_WARNINGS,
+) -> None:
+    """A ``DynamoOnnxWarning`` for each finding, at its user's line (else ``fallback``, the
+    export call), reading as an error of its rule would. Past ``limit``, one warning
+    counts the rest and says where to read them (``report_hint``)."""
+    for finding in findings[:limit]:
+        where = finding.primary or fallback
+        _warn(finding_text(finding), where)
+    if len(findings) > limit:
+        _warn(f"{len(findings) - limit} more warning(s) of this export: {report_hint}", fallback)
+
+
+def _warn(text: str, where: Location | None) -> None:
+    if where is None:
+        warnings.warn(text, DynamoOnnxWarning, stacklevel=4)
+        return
+    warnings.warn_explicit(text, DynamoOnnxWarning, where.path, where.line)
