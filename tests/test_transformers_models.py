@@ -14,63 +14,12 @@ from conftest import first_output
 from dynamo_onnx.passes import decompose as decomposition
 
 transformers = pytest.importorskip("transformers")
+from hf_models import MODELS  # noqa: E402 - needs transformers
 
 
-def _gpt2():
-    cfg = transformers.GPT2Config(
-        n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64, use_cache=False
-    )
-    return transformers.GPT2Model(cfg), (torch.randint(0, 100, (2, 7)),), {}
-
-
-def _bert():
-    cfg = transformers.BertConfig(
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        hidden_size=32,
-        intermediate_size=64,
-        vocab_size=100,
-        max_position_embeddings=64,
-    )
-    ids = torch.randint(0, 100, (2, 7))
-    return transformers.BertModel(cfg), (ids,), {"attention_mask": torch.ones_like(ids)}
-
-
-def _llama():
-    cfg = transformers.LlamaConfig(
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_size=32,
-        intermediate_size=64,
-        vocab_size=100,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    return transformers.LlamaModel(cfg), (torch.randint(0, 100, (2, 7)),), {}
-
-
-def _t5():
-    cfg = transformers.T5Config(
-        num_layers=2,
-        num_decoder_layers=2,
-        num_heads=2,
-        d_model=32,
-        d_kv=16,
-        d_ff=64,
-        vocab_size=100,
-        use_cache=False,
-    )
-    kwargs = {
-        "input_ids": torch.randint(0, 100, (2, 7)),
-        "decoder_input_ids": torch.randint(0, 100, (2, 5)),
-    }
-    return transformers.T5Model(cfg), (), kwargs
-
-
-@pytest.mark.parametrize("build", [_gpt2, _bert, _llama, _t5], ids=["gpt2", "bert", "llama", "t5"])
-def test_transformers_model_matches_eager(build):
-    model, args, kwargs = build()
+@pytest.mark.parametrize("name", ["gpt2", "bert", "llama", "t5"])
+def test_transformers_model_matches_eager(name):
+    model, args, kwargs, _ = MODELS[name]()
     model.eval()
     program = dynamo_onnx.export(model, args, kwargs)
     with torch.no_grad():
@@ -84,7 +33,7 @@ def test_transformers_model_matches_eager(build):
 
 
 def test_gpt2_skips_the_retrace_and_the_retrace_path_still_lowers_it():
-    model, args, _ = _gpt2()
+    model, args, _, _ = MODELS["gpt2"]()
     program = dynamo_onnx.export(model.eval(), args)
     (plan,) = program.diagnostics.by_rule("decomposition-plan")
     assert plan.properties["retraced"] is False, plan.message
