@@ -86,6 +86,50 @@ def test_a_downconversion_the_converter_can_do_happens():
     torch.testing.assert_close(program(x)[0], model(x), atol=1e-6, rtol=1e-6)
 
 
+class Reductions(torch.nn.Module):
+    def forward(self, x):
+        return x.mean(dim=-1, keepdim=True) + x.amax(0) + x.var(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_reductions_convert_below_opset_18_and_the_converter_says_nothing(optimize, capfd):
+    """torch_lib computes the axes with constant nodes: folded before conversion, and the
+    opset-18 attribute ``noop_with_empty_axes`` that ONNX's converter leaves is dropped."""
+    model, x = Reductions(), torch.randn(3, 4)
+    program = dynamo_onnx.export(model, (x,), opset_version=17, optimize=optimize)
+    assert program.model_proto.opset_import[0].version == 17
+    reductions = [n for n in program.model.graph if n.op_type.startswith("Reduce")]
+    assert reductions and all("noop_with_empty_axes" not in n.attributes for n in reductions)
+    torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
+    assert capfd.readouterr().err == ""
+
+
+class TwoInputs(torch.nn.Module):
+    def forward(self, x, y, scale=1.0, *, mask):
+        return (x + y) * scale * mask
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (
+            lambda x: dynamo_onnx.dynamo_export(TwoInputs(), x),
+            "dynamo_onnx.dynamo_export(model, <Tensor>, y, mask=mask)",
+        ),
+        (
+            lambda x: dynamo_onnx.export(TwoInputs(), (x,), kwargs={"mask": x}),
+            'dynamo_onnx.export(model, (<Tensor>, y), kwargs={"mask": <Tensor>})',
+        ),
+    ],
+)
+def test_a_missing_input_is_named_in_the_call_to_write(call, expected):
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
+        call(torch.randn(2))
+    text = str(info.value)
+    assert "missing a required argument: 'y'" in text
+    assert text.split("Call it as: ", 1)[1].split("\n", 1)[0] == expected
+
+
 class LinearModel(torch.nn.Module):
     """The seed article's model."""
 

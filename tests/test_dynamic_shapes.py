@@ -297,3 +297,41 @@ def test_a_strict_dim_refined_to_a_multiple_runs_and_torch_prints_nothing(capfd)
         x = torch.rand(size, 3)
         torch.testing.assert_close(program(x)[0], ViewsBlocks()(x))
     assert "Error while creating guard" not in capfd.readouterr().err
+
+
+class NarrowBySize(torch.nn.Module):
+    def forward(self, x):
+        n = x.shape[0]
+        return x.narrow(0, 1, n // 2), x[:, : x.shape[1] - n // 4]
+
+
+def test_a_size_computed_from_a_dynamic_dim_stays_an_integer_index(caller_logging):
+    """``narrow``'s length is a SymInt in its schema: it is not cast to the tensor's dtype
+    (the model was invalid: Add of int64 and float)."""
+    model, x = NarrowBySize(), torch.randn(8, 6)
+    program = dynamo_onnx.export(model, (x,), dynamic_shapes={"x": {0: "batch", 1: "seq"}})
+    other = torch.randn(12, 8)
+    for got, want in zip(program(other), model(other)):
+        torch.testing.assert_close(got, want)
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+
+
+class TruncatedHalf(torch.nn.Module):
+    def forward(self, x):
+        n = x.shape[0]
+        return x[: int(n / 2)]  # marker: truncated-half
+
+
+def test_a_number_torch_keeps_constant_is_a_warning_at_its_line(caller_logging):
+    """``int(n / 2)`` is a float truncated: torch.export keeps 4 (its module checks
+    ``trunc(n / 2) == 4`` when called, ONNX cannot): the ONNX model slices 4 rows at every
+    size, and says so."""
+    program = dynamo_onnx.export(
+        TruncatedHalf(), (torch.randn(8, 3),), dynamic_shapes={"x": {0: "batch"}}
+    )
+    assert program(torch.randn(12, 3))[0].shape[0] == 4  # eager: 6
+    (finding,) = [f for f in program.diagnostics.by_rule("DO124") if "trunc" in f.message]
+    assert "sizes where `math.trunc(x.size()[0] / 2) == 4`" in finding.message
+    assert "uses 4 at every size" in finding.message
+    assert "`n // 2`, not `int(n / 2)`" in finding.message
+    assert finding.primary.snippet.endswith("# marker: truncated-half")

@@ -32,6 +32,21 @@ def _(x):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("dxtest::scale_shift", mutates_args=())
+def scale_shift(x: torch.Tensor, scale: float, shift: int = 2) -> torch.Tensor:
+    return x * scale + shift
+
+
+@scale_shift.register_fake
+def _(x, scale, shift=2):
+    return torch.empty_like(x)
+
+
+class ScaleShift(torch.nn.Module):
+    def forward(self, x):
+        return scale_shift(x, 0.5)
+
+
 class OneCustomOp(torch.nn.Module):
     def forward(self, x):
         y = torch.relu(x)
@@ -96,3 +111,18 @@ def test_unsupported_finding_says_whether_torch_decomposes_it_and_how_to_registe
         OneCustomOp(), (torch.randn(3, 4),), registry=namespace["registry"]
     )
     assert program.diagnostics.success
+
+
+def test_the_registration_example_takes_every_argument_of_the_operator():
+    """The stub's parameters are the schema's: the tensor and the numbers the translator
+    passes (a stub of the tensors alone fails when called with ``scale``)."""
+    error = _export_failure(ScaleShift())
+    (finding,) = error.diagnostics.by_rule("DO301")
+    assert "def dxtest_scale_shift(x, scale: float, shift: int = 2):" in finding.markdown
+    assert "return op.Identity(x)" in finding.markdown
+    namespace = {}
+    code = finding.markdown.split("```python\n")[1].split("```")[0]
+    code = code.replace("program = dynamo_onnx.export(model, args, registry=registry)\n", "")
+    exec(compile(code, "<finding>", "exec"), namespace)
+    program = dynamo_onnx.export(ScaleShift(), (torch.randn(3, 4),), registry=namespace["registry"])
+    assert [n.op_type for n in program.model.graph] == ["Identity"]

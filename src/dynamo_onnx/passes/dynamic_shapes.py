@@ -40,6 +40,7 @@ class DynamicShapesPass:
         _report_specializations(ctx, program, state)
         names = dimension_names(program, state.request.model, state.named_spec)
         _report_narrowing(ctx, program, state, names)
+        _report_constant_guards(ctx, program, state)
         return state.replace(dim_names=names)
 
 
@@ -280,6 +281,70 @@ def _report_divisibility(
             )
         return True
     return False
+
+
+#: A condition of torch.export's program equating a number computed from sizes to a constant
+#: (``math.trunc(L['x'].size()[0] / 2) == 4``), as its module checks it when called.
+#: (``!=`` conditions are not constants: ``(n // 2) != 1`` is torch keeping a derived size
+#: off 1, where it would broadcast.)
+_CONSTANT_GUARD = re.compile(r"^(?P<expr>.*\.size\(\)\[\d+\].*?) == (?P<value>-?\d+)$")
+_BARE_SIZE = re.compile(r"^L\[[^\]]+\](\[[^\]]+\])*\.size\(\)\[\d+\]$")
+_INPUT = re.compile(r"L\['(\w+)'\]")
+_INPUT_SIZE = re.compile(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]")
+
+
+def _report_constant_guards(
+    ctx: DiagnosticContext, program: torch.export.ExportedProgram, state: ExportState
+) -> None:
+    """DO124 for each condition the program holds under that no range expresses: a number
+    computed from a dynamic size and used as a constant (``x[: int(n / 2)]`` slices 4 rows
+    at every size when the example had 8 or 9).
+
+    Decided from the exported program's own conditions, those its module checks when called
+    (``int(n / 2) == 4`` there; ranges and equal sizes are in its range constraints and
+    shared symbols, divisibility has its own finding); the line is the guard's in torch's
+    log, matched by its constant.
+    """
+    if not state.requested_dims:
+        return
+    for code in getattr(program, "_guards_code", None) or ():
+        found = _CONSTANT_GUARD.match(str(code))
+        if found is None or _BARE_SIZE.match(found["expr"]) or "%" in found["expr"]:
+            continue
+        condition = _INPUT.sub(lambda m: state.label(m[1]), str(code))
+        first = _INPUT_SIZE.search(str(code))
+        input_name, dim = (first[1], int(first[2])) if first else ("?", 0)
+        guard, where = _constant_guard_line(ctx, state.shape_log, found["value"])
+        truncates = "trunc" in code or "int(" in code or "floor" in code
+        remedy = (
+            "no Dim spec expresses that: compute the number with integer arithmetic on the "
+            "size (`n // 2`, not `int(n / 2)`), which the model keeps symbolic"
+            if truncates
+            else "no Dim spec expresses that: compute the number from the size with "
+            "operations torch.export keeps symbolic, or branch with torch.cond"
+        )
+        _narrowed(
+            ctx,
+            state.label(input_name),
+            dim,
+            f"sizes where `{condition}` (the ONNX model uses {found['value']} at every size)",
+            guard or condition,
+            where,
+            remedy,
+        )
+
+
+def _constant_guard_line(
+    ctx: DiagnosticContext, records: tuple[ShapeLogRecord, ...], value: str
+) -> tuple[str | None, Location | None]:
+    """The logged guard (``Eq(TruncToInt(IntTrueDiv(s77, 2)), 4)``) setting an expression
+    of sizes to ``value``, and the user's line behind it."""
+    pattern = re.compile(rf"^Eq\((?!\w+, )(.+), {re.escape(value)}\)$")
+    for record in records:
+        guard = _GUARD.search(record.message)
+        if guard and pattern.match(guard[1]) and not guard[1].startswith("Eq(Mod("):
+            return guard[1], ctx.user_frame(record.stack)
+    return None, None
 
 
 _SAME = re.compile(r"^Eq\((\w+), (\w+)\)$")

@@ -27,6 +27,7 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import KnownCause, known_cause
+from dynamo_onnx.passes.logs import dropped, filtered
 from dynamo_onnx.passes.model import as_module, describe_value, forward_signature
 
 __all__ = ["STRATEGIES", "CapturePass", "TorchExportStrategy", "copy_program"]
@@ -106,8 +107,7 @@ class _ShapeLog(logging.Filter):
     def listening(self) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._producing(logging.getLogger(self.LOGGER)))
-            for name in self.QUIET:
-                stack.enter_context(_filtered(logging.getLogger(name), _DropAll()))
+            stack.enter_context(dropped(*self.QUIET))
             yield
 
     @contextlib.contextmanager
@@ -124,7 +124,7 @@ class _ShapeLog(logging.Filter):
         logger.disabled = False
         logger.isEnabledFor = lambda level: level >= logging.INFO or shown(level)  # type: ignore[method-assign]
         try:
-            with _filtered(logger, self):
+            with filtered(logger, self):
                 yield
         finally:
             if own is None:
@@ -133,22 +133,6 @@ class _ShapeLog(logging.Filter):
                 logger.isEnabledFor = own  # type: ignore[method-assign]
             logger.disabled = was_disabled
             self._shown = None
-
-
-class _DropAll(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return False
-
-
-@contextlib.contextmanager
-def _filtered(logger: logging.Logger, log_filter: logging.Filter) -> Iterator[None]:
-    """``log_filter`` on ``logger`` while the block runs (added beside the caller's filters
-    and handlers, removed afterwards)."""
-    logger.addFilter(log_filter)
-    try:
-        yield
-    finally:
-        logger.removeFilter(log_filter)
 
 
 def copy_program(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

@@ -225,10 +225,22 @@ def _cast_before(
     return cast
 
 
+_INTEGER_TYPES = frozenset({"int", "SymInt", "int?", "SymInt?"})
+
+
+def _integer_argument(target: Any, index: int) -> bool:
+    """Whether the operator's schema takes an integer (a size, an index) at ``index``."""
+    schema = getattr(target, "_schema", None)
+    arguments = schema.arguments if schema is not None else []
+    return index < len(arguments) and str(arguments[index].type) in _INTEGER_TYPES
+
+
 def cast_symbolic_operands(gm: torch.fx.GraphModule) -> int:
     """Cast symbolic numbers used by tensor operators to the dtype the operator computes in.
 
     Arithmetic computes in the output's dtype; a comparison in its tensor operand's dtype.
+    A size or index argument (``SymInt`` in the schema: ``narrow``'s length, ``slice``'s
+    end) is an integer whatever the tensor's dtype, and stays one.
     """
     count = 0
     for node in list(gm.graph.nodes):
@@ -242,7 +254,9 @@ def cast_symbolic_operands(gm: torch.fx.GraphModule) -> int:
         symbolic = [
             i
             for i, a in enumerate(node.args)
-            if isinstance(a, torch.fx.Node) and isinstance(_val(a), _SYMBOLIC)
+            if isinstance(a, torch.fx.Node)
+            and isinstance(_val(a), _SYMBOLIC)
+            and not _integer_argument(node.target, i)
         ]
         if not symbolic:
             continue

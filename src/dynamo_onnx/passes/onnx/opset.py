@@ -13,6 +13,7 @@ from typing import ClassVar
 import onnx
 import onnx.version_converter
 import onnx_ir as ir
+import onnxscript.optimizer
 import onnxscript.version_converter
 
 from dynamo_onnx.diagnostics import DiagnosticContext
@@ -20,9 +21,13 @@ from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.logs import dropped
 from dynamo_onnx.passes.metadata import STACK_TRACE
+from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden
 
 __all__ = ["OpsetConversionPass"]
+
+_CONVERTER_LOGGER = "onnxscript.version_converter"
 
 
 class OpsetConversionPass:
@@ -39,15 +44,35 @@ class OpsetConversionPass:
         return state
 
 
-def _convert_opset(ctx: DiagnosticContext, model: ir.Model, target: int) -> None:
-    """Convert to ``target`` and check it happened: the converter may leave the model as is."""
-    source = model.opset_imports.get("", 0)
+def _try_convert(model: ir.Model, target: int) -> str | None:
+    """Convert in place; None when it happened, else why not. The converter logs its
+    fallback and the C API's traceback: the finding reports the cause, the log is dropped."""
     cause = "the ONNX version converter left the model unchanged"
     try:
-        onnxscript.version_converter.convert_version(model, target, fallback=True)
+        with dropped(_CONVERTER_LOGGER):
+            onnxscript.version_converter.convert_version(model, target, fallback=True)
     except Exception as exc:  # noqa: BLE001 - reported as the finding's cause
         cause = exception_summary(exc)
-    if model.opset_imports.get("") == target:
+    return None if model.opset_imports.get("") == target else cause
+
+
+def _convert_opset(ctx: DiagnosticContext, model: ir.Model, target: int) -> None:
+    """Convert to ``target`` and check it happened: the converter may leave the model as is.
+
+    Going down past opset 18, operators whose axes became inputs (ReduceMean, ReduceMax...)
+    convert only when the axes are constants; torch_lib computes them with a small chain of
+    constant nodes, so a first failure is retried once those are folded.
+    """
+    source = model.opset_imports.get("", 0)
+    cause = _try_convert(model, target)
+    if cause is None:
+        _drop_newer_attributes(model, target)
+        return
+    with fake_weights_hidden(model):
+        onnxscript.optimizer.fold_constants(model)
+    cause = _try_convert(model, target) or ""
+    if not cause:
+        _drop_newer_attributes(model, target)
         return
     blockers = _blocking_nodes(model, source, target)
     if blockers:
@@ -67,6 +92,37 @@ def _convert_opset(ctx: DiagnosticContext, model: ir.Model, target: int) -> None
         target=target,
         cause=cause,
     )
+
+
+#: Reductions that took ``noop_with_empty_axes`` with their axes input in opset 18.
+_REDUCTIONS_18 = frozenset(
+    {
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceMax",
+        "ReduceMean",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceSumSquare",
+    }
+)
+
+
+def _drop_newer_attributes(model: ir.Model, target: int) -> None:
+    """ONNX's converter moves a reduction's axes back to an attribute below opset 18 but
+    keeps ``noop_with_empty_axes``, which those opsets reject; at its default (0) it says
+    nothing and is dropped. (At 1 it is kept: the checker then names the node.)"""
+    if target >= 18:
+        return
+    graphs = [model.graph, *model.functions.values()]
+    for graph in graphs:
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            if node.domain in ("", "ai.onnx") and node.op_type in _REDUCTIONS_18:
+                attr = node.attributes.get("noop_with_empty_axes")
+                if attr is not None and attr.value == 0:
+                    del node.attributes["noop_with_empty_axes"]
 
 
 #: Nodes tried per operator type when looking for what blocks a conversion.

@@ -7,6 +7,8 @@ it while it runs: ``optimize()`` works before and after ``apply_weights``.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import ClassVar
 
 import onnx_ir as ir
@@ -17,12 +19,31 @@ from dynamo_onnx.errors import OnnxExporterError, OptimizationError
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.passes.base import PassName
 
-__all__ = ["OptimizePass", "count_nodes"]
+__all__ = ["OptimizePass", "count_nodes", "fake_weights_hidden"]
 
 
 def count_nodes(model: ir.Model) -> int:
     """Nodes of the main graph and of every function."""
     return len(model.graph) + sum(len(f) for f in model.functions.values())
+
+
+@contextlib.contextmanager
+def fake_weights_hidden(model: ir.Model) -> Iterator[None]:
+    """Fake (meta) initializers without a value while the block runs: the optimizer and
+    the constant folder would try to read them."""
+    hidden = {
+        name: value
+        for name, value in model.graph.initializers.items()
+        if is_fake(getattr(value.const_value, "raw", None))
+    }
+    saved = {name: value.const_value for name, value in hidden.items()}
+    try:
+        for value in hidden.values():
+            value.const_value = None
+        yield
+    finally:
+        for name, value in hidden.items():
+            value.const_value = saved[name]
 
 
 class OptimizePass:
@@ -33,18 +54,7 @@ class OptimizePass:
 
     def __call__(self, ctx: DiagnosticContext, model: ir.Model) -> ir.Model:
         before = count_nodes(model)
-        hidden = {
-            name: value
-            for name, value in model.graph.initializers.items()
-            if is_fake(getattr(value.const_value, "raw", None))
-        }
-        saved = {name: value.const_value for name, value in hidden.items()}
-        try:
-            for value in hidden.values():
-                value.const_value = None
+        with fake_weights_hidden(model):
             onnxscript.optimizer.optimize_ir(model)
-        finally:
-            for name, value in hidden.items():
-                value.const_value = saved[name]
         ctx.record("model-optimized", before=before, after=count_nodes(model))
         return model

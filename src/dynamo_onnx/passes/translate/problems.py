@@ -205,8 +205,8 @@ def _register_example(op: str, node: torch.fx.Node) -> str:
     """A ready-to-paste registration for the operator, for the finding's markdown."""
     namespace, _, rest = op.partition("::")
     name, _, overload = rest.partition(".")
-    inputs = [a for a in node.args if isinstance(a, torch.fx.Node)]
-    params = ", ".join(f"x{i}" for i in range(len(inputs))) or "x0"
+    params = _parameters(node)
+    first = params.split(":")[0].split(",")[0].split("=")[0].strip() or "x0"
     overload_arg = f", overload={overload!r}" if overload else ""
     fn = f"{namespace}_{name}".replace(".", "_")
     return (
@@ -214,10 +214,38 @@ def _register_example(op: str, node: torch.fx.Node) -> str:
         "```python\n"
         "import dynamo_onnx\n"
         "from onnxscript import opset18 as op\n\n\n"
-        f"def {fn}({params}):\n"
-        f"    return op.Identity(x0)  # replace with the ONNX computation of {op}\n\n\n"
+        f"def {fn}({params or 'x0'}):\n"
+        f"    return op.Identity({first})  # replace with the ONNX computation of {op}\n\n\n"
         "registry = dynamo_onnx.OnnxRegistry()\n"
         f"registry.register_op({fn}, {namespace!r}, {name!r}{overload_arg})\n"
         "program = dynamo_onnx.export(model, args, registry=registry)\n"
         "```"
     )
+
+
+#: Python spellings of the schema's non-tensor types, for the registration example.
+_PYTHON_TYPES = {"float": "float", "int": "int", "SymInt": "int", "bool": "bool", "str": "str"}
+
+
+def _parameters(node: torch.fx.Node) -> str:
+    """The parameters of the function to register, from the operator's schema: tensors by
+    name, other arguments with their Python type and default (``x, scale: float = 1.0``),
+    as the translator passes them. Without a schema: one ``x<i>`` per node input."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        inputs = [a for a in node.args if isinstance(a, torch.fx.Node)]
+        return ", ".join(f"x{i}" for i in range(len(inputs)))
+    params = []
+    for argument in schema.arguments:
+        kind = str(argument.type).rstrip("?")
+        text = argument.name
+        if kind in _PYTHON_TYPES:
+            text += f": {_PYTHON_TYPES[kind]}"
+        elif "Tensor" not in kind:
+            text += f": {kind}"
+        if argument.has_default_value():
+            text += f" = {argument.default_value!r}"
+        elif str(argument.type).endswith("?"):
+            text += " = None"
+        params.append(text)
+    return ", ".join(params)

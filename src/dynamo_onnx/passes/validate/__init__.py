@@ -96,7 +96,7 @@ class ValidatePass:
         if isinstance(request.model, torch.export.ExportedProgram):
             return state.replace(args=args, kwargs=kwargs, registry=registry)
         ctx.model_location = code_location(request.model)
-        _check_inputs(ctx, request.model, args, kwargs)
+        _check_inputs(ctx, request.model, args, kwargs, request.torch_onnx is not None)
         spec = request.dynamic_shapes
         if request.dynamic_axes is not None:
             if spec is not None:
@@ -197,24 +197,71 @@ def _check_arguments(
     return args, dict(kwargs)
 
 
-def _right_call(args: tuple[Any, ...], kwargs: Mapping[str, Any], unexpected: list[str]) -> str:
-    """The call the user most likely meant, written out."""
-    inputs = [f"<{type(a).__name__}>" for a in args]
+def _placeholder(value: Any) -> str:
+    return f"<{type(value).__name__}>"
+
+
+def _right_call(
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    unexpected: list[str],
+    via_export: bool,
+) -> str:
+    """The call the user most likely meant, written out from ``forward``'s parameters: each
+    input given where it fits (``<Tensor>``), each missing required one by its name, inputs
+    that fit no parameter left out; in the form of the function that was called."""
     given = kwargs.get("args")
-    if not args and given is not None:
-        given = given if isinstance(given, tuple) else (given,)
-        inputs = [f"<{type(a).__name__}>" for a in given]
-    inputs += [f"{k}=<{type(v).__name__}>" for k, v in kwargs.items() if k not in unexpected]
+    if not args and "args" in unexpected and given is not None:
+        args = given if isinstance(given, tuple) else (given,)
+    rest = list(args)
+    kept = {k: v for k, v in kwargs.items() if k not in unexpected}
+    positional: list[str] = []
+    keywords: list[tuple[str, str]] = []
+    in_order = True  # False once a defaulted parameter is skipped: the rest go by name
+    for param in signature.parameters.values():
+        if param.kind is param.VAR_POSITIONAL:
+            positional += [_placeholder(a) for a in rest]
+            rest = []
+        elif param.kind is param.VAR_KEYWORD:
+            keywords += [(k, _placeholder(v)) for k, v in kept.items()]
+            kept = {}
+        elif param.kind is not param.KEYWORD_ONLY and rest:
+            positional.append(_placeholder(rest.pop(0)))
+        elif param.name in kept:
+            text = _placeholder(kept.pop(param.name))
+            if in_order and param.kind is not param.KEYWORD_ONLY:
+                positional.append(text)
+            else:
+                keywords.append((param.name, text))
+        elif param.default is param.empty:
+            if in_order and param.kind is not param.KEYWORD_ONLY:
+                positional.append(param.name)
+            else:
+                keywords.append((param.name, param.name))
+        else:
+            in_order = False
     options = [f"{k}={kwargs[k]!r}" for k in ("opset_version",) if k in kwargs]
-    model_inputs = ", ".join(["model", *inputs])
-    call = f"dynamo_onnx.dynamo_export({model_inputs})"
-    if options:
-        call += f", or dynamo_onnx.export(model, ({', '.join(inputs)},), {', '.join(options)})"
-    return call
+    inputs = ", ".join(positional)
+    export_call = f"dynamo_onnx.export(model, ({inputs}{',' if len(positional) == 1 else ''})"
+    if keywords:
+        export_call += ", kwargs={" + ", ".join(f'"{k}": {v}' for k, v in keywords) + "}"
+    export_call += "".join(f", {o}" for o in options) + ")"
+    if via_export:
+        return export_call
+    call = "dynamo_onnx.dynamo_export(" + ", ".join(
+        ["model", *positional, *(f"{k}={v}" for k, v in keywords)]
+    )
+    call += ")"
+    return f"{call}, or {export_call}" if options else call
 
 
 def _check_inputs(
-    ctx: DiagnosticContext, model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ctx: DiagnosticContext,
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    via_export: bool,
 ) -> None:
     """Fail early, with the names, when the inputs do not fit ``forward``'s signature."""
     signature = forward_signature(model)
@@ -243,7 +290,7 @@ def _check_inputs(
         properties={"unexpected": unexpected},
         signature=str(signature),
         problem=problem,
-        call=_right_call(args, kwargs, unexpected),
+        call=_right_call(signature, args, kwargs, unexpected, via_export),
     )
 
 

@@ -1,0 +1,41 @@
+"""Other libraries' log output while a pass runs: theirs, not ours.
+
+torch, onnxscript and onnx_ir log what they try and what fails (often with a traceback).
+During an export that text is not the user's output: a pass that knows what such a record
+means reports it as a finding; the rest is dropped, by a filter added to the logger for as
+long as the pass runs (never by replacing the caller's handlers or levels, which are left
+as they were).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+__all__ = ["dropped", "filtered"]
+
+
+class _DropAll(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def filtered(logger: logging.Logger, log_filter: logging.Filter) -> Iterator[None]:
+    """``log_filter`` on ``logger`` while the block runs (added beside the caller's filters
+    and handlers, removed afterwards)."""
+    logger.addFilter(log_filter)
+    try:
+        yield
+    finally:
+        logger.removeFilter(log_filter)
+
+
+@contextlib.contextmanager
+def dropped(*names: str) -> Iterator[None]:
+    """No record of these loggers reaches any handler while the block runs."""
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(filtered(logging.getLogger(name), _DropAll()))
+        yield
