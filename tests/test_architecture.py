@@ -4,6 +4,7 @@ one way to fail, and message fields that match their rules (docs/architecture.md
 from __future__ import annotations
 
 import ast
+import importlib
 import pathlib
 
 import pytest
@@ -230,7 +231,7 @@ def test_each_rule_has_a_one_line_fix(rule):
     assert rule.fix.endswith((".", ")")) and len(rule.fix.split()) >= 4
 
 
-SHARED_PASS_MODULES = {"base", "fx", "logs", "metadata", "model"}
+SHARED_PASS_MODULES = {"base", "fx", "logs", "metadata", "model", "real_weights"}
 
 
 def test_a_pass_never_imports_another_pass():
@@ -247,3 +248,64 @@ def test_a_pass_never_imports_another_pass():
             if tparts[2] not in SHARED_PASS_MODULES | {own}:
                 offenders.append(f"{module}:{line} imports {target}")
     assert not offenders, offenders
+
+
+#: What the passes after validation read instead of the raw request: the checked one.
+_RAW_STATE = {
+    "request": "the raw request (read the checked one: state.valid)",
+    "model_location": "the context's report anchor (read state.valid.model_location)",
+}
+#: The findings log is an output: no pass decides anything from it.
+_LOG_READS = {"findings", "by_rule", "passes", "visible", "has_errors"}
+
+
+def _reads(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, object, attribute) for each ``obj.attr`` read where ``obj`` is a plain name."""
+    return [
+        (node.lineno, node.value.id, node.attr)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and isinstance(node.ctx, ast.Load)
+    ]
+
+
+def _pass_modules_after_validation() -> list[str]:
+    return [
+        m
+        for m in MODULES
+        if m.startswith("dynamo_onnx.passes.")
+        and not m.startswith("dynamo_onnx.passes.validate")
+        and m != "dynamo_onnx.passes.base"
+    ]
+
+
+def test_no_pass_after_validation_reads_the_raw_request_or_the_findings_log():
+    offenders = []
+    for module in _pass_modules_after_validation():
+        tree = ast.parse(MODULES[module].read_text())
+        for line, obj, attr in _reads(tree):
+            if obj == "state" and attr == "request":
+                offenders.append(f"{module}:{line} reads state.request: {_RAW_STATE['request']}")
+            if obj == "ctx" and attr == "model_location":
+                offenders.append(f"{module}:{line} reads ctx.model_location")
+            if obj == "ctx" and attr in _LOG_READS:
+                offenders.append(f"{module}:{line} reads ctx.{attr}: the log is an output")
+    assert not offenders, offenders
+
+
+def test_the_architecture_check_catches_a_pass_reading_the_raw_request():
+    """The check above on a made-up pass that reads ``state.request``: it must be found."""
+    tree = ast.parse("def f(ctx, state):\n    return state.request.opset_version, ctx.by_rule('x')")
+    reads = {(obj, attr) for _, obj, attr in _reads(tree)}
+    assert ("state", "request") in reads and ("ctx", "by_rule") in reads
+
+
+def test_every_pass_says_whether_it_changes_its_input():
+    import inspect
+
+    for module in _pass_modules_after_validation() + ["dynamo_onnx.passes.validate"]:
+        mod = importlib.import_module(module)
+        for name, cls in vars(mod).items():
+            if inspect.isclass(cls) and cls.__module__ == module and hasattr(cls, "error_type"):
+                assert isinstance(vars(cls).get("changes_input"), bool), f"{module}.{name}"

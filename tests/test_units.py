@@ -11,7 +11,7 @@ import torch.fx
 
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.passes.base import ExportRequest, ExportState
+from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
 from dynamo_onnx.passes.onnx.finalize import AddOpsetImportsPass, FinalizePass, RenameDimsPass
 from dynamo_onnx.passes.translate.builder import GraphBuilder
 from dynamo_onnx.passes.translate.interpreter import Translator
@@ -134,7 +134,8 @@ def test_finalize_gives_an_input_used_as_output_its_own_node():
     x = ir.Value(name="x", shape=ir.Shape([2]), type=ir.TensorType(ir.DataType.FLOAT))
     model = ir.Model(ir.Graph([x], [x], nodes=[], name="g"), ir_version=10)
     registry = dynamo_onnx.OnnxRegistry()
-    state = ExportState(ExportRequest(model=None), registry=registry, onnx_model=model)
+    checked = CheckedRequest(model=None, registry=registry)
+    state = ExportState(ExportRequest(model=None), checked=checked, onnx_model=model)
     FinalizePass()(DiagnosticContext(), state)
     assert [n.op_type for n in model.graph] == ["Identity"]
     assert model.graph.outputs[0] is not model.graph.inputs[0]

@@ -18,7 +18,8 @@ from dynamo_onnx.passes.base import ExportRequest, ExportState, Pass, run_pipeli
 from dynamo_onnx.passes.capture import CapturePass
 from dynamo_onnx.passes.decompose import DecomposePass, lower
 from dynamo_onnx.passes.dynamic_shapes import DynamicShapesPass
-from dynamo_onnx.passes.onnx.describe import describe_model, describe_value
+from dynamo_onnx.passes.model import code_location
+from dynamo_onnx.passes.onnx.describe import describe_into
 from dynamo_onnx.passes.onnx.finalize import FinalizePass
 from dynamo_onnx.passes.onnx.load_check import LoadCheckPass
 from dynamo_onnx.passes.onnx.module_functions import ModuleFunctionsPass
@@ -142,21 +143,28 @@ def _run(
         listener=progress,
     )
     ctx.sources.update(_pseudo_source(call_site))
+    # The reports' anchor for findings without a line of their own (report metadata, like
+    # the call site; the passes read the checked request's).
+    ctx.model_location = code_location(request.model)
     try:
         state = run_pipeline(ctx, export_passes(), ExportState(request))
-        assert state.onnx_model is not None
+        assert state.onnx_model is not None and state.checked is not None
         model = state.onnx_model
-        ctx.summary.model = describe_model(model)
-        ctx.summary.inputs = [describe_value(v) for v in model.graph.inputs]
-        ctx.summary.outputs = [describe_value(v) for v in model.graph.outputs]
+        describe_into(ctx.summary, model)
         reference = request.model
         if isinstance(reference, torch.export.ExportedProgram):
             reference = reference.module()
-        program = ONNXProgram(model, state.exported_program, ctx, reference=reference)
+        program = ONNXProgram(
+            model,
+            state.exported_program,
+            ctx,
+            reference=reference,
+            model_location=state.checked.model_location,
+        )
         if optimize:
-            program.optimize()
+            program.optimize()  # describes the optimized model again
         if verify:
-            program.verify(state.args, state.kwargs)
+            program.verify(state.checked.args, state.checked.kwargs)
         if save is not None:
             program.save(**save)
     except OnnxExporterError as error:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -16,14 +15,17 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from dynamo_onnx.errors import OnnxExporterError, WeightsMismatchError
+from dynamo_onnx.diagnostics import Location
+from dynamo_onnx.errors import OnnxExporterError
 from dynamo_onnx.io import onnx_file
-from dynamo_onnx.io.inputs import complex_outputs, onnx_input_tensors
-from dynamo_onnx.io.ort_values import from_ort_value, to_ort_value
+from dynamo_onnx.io.runner import OrtRunner
 from dynamo_onnx.options import ONNXRuntimeOptions
 from dynamo_onnx.passes.base import Pass, run_pipeline
+from dynamo_onnx.passes.onnx.describe import describe_into
 from dynamo_onnx.passes.onnx.optimize import OptimizePass
-from dynamo_onnx.passes.save import SavePass, SaveRequest, require_real_weights
+from dynamo_onnx.passes.onnx.weights import ApplyWeightsPass, WeightsRequest
+from dynamo_onnx.passes.save import SavePass, SaveRequest
+from dynamo_onnx.passes.session import SessionPass, SessionRequest, default_session
 from dynamo_onnx.passes.verify import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
@@ -32,27 +34,10 @@ from dynamo_onnx.passes.verify import (
     VerifyRequest,
 )
 from dynamo_onnx.reports import ReportingContext
-from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE, onnx_shape, torch_tensor_to_ir
 
 __all__ = ["ONNXProgram"]
 
 S = TypeVar("S")
-
-
-def _default_session(model: str | bytes, options: ONNXRuntimeOptions | None = None) -> Any:
-    import onnxruntime as ort
-
-    options = options or ONNXRuntimeOptions()
-    session_options = options.session_options
-    if isinstance(session_options, Sequence):
-        session_options = session_options[0] if session_options else None
-    providers = options.execution_providers or ["CPUExecutionProvider"]
-    return ort.InferenceSession(
-        model,
-        sess_options=session_options,
-        providers=providers,
-        provider_options=options.execution_provider_options,
-    )
 
 
 class ONNXProgram:
@@ -71,17 +56,19 @@ class ONNXProgram:
         diagnostics: ReportingContext | None = None,
         *,
         reference: Callable[..., Any] | None = None,
+        model_location: Location | None = None,
     ) -> None:
         self.model = model
+        #: Where the model's code is: the anchor of findings about the program as a whole
+        #: (its weights).
+        self.model_location = model_location
         #: What ``verify`` compares with by default: the caller's model (so that
         #: ``program.verify(args)`` and ``export(..., verify=True)`` agree), else the
         #: exported program.
         self.reference = reference
         self.exported_program = exported_program
         self.diagnostics = diagnostics
-        self._session: Any = None
-        #: Which outputs eager returns complex: read from the graph once, used by every call.
-        self._complex_outputs = complex_outputs(exported_program)
+        self._runner: OrtRunner | None = None
         #: Where export(report=True) wrote the reports; a failure after export rewrites them.
         self.report_dir: str | None = None
 
@@ -96,14 +83,18 @@ class ONNXProgram:
         return self.diagnostics
 
     def _run(self, passes: Sequence[Pass[S]], state: S) -> S:
-        """Run passes after the export; a failure rewrites the reports export wrote."""
+        """Run passes after the export; a failure rewrites the reports export wrote. After
+        a pass that changed the model, the reports describe the model as it is now."""
         ctx = self._context()
         try:
-            return run_pipeline(ctx, passes, state)
+            state = run_pipeline(ctx, passes, state)
         except OnnxExporterError as error:
             if self.report_dir is not None:
                 error.report_paths = ctx.try_write_reports(self.report_dir)
             raise
+        if any(p.changes_input for p in passes):
+            describe_into(ctx.summary, self.model)
+        return state
 
     # -- weights ---------------------------------------------------------------------------
 
@@ -119,41 +110,7 @@ class ONNXProgram:
         ``weights-mismatch`` finding is recorded, :class:`WeightsMismatchError` raised, and
         nothing is applied.
         """
-        initializers = self.model.graph.initializers
-        problems = []
-        extra = [name for name in state_dict if name not in initializers]
-        if extra:
-            problems.append(f"not weights of this model: {', '.join(sorted(extra))}")
-        missing = [name for name in self.fake_weights() if name not in state_dict]
-        if missing:
-            problems.append(f"fake weights left without a value: {', '.join(sorted(missing))}")
-        for name, tensor in state_dict.items():
-            value = initializers.get(name)
-            if value is None:
-                continue
-            if not isinstance(tensor, torch.Tensor):
-                problems.append(f"{name} is a {type(tensor).__name__}, not a tensor")
-                continue
-            real = torch.view_as_real(tensor) if tensor.is_complex() else tensor
-            dtype = TORCH_TO_ONNX_DTYPE.get(real.dtype)
-            expected_shape = [int(d) if isinstance(d, int) else str(d) for d in value.shape or []]
-            shape = onnx_shape(real.dtype, list(real.shape))
-            if shape != expected_shape:
-                problems.append(f"{name} has shape {shape}, the model's is {expected_shape}")
-            if dtype != value.dtype:
-                problems.append(
-                    f"{name} has dtype {real.dtype}, the model's is {value.dtype.name.lower()}"  # type: ignore[union-attr]
-                )
-        if problems:
-            ctx = self._context()
-            ctx.fail(
-                "weights-mismatch",
-                WeightsMismatchError,
-                ctx.model_location,
-                problems="; ".join(problems),
-            )
-        for name, tensor in state_dict.items():
-            initializers[name].const_value = torch_tensor_to_ir(tensor, name)
+        self._run([ApplyWeightsPass()], WeightsRequest(self.model, state_dict, self.model_location))
         self.release()
 
     def optimize(self) -> None:
@@ -204,6 +161,7 @@ class ONNXProgram:
             include_initializers,
             keep_initializers_as_inputs,
             external_data,
+            self.model_location,
         )
         self._run([SavePass()], request)
 
@@ -236,7 +194,7 @@ class ONNXProgram:
         request = VerifyRequest(
             self.model,
             self.exported_program,
-            self,
+            self._session_runner(),
             args,
             kwargs,
             reference if reference is not None else self.reference,
@@ -270,38 +228,29 @@ class ONNXProgram:
         configured by ``options`` (providers, session options), on the CPU otherwise.
         """
         self.release()
-        require_real_weights(self._context(), self.model, "run")
         if initializer is None:
-            initializer = functools.partial(_default_session, options=options)
+            initializer = functools.partial(default_session, options=options)
         elif options is not None:
             raise TypeError("give either an initializer or options, not both")
-        if onnx_file.weights_nbytes(self.model) < onnx_file.TWO_GB // 2:
-            self._session = initializer(self.model_proto.SerializeToString())
-            return
-        with tempfile.TemporaryDirectory(prefix="dynamo_onnx_session_") as tmp:
-            path = os.path.join(tmp, "model.onnx")
-            self.save(path, external_data=True)
-            self._session = initializer(path)
+        request = SessionRequest(self.model, initializer, self.model_location)
+        session = self._run([SessionPass()], request).session
+        self._runner = OrtRunner(session, self.exported_program)
+
+    def _session_runner(self) -> OrtRunner:
+        if self._runner is None:
+            self.initialize_inference_session()
+        assert self._runner is not None
+        return self._runner
+
+    @property
+    def _session(self) -> Any:
+        """The ONNX Runtime session, once created (None before and after ``release``)."""
+        return self._runner.session if self._runner is not None else None
 
     def release(self) -> None:
         """Release the inference session and the memory it holds."""
-        self._session = None
+        self._runner = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         """Run the model in ONNX Runtime with torch tensors; returns the outputs as tensors."""
-        if self._session is None:
-            self.initialize_inference_session()
-        inputs = onnx_input_tensors(self.exported_program, args, kwargs)
-        names = [i.name for i in self._session.get_inputs()]
-        feed = {
-            name: to_ort_value(t if isinstance(t, torch.Tensor) else torch.tensor(t))
-            for name, t in zip(names, inputs)
-        }
-        outputs = [from_ort_value(o) for o in self._session.run_with_ort_values(None, feed)]
-        complex_flags = self._complex_outputs
-        return [
-            torch.view_as_complex(o.contiguous())
-            if i < len(complex_flags) and complex_flags[i]
-            else o
-            for i, o in enumerate(outputs)
-        ]
+        return self._session_runner()(*args, **kwargs)

@@ -63,6 +63,9 @@ class PassRecord:
     started: datetime.datetime
     duration_s: float = 0.0
     outcome: str = "running"
+    #: The finding an unexplained exception of the pass became (None when it ended well or
+    #: failed on purpose with ``ctx.fail``).
+    failure: Finding | None = None
 
 
 def _now() -> datetime.datetime:
@@ -256,7 +259,7 @@ class DiagnosticContext:
         except BaseException as exc:
             record.outcome = "failed"
             if not getattr(exc, RECORDED_ATTR, False):
-                self.record_exception(exc, catalog().for_pass(name))
+                record.failure = self.record_exception(exc, catalog().for_pass(name))
             raise
         else:
             record.outcome = "ok"

@@ -1,7 +1,8 @@
 """The shape every pass has, the state an export carries between passes, and the pipeline.
 
 A pass is a small object with a constant ``name`` (the pass name in the reports), the
-``error_type`` an unexplained failure becomes, and ``__call__(ctx, state) -> state``. Like
+``error_type`` an unexplained failure becomes, ``changes_input`` (whether it rewrites what
+it was given in place), and ``__call__(ctx, state) -> state``. Like
 onnx_ir's ``PassBase``, a pass gets what the previous one returned and returns what the next
 one needs; the findings are the record of what happened, never the way passes steer each
 other. :func:`run_pipeline` is the only place that opens ``ctx.pass_``.
@@ -13,8 +14,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from dynamo_onnx.diagnostics import DiagnosticContext, Level, Location
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.diagnostics.context import PassRecord
 from dynamo_onnx.errors import OnnxExporterError
+from dynamo_onnx.rules import catalog
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -22,7 +25,15 @@ if TYPE_CHECKING:
 
     from dynamo_onnx.registry import OnnxRegistry
 
-__all__ = ["ExportRequest", "ExportState", "Pass", "PassName", "ShapeLogRecord", "run_pipeline"]
+__all__ = [
+    "CheckedRequest",
+    "ExportRequest",
+    "ExportState",
+    "Pass",
+    "PassName",
+    "ShapeLogRecord",
+    "run_pipeline",
+]
 
 
 class PassName:
@@ -40,6 +51,8 @@ class PassName:
     WEIGHT_CHECK = "weight-check"
     LOAD_CHECK = "load-check"
     OPTIMIZATION = "optimization"
+    APPLY_WEIGHTS = "apply-weights"
+    SESSION = "session"
     VERIFICATION = "verification"
     SAVE = "save"
 
@@ -82,14 +95,22 @@ class ExportRequest:
 
 
 @dataclasses.dataclass(frozen=True)
-class ExportState:
-    """What the export knows after each pass; each pass returns a new one.
+class CheckedRequest:
+    """The request as the validate pass checked it: what every later pass reads.
 
     Attributes:
-        request: the caller's arguments.
+        model: the caller's model (a module, a callable, or an ``ExportedProgram``); never
+            changed.
         args, kwargs: the example inputs, checked (a tuple and a dict).
+        bound: ``forward`` parameter -> its example input, bound once (empty for an
+            ``ExportedProgram`` or a callable without a signature).
+        opset: the ONNX opset of the result (the default applied).
+        input_names, output_names: the caller's names of the graph's inputs and outputs.
+        model_location: where the model's code starts (its ``forward``), the anchor of
+            findings that have no line of their own.
         registry: the ONNX functions to translate with.
-        dynamic_shapes: torch.export's spec (strings already turned into ``Dim.AUTO``).
+        dynamic_shapes: torch.export's spec, in one normal form (strings turned into
+            ``Dim.AUTO``; "every dimension dynamic" expanded, whichever spelling asked).
         named_spec: the spec with the caller's dimension names (from ``dynamic_shapes`` or
             ``dynamic_axes``), for the names of the ONNX dims.
         requested_dims: (input name, dimension) -> example size, for every dimension asked
@@ -99,15 +120,18 @@ class ExportState:
         all_dims_dynamic: ``dynamic_shapes=True`` or ``ExportOptions(dynamic_shapes=True)``.
         input_labels: ``forward`` parameter -> the name the caller gave that input
             (``input_names``), for messages.
-        exported_program: the captured, then decomposed, program (never the caller's object).
-        shape_log: torch's symbolic-shape log records of the capture that succeeded.
-        dim_names: torch's dimension symbols (``s17``) -> names in the ONNX model.
-        onnx_model: the ONNX model, from translation on.
+        module_functions: group submodule calls into ONNX local functions.
+        custom_opsets: opset versions of custom domains.
     """
 
-    request: ExportRequest
+    model: Any
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    bound: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    opset: int = 18
+    input_names: tuple[str, ...] | None = None
+    output_names: tuple[str, ...] | None = None
+    model_location: Location | None = None
     registry: OnnxRegistry | None = None
     dynamic_shapes: Any = None
     named_spec: Any = None
@@ -115,14 +139,45 @@ class ExportState:
     declared_dims: frozenset[tuple[str, int]] = frozenset()
     all_dims_dynamic: bool = False
     input_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    module_functions: bool = False
+    custom_opsets: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def label(self, input_name: str) -> str:
+        """The caller's name of an input (``input_names``), else the parameter's name."""
+        return self.input_labels.get(input_name, input_name)
+
+    def parameter_names(self, spec: Any) -> Any:
+        """A spec given as a tuple (one entry per input, in order) as a dict by name."""
+        if isinstance(spec, (list, tuple)):
+            return dict(zip(self.bound, spec))
+        return spec
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportState:
+    """What the export knows after each pass; each pass returns a new one.
+
+    Attributes:
+        request: the caller's arguments, as given: only the validate pass reads them.
+        checked: the request as validation checked it, for every later pass.
+        exported_program: the captured, then decomposed, program (never the caller's object).
+        shape_log: torch's symbolic-shape log records of the capture that succeeded.
+        dim_names: torch's dimension symbols (``s17``) -> names in the ONNX model.
+        onnx_model: the ONNX model, from translation on.
+    """
+
+    request: ExportRequest
+    checked: CheckedRequest | None = None
     exported_program: torch.export.ExportedProgram | None = None
     shape_log: tuple[ShapeLogRecord, ...] = ()
     dim_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     onnx_model: ir.Model | None = None
 
-    def label(self, input_name: str) -> str:
-        """The caller's name of an input (``input_names``), else the parameter's name."""
-        return self.input_labels.get(input_name, input_name)
+    @property
+    def valid(self) -> CheckedRequest:
+        """The checked request (the validate pass has run)."""
+        assert self.checked is not None, "the validate pass runs first"
+        return self.checked
 
     def replace(self, **changes: Any) -> ExportState:
         """A copy with ``changes``: passes never change the state they were given."""
@@ -137,6 +192,9 @@ class Pass(Protocol[S]):
 
     name: ClassVar[str]
     error_type: ClassVar[type[OnnxExporterError]]
+    #: Whether the pass changes the object it was given (an ONNX model rewritten in
+    #: place), like onnx_ir's ``in_place``; the reports then describe the model again.
+    changes_input: ClassVar[bool]
 
     def __call__(self, ctx: DiagnosticContext, state: S) -> S: ...
 
@@ -150,9 +208,11 @@ def run_pipeline(ctx: DiagnosticContext, passes: Sequence[Pass[S]], state: S) ->
     the outcome, so the reports recompute success.
     """
     reopened = ctx.finished is not None
+    step: Pass[S] | None = None
+    record: PassRecord | None = None
     try:
         for step in passes:
-            with ctx.pass_(step.name):
+            with ctx.pass_(step.name) as record:
                 state = step(ctx, state)
     except OnnxExporterError as error:
         error.diagnostics = error.diagnostics or ctx
@@ -160,10 +220,9 @@ def run_pipeline(ctx: DiagnosticContext, passes: Sequence[Pass[S]], state: S) ->
             ctx.finish(error)
         raise
     except Exception as exc:
-        failed = ctx.passes[-1].name
-        error_type = next((s.error_type for s in passes if s.name == failed), OnnxExporterError)
-        finding = next(f for f in reversed(ctx.findings) if f.level >= Level.ERROR)
-        error = ctx.error_for([finding], error_type, finding.message)
+        assert step is not None and record is not None
+        finding = record.failure or ctx.record_exception(exc, catalog().for_pass(step.name))
+        error = ctx.error_for([finding], step.error_type, finding.message)
         if reopened:
             ctx.finish(error)
         raise error from exc

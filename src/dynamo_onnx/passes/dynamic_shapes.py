@@ -20,7 +20,6 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.fx import range_bounds, static_size
-from dynamo_onnx.passes.model import forward_signature
 
 __all__ = ["DynamicShapesPass", "dimension_names"]
 
@@ -33,12 +32,13 @@ class DynamicShapesPass:
 
     name: ClassVar[str] = PassName.DYNAMIC_SHAPES
     error_type: ClassVar[type[OnnxExporterError]] = CaptureError
+    changes_input: ClassVar[bool] = False
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         program = state.exported_program
         assert program is not None
         _report_specializations(ctx, program, state)
-        names = dimension_names(program, state.request.model, state.named_spec)
+        names = dimension_names(program, state.valid.parameter_names(state.valid.named_spec))
         _report_narrowing(ctx, program, state, names)
         _report_constant_guards(ctx, program, state)
         return state.replace(dim_names=names)
@@ -90,7 +90,7 @@ def _report_specializations(
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     symbols, guards = _guards(ctx, state.shape_log)
     kept: list[str] = []
-    for (input_name, dim), example in state.requested_dims.items():
+    for (input_name, dim), example in state.valid.requested_dims.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
         if not isinstance(val, torch.Tensor) or dim >= val.dim():
@@ -98,7 +98,7 @@ def _report_specializations(
         value = static_size(val.shape[dim])
         if value is None:
             continue
-        declared = (input_name, dim) in state.declared_dims
+        declared = (input_name, dim) in state.valid.declared_dims
         if declared and example in (0, 1):
             continue  # torch's 0/1 rule, not a line of the model: DO105 says it
         symbol = symbols.get((input_name, dim))
@@ -109,12 +109,12 @@ def _report_specializations(
         guard, where = culprit if culprit is not None else ("unknown", None)
         if not declared:
             because = f", because of `{guard}` at {ctx.display(where)}" if where else ""
-            kept.append(f"`{state.label(input_name)}` dimension {dim} = {value}{because}")
+            kept.append(f"`{state.valid.label(input_name)}` dimension {dim} = {value}{because}")
             continue
         ctx.record(
             "dynamic-dim-specialized",
             locations=[where],
-            input=state.label(input_name),
+            input=state.valid.label(input_name),
             dim=dim,
             value=value,
             guard=guard,
@@ -124,12 +124,9 @@ def _report_specializations(
         ctx.record("dynamic-dims-kept-static", count=len(kept), dims="; ".join(kept))
 
 
-def _asked_range(spec: Any, model: Any, input_name: str, dim: int) -> tuple[int, int | None]:
-    """The range the caller asked for a dimension: a ``Dim``'s min and max, else [2, inf)
-    (torch.export never makes sizes 0 and 1 dynamic)."""
-    if isinstance(spec, (list, tuple)):
-        signature = forward_signature(model)
-        spec = dict(zip(list(signature.parameters) if signature else [], spec))
+def _asked_range(spec: Any, input_name: str, dim: int) -> tuple[int, int | None]:
+    """The range the caller asked for a dimension (``spec`` by parameter name): a ``Dim``'s
+    min and max, else [2, inf) (torch.export never makes sizes 0 and 1 dynamic)."""
     dims = spec.get(input_name) if isinstance(spec, dict) else None
     asked = dims.get(dim) if isinstance(dims, dict) else None
     if asked is None and isinstance(dims, (list, tuple)) and dim < len(dims):
@@ -148,12 +145,12 @@ def _report_narrowing(
 ) -> None:
     """A warning for each requested-dynamic dimension that torch.export kept dynamic over a
     narrower range than asked, or only as a multiple of a number."""
-    if not state.requested_dims:
+    if not state.valid.requested_dims:
         return
     ranges = {str(symbol): vr for symbol, vr in program.range_constraints.items()}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     reported: set[str] = set()
-    for (input_name, dim), _ in state.requested_dims.items():
+    for (input_name, dim), _ in state.valid.requested_dims.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
         if not isinstance(val, torch.Tensor) or dim >= val.dim():
@@ -175,7 +172,8 @@ def _report_narrowing(
             else f"{input_name}_dim_{dim}"
         )
         # the spec capture used: the caller's, or torch's refinement of it (DO125)
-        low, high = _asked_range(state.dynamic_shapes, state.request.model, input_name, dim)
+        spec = state.valid.parameter_names(state.valid.dynamic_shapes)
+        low, high = _asked_range(spec, input_name, dim)
         got_low, got_high = range_bounds(ranges[symbol])
         parts = []
         if expression != symbol:  # e.g. 32*s12: only multiples are accepted
@@ -189,7 +187,7 @@ def _report_narrowing(
             )
         else:
             if _report_divisibility(
-                ctx, state.shape_log, state.label(input_name), dim, symbol, name
+                ctx, state.shape_log, state.valid.label(input_name), dim, symbol, name
             ):
                 continue
             narrower_low = got_low is not None and got_low > low
@@ -209,7 +207,7 @@ def _report_narrowing(
         guard, where = _narrowing_guard(ctx, state.shape_log, symbol)
         _narrowed(
             ctx,
-            state.label(input_name),
+            state.valid.label(input_name),
             dim,
             valid,
             guard,
@@ -305,13 +303,13 @@ def _report_constant_guards(
     shared symbols, divisibility has its own finding); the line is the guard's in torch's
     log, matched by its constant.
     """
-    if not state.requested_dims:
+    if not state.valid.requested_dims:
         return
     for code in getattr(program, "_guards_code", None) or ():
         found = _CONSTANT_GUARD.match(str(code))
         if found is None or _BARE_SIZE.match(found["expr"]) or "%" in found["expr"]:
             continue
-        condition = _INPUT.sub(lambda m: state.label(m[1]), str(code))
+        condition = _INPUT.sub(lambda m: state.valid.label(m[1]), str(code))
         first = _INPUT_SIZE.search(str(code))
         input_name, dim = (first[1], int(first[2])) if first else ("?", 0)
         guard, where = _constant_guard_line(ctx, state.shape_log, found["value"])
@@ -325,7 +323,7 @@ def _report_constant_guards(
         )
         _narrowed(
             ctx,
-            state.label(input_name),
+            state.valid.label(input_name),
             dim,
             f"sizes where `{condition}` (the ONNX model uses {found['value']} at every size)",
             guard or condition,
@@ -382,12 +380,9 @@ def _narrowing_guard(
     return found
 
 
-def _given_names(spec: Any, model: Any) -> dict[tuple[str, int], str]:
-    """(input name, dimension) -> the name the caller gave it, for top-level tensor inputs."""
-    if isinstance(spec, (list, tuple)):
-        signature = forward_signature(model)
-        params = list(signature.parameters) if signature is not None else []
-        spec = dict(zip(params, spec))
+def _given_names(spec: Any) -> dict[tuple[str, int], str]:
+    """(input name, dimension) -> the name the caller gave it (``spec`` by parameter name),
+    for top-level tensor inputs."""
     names: dict[tuple[str, int], str] = {}
     if not isinstance(spec, dict):
         return names
@@ -405,10 +400,10 @@ def _given_names(spec: Any, model: Any) -> dict[tuple[str, int], str]:
     return names
 
 
-def dimension_names(program: torch.export.ExportedProgram, model: Any, spec: Any) -> dict[str, str]:
-    """torch's symbols (``s17``) -> names for the ONNX dims: the caller's, else
-    ``<input>_dim_<i>``."""
-    given = _given_names(spec, model) if spec is not None and spec is not True else {}
+def dimension_names(program: torch.export.ExportedProgram, spec: Any) -> dict[str, str]:
+    """torch's symbols (``s17``) -> names for the ONNX dims: the caller's (``spec`` by
+    parameter name), else ``<input>_dim_<i>``."""
+    given = _given_names(spec) if spec is not None and spec is not True else {}
     user_inputs = {
         s.arg.name
         for s in program.graph_signature.input_specs

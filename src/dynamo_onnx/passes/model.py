@@ -58,11 +58,11 @@ def forward_signature(model: Any) -> inspect.Signature | None:
 
 def code_location(model: Any) -> Location | None:
     """Where the model's code starts: its class's ``forward``, or the function itself."""
-    code_owner = type(model).forward if isinstance(model, torch.nn.Module) else model
     try:
+        code_owner = type(model).forward if isinstance(model, torch.nn.Module) else model
         path = inspect.getsourcefile(code_owner)
         _, line = inspect.getsourcelines(code_owner)
-    except (TypeError, OSError):
+    except (TypeError, OSError, AttributeError):  # builtins, ScriptModules, no source
         return None
     return Location(path, line, getattr(code_owner, "__name__", None)) if path else None
 

@@ -12,26 +12,13 @@ from typing import ClassVar
 
 import onnx_ir as ir
 
-from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.errors import FakeWeightsError, OnnxExporterError, SaveError, SerializationError
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.errors import OnnxExporterError, SaveError, SerializationError
 from dynamo_onnx.io import onnx_file
 from dynamo_onnx.passes.base import PassName
+from dynamo_onnx.passes.real_weights import require_real_weights
 
-__all__ = ["SavePass", "SaveRequest", "require_real_weights"]
-
-
-def require_real_weights(ctx: DiagnosticContext, model: ir.Model, action: str) -> None:
-    """Fail with DO403 when the model's weights are fake (meta): they cannot be saved or run."""
-    fake = onnx_file.fake_weight_names(model)
-    if fake:
-        ctx.fail(
-            "fake-weights",
-            FakeWeightsError,
-            ctx.model_location,
-            count=len(fake),
-            name=fake[0],
-            action=action,
-        )
+__all__ = ["SavePass", "SaveRequest"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +30,7 @@ class SaveRequest:
     include_initializers: bool = True
     keep_initializers_as_inputs: bool = False
     external_data: bool | None = None
+    model_location: Location | None = None
 
 
 class SavePass:
@@ -50,10 +38,11 @@ class SavePass:
 
     name: ClassVar[str] = PassName.SAVE
     error_type: ClassVar[type[OnnxExporterError]] = SerializationError
+    changes_input: ClassVar[bool] = False
 
     def __call__(self, ctx: DiagnosticContext, request: SaveRequest) -> SaveRequest:
         if request.include_initializers:
-            require_real_weights(ctx, request.model, "save")
+            require_real_weights(ctx, request.model, "save", request.model_location)
         path = os.fspath(request.destination)
         cause = onnx_file.unwritable(path)
         if cause is None:

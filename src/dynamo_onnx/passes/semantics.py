@@ -50,11 +50,12 @@ class SemanticsPass:
 
     name: ClassVar[str] = PassName.SEMANTICS
     error_type: ClassVar[type[OnnxExporterError]] = OnnxExporterError
+    changes_input: ClassVar[bool] = False
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         program = state.exported_program
         assert program is not None
-        model = state.request.model
+        model = state.valid.model
         # Training mode first: it is the cause of the buffer updates and random draws of
         # the modules it names, which are not reported again (one cause, one finding,
         # and the first fix a gate shows is ``model.eval()``).

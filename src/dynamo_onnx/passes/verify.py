@@ -23,6 +23,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
+from dynamo_onnx.io.runner import Runner
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.fx import random_outputs, range_bounds
 from dynamo_onnx.registry import target_name
@@ -87,14 +88,14 @@ def compare(
 class VerifyRequest:
     """What to verify: the model, the program it came from, how to run it, on what inputs.
 
-    ``run`` runs the ONNX model in ONNX Runtime (``ONNXProgram.__call__``); ``reference``
+    ``run`` runs the ONNX model in ONNX Runtime (a session the session pass made); ``reference``
     computes the eager outputs (default: the exported program's module). The pass fills in
     ``comparisons``.
     """
 
     model: ir.Model
     exported_program: torch.export.ExportedProgram | None
-    run: Callable[..., list[torch.Tensor]]
+    run: Runner
     args: Sequence[Any] = ()
     kwargs: Mapping[str, Any] | None = None
     reference: Callable[..., Any] | None = None
@@ -111,6 +112,7 @@ class VerifyPass:
 
     name: ClassVar[str] = PassName.VERIFICATION
     error_type: ClassVar[type[OnnxExporterError]] = VerificationError
+    changes_input: ClassVar[bool] = False
 
     def __call__(self, ctx: DiagnosticContext, request: VerifyRequest) -> VerifyRequest:
         comparisons = _verify(ctx, request)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import inspect
 import logging
 import traceback
 from collections.abc import Iterator, Mapping
@@ -170,12 +171,13 @@ class CapturePass:
 
     name: ClassVar[str] = PassName.CAPTURE
     error_type: ClassVar[type[OnnxExporterError]] = CaptureError
+    changes_input: ClassVar[bool] = False
 
     def __init__(self, strategies: tuple[TorchExportStrategy, ...] = STRATEGIES) -> None:
         self.strategies = strategies
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        model = state.request.model
+        model = state.valid.model
         if isinstance(model, torch.export.ExportedProgram):
             ctx.record(
                 "capture-strategy-succeeded",
@@ -183,7 +185,7 @@ class CapturePass:
                 nodes=len(model.graph.nodes),
             )
             program = copy_program(model)
-            _check_outputs(ctx, program)
+            _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(exported_program=program)
         module = as_module(model)
         widened = _widened_capture(ctx, self.strategies[0], module, state)
@@ -191,19 +193,24 @@ class CapturePass:
             return widened
         _report_size_one(ctx, state)
         causes: list[str] = []
+        first_line: Location | None = None  # the user's line of the first failure
         known: tuple[KnownCause, Location | None, str] | None = None
         for strategy in self.strategies:
             shape_log = _ShapeLog()
-            spec = state.dynamic_shapes
+            spec = state.valid.dynamic_shapes
             try:
                 with shape_log.listening():
                     try:
-                        program = strategy.capture(module, state.args, state.kwargs, spec)
+                        program = strategy.capture(
+                            module, state.valid.args, state.valid.kwargs, spec
+                        )
                     except Exception as exc:  # noqa: BLE001 - retried once with torch's fixes
                         refined = _refined(exc, spec)
                         if refined is None:
                             raise
-                        program = strategy.capture(module, state.args, state.kwargs, refined)
+                        program = strategy.capture(
+                            module, state.valid.args, state.valid.kwargs, refined
+                        )
                         _report_refined(ctx, exc, refined, shape_log.records)
                         spec = refined
             except Exception as exc:  # noqa: BLE001 - each failure is a finding
@@ -213,6 +220,8 @@ class CapturePass:
                 recognized = known_cause(type(exc).__name__, str(exc))
                 if known is None and recognized is not None:
                     known = (recognized, ctx.user_frame(frames), cause)
+                if len(causes) == 1:
+                    first_line = ctx.user_frame(frames)
                 ctx.record(
                     "capture-strategy-failed",
                     locations=[ctx.user_frame(frames)],
@@ -227,9 +236,11 @@ class CapturePass:
                 strategy=strategy.label,
                 nodes=len(program.graph.nodes),
             )
-            _check_outputs(ctx, program)
+            _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(
-                exported_program=program, shape_log=tuple(shape_log.records), dynamic_shapes=spec
+                checked=dataclasses.replace(state.valid, dynamic_shapes=spec),
+                exported_program=program,
+                shape_log=tuple(shape_log.records),
             )
         if known is not None:
             recognized, where, cause = known
@@ -241,11 +252,10 @@ class CapturePass:
                 cause=cause,
                 **dict(recognized.fields),
             )
-        first = ctx.by_rule("capture-strategy-failed")
         ctx.fail(
             "capture-failed",
             CaptureError,
-            first[0].primary if first else None,
+            first_line,
             cause="no strategy could capture it:\n" + "\n".join(f"  - {c}" for c in causes),
         )
 
@@ -254,8 +264,8 @@ def _size_one_dims(state: ExportState) -> list[tuple[str, int]]:
     """Dimensions the caller declared dynamic whose example has size 1."""
     return [
         key
-        for key, size in state.requested_dims.items()
-        if size == 1 and key in state.declared_dims
+        for key, size in state.valid.requested_dims.items()
+        if size == 1 and key in state.valid.declared_dims
     ]
 
 
@@ -276,30 +286,30 @@ def _widened_capture(
     at size 2 is captured as given instead, and the dimension is a DO105 warning.
     """
     ones = _size_one_dims(state)
-    signature = forward_signature(state.request.model)
+    signature = forward_signature(state.valid.model)
     if not ones or signature is None:
         return None
-    bound = signature.bind(*state.args, **state.kwargs)
+    bound = inspect.BoundArguments(signature, dict(state.valid.bound))  # type: ignore[arg-type]
     for name, dim in ones:
         value = bound.arguments[name]
         bound.arguments[name] = torch.cat([value, value], dim=dim)
     shape_log = _ShapeLog()
     try:
         with shape_log.listening():
-            program = strategy.capture(module, bound.args, bound.kwargs, state.dynamic_shapes)
+            program = strategy.capture(module, bound.args, bound.kwargs, state.valid.dynamic_shapes)
     except Exception:  # noqa: BLE001 - captured as given instead, with DO105
         return None
     for name, dim in ones:
         ctx.record(
             "dynamic-dim-example-widened",
             locations=[ctx.call_site],
-            input=state.label(name),
+            input=state.valid.label(name),
             dim=dim,
         )
     ctx.record(
         "capture-strategy-succeeded", strategy=strategy.label, nodes=len(program.graph.nodes)
     )
-    _check_outputs(ctx, program)
+    _check_outputs(ctx, program, state.valid.model_location)
     return state.replace(exported_program=program, shape_log=tuple(shape_log.records))
 
 
@@ -309,7 +319,7 @@ def _report_size_one(ctx: DiagnosticContext, state: ExportState) -> None:
         ctx.record(
             "dynamic-dim-example-too-small",
             locations=[ctx.call_site],
-            input=state.label(name),
+            input=state.valid.label(name),
             dim=dim,
             size=1,
         )
@@ -362,7 +372,9 @@ def _report_refined(
     )
 
 
-def _check_outputs(ctx: DiagnosticContext, ep: torch.export.ExportedProgram) -> None:
+def _check_outputs(
+    ctx: DiagnosticContext, ep: torch.export.ExportedProgram, model_location: Location | None
+) -> None:
     """Every user output of the captured program is a tensor (or a symbolic integer)."""
     user = [s for s in ep.graph_signature.output_specs if s.kind == gs.OutputKind.USER_OUTPUT]
     for index, spec in enumerate(user):
@@ -370,7 +382,7 @@ def _check_outputs(ctx: DiagnosticContext, ep: torch.export.ExportedProgram) -> 
             ctx.fail(
                 "non-tensor-output",
                 CaptureError,
-                ctx.model_location,
+                model_location,
                 index=index,
                 what=describe_value(spec.arg.value),
             )

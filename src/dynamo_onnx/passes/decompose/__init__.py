@@ -48,9 +48,10 @@ class DecomposePass:
 
     name: ClassVar[str] = PassName.DECOMPOSITION
     error_type: ClassVar[type[OnnxExporterError]] = DecompositionError
+    changes_input: ClassVar[bool] = False
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        ep, registry = state.exported_program, state.registry
+        ep, registry = state.exported_program, state.valid.registry
         assert ep is not None and registry is not None
         rewrite_aliases(ep)
         reason = retrace_reason(ep, registry)

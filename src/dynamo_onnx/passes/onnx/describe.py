@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from dynamo_onnx.diagnostics.summary import ModelSummary, ValueSummary
+from dynamo_onnx.diagnostics.summary import ExportSummary, ModelSummary, ValueSummary
 from dynamo_onnx.io.onnx_file import weights_nbytes
 
-__all__ = ["describe_model", "describe_value"]
+__all__ = ["describe_into", "describe_model", "describe_value"]
 
 
 def describe_model(model: ir.Model) -> ModelSummary:
@@ -27,3 +27,11 @@ def describe_value(value: ir.Value) -> ValueSummary:
     dims = [str(d) for d in value.shape] if value.shape is not None else ["?"]
     dtype = value.dtype.name.lower() if value.dtype is not None else "?"
     return ValueSummary(value.name or "", dtype, "[" + ", ".join(dims) + "]")
+
+
+def describe_into(summary: ExportSummary, model: ir.Model) -> None:
+    """Describe ``model`` in the reports' summary: called after the last pass that changed
+    it, so the reports describe the model that was saved and is run."""
+    summary.model = describe_model(model)
+    summary.inputs = [describe_value(v) for v in model.graph.inputs]
+    summary.outputs = [describe_value(v) for v in model.graph.outputs]

@@ -149,9 +149,10 @@ class FinalizePass:
 
     name: ClassVar[str] = PassName.FINALIZE
     error_type: ClassVar[type[OnnxExporterError]] = SerializationError
+    changes_input: ClassVar[bool] = True
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        model, registry, request = state.onnx_model, state.registry, state.request
+        model, registry, request = state.onnx_model, state.valid.registry, state.valid
         assert model is not None and registry is not None
         for option, names, values in (
             ("input_names", request.input_names, model.graph.inputs),

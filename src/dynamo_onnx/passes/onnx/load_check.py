@@ -44,6 +44,7 @@ class LoadCheckPass:
 
     name: ClassVar[str] = PassName.LOAD_CHECK
     error_type: ClassVar[type[OnnxExporterError]] = SerializationError
+    changes_input: ClassVar[bool] = False
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         model = state.onnx_model

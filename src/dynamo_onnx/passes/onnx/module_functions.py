@@ -37,11 +37,12 @@ class ModuleFunctionsPass:
 
     name: ClassVar[str] = PassName.MODULE_FUNCTIONS
     error_type: ClassVar[type[OnnxExporterError]] = SerializationError
+    changes_input: ClassVar[bool] = True
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         model = state.onnx_model
         assert model is not None
-        if not state.request.module_functions:
+        if not state.valid.module_functions:
             return state
         before = len(model.functions)
         skipped = group_modules(model)

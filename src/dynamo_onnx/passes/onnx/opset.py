@@ -35,9 +35,10 @@ class OpsetConversionPass:
 
     name: ClassVar[str] = PassName.OPSET_CONVERSION
     error_type: ClassVar[type[OnnxExporterError]] = SerializationError
+    changes_input: ClassVar[bool] = True
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        model, target = state.onnx_model, state.request.opset_version
+        model, target = state.onnx_model, state.valid.opset
         assert model is not None
         if target is not None and target != model.opset_imports.get(""):
             _convert_opset(ctx, model, target)

@@ -51,6 +51,7 @@ class OptimizePass:
 
     name: ClassVar[str] = PassName.OPTIMIZATION
     error_type: ClassVar[type[OnnxExporterError]] = OptimizationError
+    changes_input: ClassVar[bool] = True
 
     def __call__(self, ctx: DiagnosticContext, model: ir.Model) -> ir.Model:
         before = count_nodes(model)

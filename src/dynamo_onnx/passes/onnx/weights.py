@@ -1,4 +1,5 @@
-"""The weight-check pass: a warning for every weight holding NaN or inf (DO401).
+"""The weight passes: a warning for every weight holding NaN or inf (DO401, weight-check), and
+``ONNXProgram.apply_weights`` as the apply-weights pass (DO404).
 
 A checkpoint with a NaN exports fine and computes NaN in production; the export is the last
 place the weights are seen as a whole. Fake (meta) weights hold no values and are skipped.
@@ -6,16 +7,20 @@ place the weights are seen as a whole. Fake (meta) weights hold no values and ar
 
 from __future__ import annotations
 
-from typing import ClassVar
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import onnx_ir as ir
 import torch
 
-from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.errors import OnnxExporterError, SerializationError
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.errors import OnnxExporterError, SerializationError, WeightsMismatchError
+from dynamo_onnx.io import onnx_file
 from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE, onnx_shape, torch_tensor_to_ir
 
-__all__ = ["WeightCheckPass"]
+__all__ = ["ApplyWeightsPass", "WeightCheckPass", "WeightsRequest", "weight_problems"]
 
 
 class WeightCheckPass:
@@ -23,6 +28,7 @@ class WeightCheckPass:
 
     name: ClassVar[str] = PassName.WEIGHT_CHECK
     error_type: ClassVar[type[OnnxExporterError]] = SerializationError
+    changes_input: ClassVar[bool] = False
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         assert state.onnx_model is not None
@@ -61,3 +67,68 @@ def _count_non_finite(tensor: torch.Tensor, chunk: int = 1 << 20) -> int:
         int((~torch.isfinite(flat[start : start + chunk])).sum())
         for start in range(0, flat.numel(), chunk)
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsRequest:
+    """``ONNXProgram.apply_weights``'s arguments: the model and the tensors by name."""
+
+    model: ir.Model
+    state_dict: Mapping[str, Any]
+    model_location: Location | None = None
+
+
+class ApplyWeightsPass:
+    """Replace the model's initializers with the given tensors, by name, in place.
+
+    Every name must be an initializer, every fake initializer must be given, and shapes and
+    dtypes must match; otherwise DO404 names every problem and nothing is applied.
+    """
+
+    name: ClassVar[str] = PassName.APPLY_WEIGHTS
+    error_type: ClassVar[type[OnnxExporterError]] = WeightsMismatchError
+    changes_input: ClassVar[bool] = True
+
+    def __call__(self, ctx: DiagnosticContext, request: WeightsRequest) -> WeightsRequest:
+        problems = weight_problems(request.model, request.state_dict)
+        if problems:
+            ctx.fail(
+                "weights-mismatch",
+                WeightsMismatchError,
+                request.model_location,
+                problems="; ".join(problems),
+            )
+        initializers = request.model.graph.initializers
+        for name, tensor in request.state_dict.items():
+            initializers[name].const_value = torch_tensor_to_ir(tensor, name)
+        return request
+
+
+def weight_problems(model: ir.Model, state_dict: Mapping[str, Any]) -> list[str]:
+    """What keeps ``state_dict`` from replacing the model's weights (empty when it fits)."""
+    initializers = model.graph.initializers
+    problems = []
+    extra = [name for name in state_dict if name not in initializers]
+    if extra:
+        problems.append(f"not weights of this model: {', '.join(sorted(extra))}")
+    missing = [name for name in onnx_file.fake_weight_names(model) if name not in state_dict]
+    if missing:
+        problems.append(f"fake weights left without a value: {', '.join(sorted(missing))}")
+    for name, tensor in state_dict.items():
+        value = initializers.get(name)
+        if value is None:
+            continue
+        if not isinstance(tensor, torch.Tensor):
+            problems.append(f"{name} is a {type(tensor).__name__}, not a tensor")
+            continue
+        real = torch.view_as_real(tensor) if tensor.is_complex() else tensor
+        dtype = TORCH_TO_ONNX_DTYPE.get(real.dtype)
+        expected_shape = [int(d) if isinstance(d, int) else str(d) for d in value.shape or []]
+        shape = onnx_shape(real.dtype, list(real.shape))
+        if shape != expected_shape:
+            problems.append(f"{name} has shape {shape}, the model's is {expected_shape}")
+        if dtype != value.dtype:
+            problems.append(
+                f"{name} has dtype {real.dtype}, the model's is {value.dtype.name.lower()}"  # type: ignore[union-attr]
+            )
+    return problems

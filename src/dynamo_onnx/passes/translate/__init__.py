@@ -17,7 +17,6 @@ from torch.export import graph_signature as gs
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import OnnxExporterError, TranslationError
-from dynamo_onnx.options import DEFAULT_OPSET
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.metadata import FX_NODE_NAME
 from dynamo_onnx.passes.translate import problems
@@ -45,16 +44,17 @@ class TranslatePass:
 
     name: ClassVar[str] = PassName.TRANSLATION
     error_type: ClassVar[type[OnnxExporterError]] = TranslationError
+    changes_input: ClassVar[bool] = False
 
     def __init__(self, decompose: Decompose | None = None) -> None:
         self.decompose = decompose
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         ep = state.exported_program
-        registry = state.registry
+        registry = state.valid.registry
         assert ep is not None and registry is not None
-        check_dtypes(ctx, ep)
-        opset = state.request.opset_version or DEFAULT_OPSET
+        check_dtypes(ctx, ep, state.valid.model_location)
+        opset = state.valid.opset
         graph = ir.Graph([], [], nodes=[], name="main_graph")
         model = ir.Model(
             graph, ir_version=10, producer_name="dynamo-onnx", producer_version=package_version()

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from dynamo_onnx.diagnostics import DiagnosticContext, Finding
+from dynamo_onnx.diagnostics import DiagnosticContext, Finding, Location
 from dynamo_onnx.errors import TranslationError
 from dynamo_onnx.passes.fx import graph_modules
 from dynamo_onnx.passes.metadata import node_source
@@ -51,11 +51,16 @@ def _what(node: torch.fx.Node, inputs: dict[str, str]) -> str:
 
 
 def dtype_finding(
-    ctx: DiagnosticContext, node: torch.fx.Node, dtype: torch.dtype, what: str | None = None
+    ctx: DiagnosticContext,
+    node: torch.fx.Node,
+    dtype: torch.dtype,
+    what: str | None = None,
+    fallback: Location | None = None,
 ) -> Finding:
-    """DO309 for one node (weights and inputs point at the model's class)."""
+    """DO309 for one node (weights and inputs, which have no line, point at ``fallback``:
+    the model's class)."""
     source = node_source(ctx, node)
-    location = source.primary or ctx.model_location
+    location = source.primary or fallback
     return ctx.record(
         "dtype-not-in-onnx",
         locations=[location],
@@ -71,7 +76,9 @@ def dtype_finding(
     )
 
 
-def check_dtypes(ctx: DiagnosticContext, ep: torch.export.ExportedProgram) -> None:
+def check_dtypes(
+    ctx: DiagnosticContext, ep: torch.export.ExportedProgram, model_location: Location | None
+) -> None:
     """Record DO309 for each node with a dtype ONNX lacks, and raise once if any.
 
     A weight or input has no stack of its own: its finding points at the model's class."""
@@ -85,7 +92,9 @@ def check_dtypes(ctx: DiagnosticContext, ep: torch.export.ExportedProgram) -> No
         for node in gm.graph.nodes:
             dtype = _foreign_dtype(node)
             if dtype is not None:
-                findings.append(dtype_finding(ctx, node, dtype, _what(node, inputs)))
+                findings.append(
+                    dtype_finding(ctx, node, dtype, _what(node, inputs), model_location)
+                )
     if len(findings) == 1:
         ctx.raise_for(findings, TranslationError, findings[0].message)
     if findings:

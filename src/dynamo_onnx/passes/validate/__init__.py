@@ -8,6 +8,7 @@ the dynamic-shape spec in torch.export's terms, and the registry to translate wi
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -23,14 +24,15 @@ from dynamo_onnx.errors import (
     OnnxExporterError,
 )
 from dynamo_onnx.options import (
+    DEFAULT_OPSET,
     ExportOptions,
     OptionProblem,
     diagnostic_options_problem,
     export_options_problem,
     opset_problem,
 )
-from dynamo_onnx.passes.base import ExportState, PassName
-from dynamo_onnx.passes.model import as_module, code_location, describe_value, forward_signature
+from dynamo_onnx.passes.base import CheckedRequest, ExportState, PassName
+from dynamo_onnx.passes.model import code_location, describe_value, forward_signature
 from dynamo_onnx.passes.validate import torch_onnx
 from dynamo_onnx.registry import OnnxRegistry
 
@@ -74,6 +76,7 @@ class ValidatePass:
     name: ClassVar[str] = PassName.VALIDATE
     #: Anything unexpected here is an internal error (DO900); bad input fails on purpose.
     error_type: ClassVar[type[OnnxExporterError]] = OnnxExporterError
+    changes_input: ClassVar[bool] = False
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         request = state.request
@@ -93,10 +96,20 @@ class ValidatePass:
         registry = request.registry if request.registry is not None else OnnxRegistry()
         if request.custom_translation_table:
             registry = torch_onnx.register_translations(registry, request.custom_translation_table)
+        checked = CheckedRequest(
+            request.model,
+            args,
+            kwargs,
+            opset=request.opset_version if request.opset_version is not None else DEFAULT_OPSET,
+            input_names=_names(request.input_names),
+            output_names=_names(request.output_names),
+            registry=registry,
+            module_functions=bool(request.module_functions),
+            custom_opsets=dict(request.custom_opsets or {}),
+        )
         if isinstance(request.model, torch.export.ExportedProgram):
-            return state.replace(args=args, kwargs=kwargs, registry=registry)
-        ctx.model_location = code_location(request.model)
-        _check_inputs(ctx, request.model, args, kwargs, request.torch_onnx is not None)
+            return state.replace(checked=checked)
+        bound = _check_inputs(ctx, request.model, args, kwargs, request.torch_onnx is not None)
         spec = request.dynamic_shapes
         if request.dynamic_axes is not None:
             if spec is not None:
@@ -107,24 +120,23 @@ class ValidatePass:
                     problem="is given together with dynamic_shapes",
                     allowed="give one of them: dynamic_shapes (preferred) or dynamic_axes",
                 )
+            signature = forward_signature(request.model)
             spec = torch_onnx.dynamic_axes_to_shapes(
                 ctx,
                 request.dynamic_axes,
                 request.input_names,
-                request.model,
-                args,
-                kwargs,
-                forward_signature(request.model),
+                list(signature.parameters) if signature is not None else [],
+                list(bound),
             )
         options = request.export_options
         # Two spellings of one request: every dimension dynamic where the model allows it.
         everything = spec is True or (isinstance(options, ExportOptions) and options.dynamic_shapes)
         if everything:
-            spec = _all_dimensions_dynamic(request.model, args, kwargs)
+            spec = {name: _auto_spec(value) for name, value in bound.items()}
         named_spec = spec
         spec = normalize_dynamic_shapes(spec)
-        requested = _requested_dynamic(spec, request.model, args, kwargs)
-        labels = _input_labels(request.model, args, kwargs, request.input_names)
+        requested = _requested_dynamic(spec, bound)
+        labels = _input_labels(bound, request.input_names)
         if not everything:  # there, a size-1 dimension is one the model may keep static
             for (input_name, dim), size in requested.items():
                 if size == 0:  # size 1: capture traces it at size 2 (DO129), or says DO105
@@ -135,10 +147,10 @@ class ValidatePass:
                         dim=dim,
                         size=size,
                     )
-        return state.replace(
-            args=args,
-            kwargs=kwargs,
-            registry=registry,
+        checked = dataclasses.replace(
+            checked,
+            bound=bound,
+            model_location=code_location(request.model),
             dynamic_shapes=spec,
             named_spec=named_spec,
             requested_dims=requested,
@@ -146,6 +158,12 @@ class ValidatePass:
             all_dims_dynamic=bool(everything),
             input_labels=labels,
         )
+        return state.replace(checked=checked)
+
+
+def _names(names: Any) -> tuple[str, ...] | None:
+    """``input_names``/``output_names`` (already checked to be strings) as a tuple."""
+    return tuple(str(n) for n in names) if names else None
 
 
 def _fail_option(ctx: DiagnosticContext, problem: OptionProblem | None) -> None:
@@ -262,14 +280,14 @@ def _check_inputs(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     via_export: bool,
-) -> None:
-    """Fail early, with the names, when the inputs do not fit ``forward``'s signature."""
+) -> dict[str, Any]:
+    """``forward``'s parameters bound to the inputs (bound once, here, for every pass);
+    fails early, with the names, when the inputs do not fit its signature."""
     signature = forward_signature(model)
     if signature is None:  # builtins without a signature: let torch.export judge
-        return
+        return {}
     try:
-        signature.bind(*args, **kwargs)
-        return
+        return dict(signature.bind(*args, **kwargs).arguments)
     except TypeError as exc:
         reason = str(exc)
     accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
@@ -294,17 +312,10 @@ def _check_inputs(
     )
 
 
-def _input_labels(
-    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], input_names: Any
-) -> dict[str, str]:
+def _input_labels(bound: Mapping[str, Any], input_names: Any) -> dict[str, str]:
     """``forward`` parameter -> the caller's name for it in ``input_names`` (which name the
     ONNX inputs: the tensors among the inputs, in order), for the top-level tensor inputs."""
-    signature = forward_signature(model)
-    if not input_names or signature is None:
-        return {}
-    try:
-        bound = signature.bind(*args, **kwargs).arguments
-    except TypeError:
+    if not input_names:
         return {}
     labels: dict[str, str] = {}
     position = 0
@@ -317,6 +328,12 @@ def _input_labels(
 
 
 def _auto_spec(value: Any) -> Any:
+    """``dynamic_shapes=True`` for one input: every dimension of every tensor dynamic.
+
+    ``Dim.AUTO`` lets torch.export keep a dimension static where the model requires it (the
+    8 input features of a Linear(8, ...)) instead of failing; the seed's "most compatible"
+    meaning.
+    """
     if isinstance(value, torch.Tensor):
         return {dim: torch.export.Dim.AUTO for dim in range(value.dim())} or None
     if isinstance(value, (list, tuple)):
@@ -324,17 +341,6 @@ def _auto_spec(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _auto_spec(v) for k, v in value.items()}
     return None
-
-
-def _all_dimensions_dynamic(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    """``dynamic_shapes=True``: every dimension of every tensor input dynamic.
-
-    ``Dim.AUTO`` lets torch.export keep a dimension static where the model requires it (the
-    8 input features of a Linear(8, ...)) instead of failing; the seed's "most compatible"
-    meaning.
-    """
-    bound = inspect.signature(as_module(model).forward).bind(*args, **kwargs)
-    return {name: _auto_spec(value) for name, value in bound.arguments.items()}
 
 
 def normalize_dynamic_shapes(spec: Any) -> Any:
@@ -353,16 +359,9 @@ def normalize_dynamic_shapes(spec: Any) -> Any:
     return spec
 
 
-def _requested_dynamic(
-    spec: Any, model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> dict[tuple[str, int], int]:
+def _requested_dynamic(spec: Any, bound: Mapping[str, Any]) -> dict[tuple[str, int], int]:
     """(input name, dimension) -> example size, for every dimension the spec makes dynamic."""
-    signature = forward_signature(model)
-    if spec is None or signature is None:
-        return {}
-    try:
-        bound = signature.bind(*args, **kwargs).arguments
-    except TypeError:
+    if spec is None or not bound:
         return {}
     if isinstance(spec, (list, tuple)):
         spec = dict(zip(bound, spec))

@@ -9,7 +9,6 @@ warning for ``dynamo=False``), or would change the model if ignored and is an
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -187,10 +186,8 @@ def dynamic_axes_to_shapes(
     ctx: DiagnosticContext,
     dynamic_axes: Mapping[str, Any],
     input_names: Sequence[str] | None,
-    model: Any,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    signature: inspect.Signature | None,
+    params: Sequence[str],
+    bound: Sequence[str],
 ) -> dict[str, dict[int, str]]:
     """``dynamic_axes`` (by ONNX input name) as dynamic shapes by ``forward`` parameter name.
 
@@ -205,8 +202,6 @@ def dynamic_axes_to_shapes(
             problem=f"is a {type(dynamic_axes).__name__}",
             allowed='it takes a dict like {"x": {0: "batch"}} or {"x": [0]}',
         )
-    params = list(signature.parameters) if signature is not None else []
-    bound = list(signature.bind(*args, **kwargs).arguments) if signature is not None else []
     spec: dict[str, dict[int, str]] = {}
     outputs: list[str] = []
     for key, axes in dynamic_axes.items():
