@@ -123,12 +123,15 @@ def weight_problems(model: ir.Model, state_dict: Mapping[str, Any]) -> list[str]
             continue
         real = torch.view_as_real(tensor) if tensor.is_complex() else tensor
         dtype = TORCH_TO_ONNX_DTYPE.get(real.dtype)
-        expected_shape = [int(d) if isinstance(d, int) else str(d) for d in value.shape or []]
+        held = value.const_value  # the value's own type, else its tensor's
+        expected_dtype = value.dtype or (held.dtype if held is not None else None)
+        dims = value.shape if value.shape is not None else (held.shape if held else [])
+        expected_shape = [int(d) if isinstance(d, int) else str(d) for d in dims]
         shape = onnx_shape(real.dtype, list(real.shape))
         if shape != expected_shape:
             problems.append(f"{name} has shape {shape}, the model's is {expected_shape}")
-        if dtype != value.dtype:
+        if expected_dtype is not None and dtype != expected_dtype:
             problems.append(
-                f"{name} has dtype {real.dtype}, the model's is {value.dtype.name.lower()}"  # type: ignore[union-attr]
+                f"{name} has dtype {real.dtype}, the model's is {expected_dtype.name.lower()}"
             )
     return problems

@@ -88,17 +88,19 @@ def check_dtypes(
         if hasattr(spec.arg, "name")
     }
     findings: list[Finding] = []
+    dtypes: set[str] = set()
     for gm in graph_modules(ep):
         for node in gm.graph.nodes:
             dtype = _foreign_dtype(node)
             if dtype is not None:
+                dtypes.add(str(dtype))
                 findings.append(
                     dtype_finding(ctx, node, dtype, _what(node, inputs), model_location)
                 )
     if len(findings) == 1:
         ctx.raise_for(findings, TranslationError, findings[0].message)
     if findings:
-        names = ", ".join(sorted({str(f.properties["dtype"]) for f in findings}))
+        names = ", ".join(sorted(dtypes))
         ctx.raise_for(
             findings,
             TranslationError,

@@ -162,7 +162,9 @@ class Translator:
                 kwargs = {k: self.builder.convert(v) for k, v in node.kwargs.items()}
             except DtypeNotInOnnx as exc:  # a cast to complex32...: found here in a fallback
                 self.builder.stand_in(node)
-                self.tally.failures.append(dtype_finding(self.ctx, node, exc.dtype))
+                where = self.ctx.display(self.source(node).primary)
+                finding = dtype_finding(self.ctx, node, exc.dtype)
+                self.tally.add_failure("other", target_name(node.target), where, finding)
                 return
             if kwargs.get("dtype", 0) is None:
                 kwargs["dtype"] = -1  # torch_lib's "no dtype given"

@@ -24,10 +24,22 @@ __all__ = [
     "control_flow_unsupported",
     "dispatched",
     "nearest_match",
+    "Failure",
     "raise_for_failures",
     "translation_failed",
     "unsupported",
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A node that could not be translated: what the pass's one error lists, and the
+    finding recorded for it (whose rule and fix the error takes)."""
+
+    kind: str  # "unsupported", "control-flow" or "other"
+    op: str
+    where: str
+    finding: Finding
 
 
 @dataclasses.dataclass
@@ -36,7 +48,10 @@ class OperatorTally:
 
     counts: dict[str, int] = dataclasses.field(default_factory=dict)
     functions: dict[str, str | None] = dataclasses.field(default_factory=dict)
-    failures: list[Finding] = dataclasses.field(default_factory=list)
+    failures: list[Failure] = dataclasses.field(default_factory=list)
+
+    def add_failure(self, kind: str, op: str, where: str, finding: Finding) -> None:
+        self.failures.append(Failure(kind, op, where, finding))
 
     def seen(self, op: str) -> None:
         self.counts[op] = self.counts.get(op, 0) + 1
@@ -94,7 +109,7 @@ def unsupported(
         **_common(ctx, node, source),
     )
     finding.markdown = f"{finding.message}\n\n{_register_example(chosen.op, node)}"
-    tally.failures.append(finding)
+    tally.add_failure("unsupported", chosen.op, ctx.display(source.primary), finding)
 
 
 def translation_failed(
@@ -108,16 +123,15 @@ def translation_failed(
     """DO303: the operator's ONNX function raised on these arguments."""
     assert chosen.function is not None
     text = str(failure).strip()
-    tally.failures.append(
-        ctx.record(
-            "operator-translation-failed",
-            properties=_node_properties(node, source),
-            op=chosen.op,
-            function=chosen.function.name,
-            cause=f"{type(failure).__name__}: {text.splitlines()[0] if text else ''}",
-            **_common(ctx, node, source),
-        )
+    finding = ctx.record(
+        "operator-translation-failed",
+        properties=_node_properties(node, source),
+        op=chosen.op,
+        function=chosen.function.name,
+        cause=f"{type(failure).__name__}: {text.splitlines()[0] if text else ''}",
+        **_common(ctx, node, source),
     )
+    tally.add_failure("other", chosen.op, ctx.display(source.primary), finding)
 
 
 def control_flow_unsupported(
@@ -129,15 +143,14 @@ def control_flow_unsupported(
     problem: str,
 ) -> None:
     """DO308: a control-flow node that cannot become ONNX."""
-    tally.failures.append(
-        ctx.record(
-            "control-flow-unsupported",
-            properties=_node_properties(node, source),
-            op=op,
-            problem=problem,
-            **_common(ctx, node, source),
-        )
+    finding = ctx.record(
+        "control-flow-unsupported",
+        properties=_node_properties(node, source),
+        op=op,
+        problem=problem,
+        **_common(ctx, node, source),
     )
+    tally.add_failure("control-flow", op, ctx.display(source.primary), finding)
 
 
 def nearest_match(
@@ -178,27 +191,27 @@ def raise_for_failures(ctx: DiagnosticContext, tally: OperatorTally) -> None:
         return
     translated, total = tally.coverage()
     coverage = f"{translated} of {total} distinct operators translated"
-    lines = [f"  - {f.properties['op']} at {f.properties['source']}" for f in problems]
-    unsupported_ops = [f for f in problems if f.rule.name == "unsupported-operator"]
+    lines = [f"  - {f.op} at {f.where}" for f in problems]
+    unsupported_ops = [f for f in problems if f.kind == "unsupported"]
     if unsupported_ops:
-        distinct = sorted({str(f.properties["op"]) for f in unsupported_ops})
+        distinct = sorted({f.op for f in unsupported_ops})
         cause = f"{len(distinct)} operator(s) have no ONNX function ({coverage}):\n" + "\n".join(
             lines
         )
-        ctx.raise_for(unsupported_ops, UnsupportedOperatorError, cause)
-    control_flow = [f for f in problems if f.rule.name == "control-flow-unsupported"]
+        ctx.raise_for([f.finding for f in unsupported_ops], UnsupportedOperatorError, cause)
+    control_flow = [f for f in problems if f.kind == "control-flow"]
     if control_flow:
         cause = f"{len(problems)} node(s) cannot be exported ({coverage}):\n" + "\n".join(
-            f"  - {f.message}" for f in problems
+            f"  - {f.finding.message}" for f in problems
         )
-        ctx.raise_for(control_flow, TranslationError, cause)
+        ctx.raise_for([f.finding for f in control_flow], TranslationError, cause)
     cause = (
         f"{len(problems)} node(s) failed to translate ({coverage}):\n"
         + "\n".join(lines)
         + "\n"
-        + "\n".join(f"    {f.message}" for f in problems)
+        + "\n".join(f"    {f.finding.message}" for f in problems)
     )
-    ctx.raise_for(problems, TranslationError, cause)
+    ctx.raise_for([f.finding for f in problems], TranslationError, cause)
 
 
 def _register_example(op: str, node: torch.fx.Node) -> str:

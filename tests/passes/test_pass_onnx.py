@@ -1,0 +1,87 @@
+"""The passes on the ONNX model, each alone on a three-node model: finalize, opset
+conversion, weight check, load check, optimization."""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+import pytest
+import torch
+from helpers import three_nodes
+
+import dynamo_onnx
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.errors import InvalidOptionValueError
+from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
+from dynamo_onnx.passes.onnx.finalize import FinalizePass
+from dynamo_onnx.passes.onnx.load_check import LoadCheckPass
+from dynamo_onnx.passes.onnx.opset import OpsetConversionPass
+from dynamo_onnx.passes.onnx.optimize import OptimizePass, count_nodes
+from dynamo_onnx.passes.onnx.weights import WeightCheckPass
+
+
+def _state(model: ir.Model, **checked) -> ExportState:
+    request = CheckedRequest(None, registry=dynamo_onnx.OnnxRegistry(), **checked)
+    return ExportState(ExportRequest(None), checked=request, onnx_model=model)
+
+
+def test_finalize_names_the_inputs_and_outputs_as_asked():
+    model = three_nodes()
+    FinalizePass()(DiagnosticContext(), _state(model, input_names=("a",), output_names=("b",)))
+    assert [v.name for v in model.graph.inputs] == ["a"]
+    assert [v.name for v in model.graph.outputs] == ["b"]
+    assert model.opset_imports[""] == 18
+
+
+def test_finalize_refuses_more_names_than_inputs():
+    with pytest.raises(InvalidOptionValueError) as info:
+        FinalizePass()(DiagnosticContext(), _state(three_nodes(), input_names=("a", "b")))
+    assert info.value.rule_id == "DO109" and "has 2 names for 1 graph inputs" in str(info.value)
+
+
+def test_opset_conversion_folds_a_reductions_axes_and_converts_down():
+    model = three_nodes()
+    OpsetConversionPass()(DiagnosticContext(), _state(model, opset=17))
+    assert model.opset_imports[""] == 17
+    (mean,) = [n for n in model.graph if n.op_type == "ReduceMean"]
+    assert list(mean.attributes["axes"].value) == [-1]
+    assert "noop_with_empty_axes" not in mean.attributes
+    onnx.checker.check_model(ir.to_proto(model), full_check=True)
+
+
+def test_opset_conversion_names_the_operator_that_blocks_it():
+    ctx = DiagnosticContext()
+    with pytest.raises(dynamo_onnx.SerializationError) as info:
+        OpsetConversionPass()(ctx, _state(three_nodes(), opset=11))
+    assert info.value.rule_id == "DO402"
+    assert ctx.by_rule("DO402")[0].properties["blocking_ops"]
+
+
+def test_the_weight_check_warns_of_a_nan_weight_by_name():
+    model = three_nodes()
+    weight = ir.Value(name="w", const_value=ir.tensor(torch.tensor([1.0, float("nan")])))
+    model.graph.register_initializer(weight)
+    ctx = DiagnosticContext()
+    WeightCheckPass()(ctx, _state(model))
+    (finding,) = ctx.by_rule("DO401")
+    assert "`w`" in finding.message
+
+
+def test_the_load_check_finds_an_invalid_model():
+    model = three_nodes()
+    (relu,) = [n for n in model.graph if n.op_type == "Relu"]
+    relu.attributes["bogus"] = ir.AttrInt64("bogus", 1)
+    ctx = DiagnosticContext()
+    with pytest.raises(dynamo_onnx.SerializationError) as info:
+        LoadCheckPass()(ctx, _state(model))
+    assert info.value.rule_id == "DO407"
+
+
+def test_the_optimizer_folds_the_constants_and_records_the_counts():
+    model = three_nodes()
+    ctx = DiagnosticContext()
+    assert OptimizePass.changes_input
+    OptimizePass()(ctx, model)
+    assert count_nodes(model) == 2  # Relu, ReduceMean with constant axes
+    (note,) = ctx.by_rule("DO501")
+    assert (note.properties["before"], note.properties["after"]) == (5, 2)

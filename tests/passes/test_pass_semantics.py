@@ -1,0 +1,49 @@
+"""The semantics pass alone: what the program does that ONNX will not do the same way."""
+
+from __future__ import annotations
+
+import torch
+from helpers import program_state
+
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.passes.semantics import SemanticsPass
+
+
+class Dropped(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(x)
+
+
+class Counts(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return x * 2
+
+
+def test_training_mode_is_one_finding_naming_the_module():
+    ctx = DiagnosticContext()
+    SemanticsPass()(ctx, program_state(Dropped().train(), (torch.randn(4),)))
+    (finding,) = ctx.by_rule("DO122")
+    assert "`drop`" in finding.message
+    assert not ctx.by_rule("DO123")  # the dropout's draw is DO122's, not repeated
+
+
+def test_an_eval_mode_model_has_no_finding():
+    ctx = DiagnosticContext()
+    SemanticsPass()(ctx, program_state(Dropped().eval(), (torch.randn(4),)))
+    assert not [f for f in ctx.findings if f.level.name in ("WARNING", "ERROR")]
+
+
+def test_a_buffer_the_forward_updates_is_reported():
+    ctx = DiagnosticContext()
+    SemanticsPass()(ctx, program_state(Counts().eval(), (torch.randn(4),)))
+    (finding,) = ctx.by_rule("buffer-mutated")
+    assert "calls" in finding.message

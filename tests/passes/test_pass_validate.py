@@ -1,0 +1,56 @@
+"""The validate pass alone: the checked request every later pass reads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import Tiny, validated
+
+import dynamo_onnx
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.passes.base import ExportRequest, ExportState
+from dynamo_onnx.passes.validate import ValidatePass
+
+
+def test_the_checked_request_applies_the_default_opset_and_binds_forward_once():
+    x = torch.randn(2, 4)
+    checked = validated(Tiny(), (x,)).valid
+    assert checked.opset == 18
+    assert list(checked.bound) == ["x"] and checked.bound["x"] is x
+    assert checked.model_location is not None and checked.model_location.function == "forward"
+    assert checked.args == (x,) and dict(checked.kwargs) == {}
+
+
+def test_names_and_labels_are_checked_and_typed():
+    checked = validated(
+        Tiny(), (torch.randn(2, 4),), input_names=["tokens"], output_names=["probs"]
+    ).valid
+    assert checked.input_names == ("tokens",) and checked.output_names == ("probs",)
+    assert checked.label("x") == "tokens"
+
+
+def test_both_spellings_of_every_dimension_dynamic_give_one_checked_request():
+    x = torch.randn(2, 4)
+    spelled = validated(Tiny(), (x,), dynamic_shapes=True).valid
+    options = dynamo_onnx.ExportOptions(dynamic_shapes=True)
+    optioned = validated(Tiny(), (x,), export_options=options).valid
+    for checked in (spelled, optioned):
+        assert checked.all_dims_dynamic and not checked.declared_dims
+        assert dict(checked.requested_dims) == {("x", 0): 2, ("x", 1): 4}
+    assert spelled.dynamic_shapes == optioned.dynamic_shapes
+
+
+def test_a_named_dimension_is_declared_and_becomes_auto():
+    checked = validated(Tiny(), (torch.randn(2, 4),), dynamic_shapes={"x": {0: "batch"}}).valid
+    assert checked.declared_dims == frozenset({("x", 0)})
+    assert checked.dynamic_shapes == {"x": {0: torch.export.Dim.AUTO}}
+    assert checked.named_spec == {"x": {0: "batch"}}
+
+
+def test_a_bad_opset_fails_in_validate_with_its_rule():
+    ctx = DiagnosticContext()
+    state = ExportState(ExportRequest(Tiny(), (torch.randn(2, 4),), opset_version=3))
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
+        ValidatePass()(ctx, state)
+    assert info.value.rule_id == "DO109"
+    assert [f.rule.id for f in ctx.findings] == ["DO109"]
