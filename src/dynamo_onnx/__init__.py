@@ -24,6 +24,7 @@ from dynamo_onnx.errors import (
 from dynamo_onnx.export import dynamo_export, export
 from dynamo_onnx.fake import ONNXFakeContext, enable_fake_mode
 from dynamo_onnx.options import DiagnosticOptions, ExportOptions, ONNXRuntimeOptions
+from dynamo_onnx.passes.validate.caches import cache_dynamic_shapes
 from dynamo_onnx.program import ONNXProgram
 from dynamo_onnx.registry import OnnxRegistry
 from dynamo_onnx.versions import package_version
@@ -51,6 +52,7 @@ __all__ = [
     "VerificationError",
     "WarningsAsErrorsError",
     "WeightsMismatchError",
+    "cache_dynamic_shapes",
     "dynamo_export",
     "enable_fake_mode",
     "export",

@@ -18,6 +18,7 @@ import torch
 from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.errors import OnnxExporterError
 from dynamo_onnx.io import onnx_file
+from dynamo_onnx.io.caches import CacheInputs
 from dynamo_onnx.io.runner import OrtRunner
 from dynamo_onnx.options import ONNXRuntimeOptions
 from dynamo_onnx.passes.base import Pass, run_pipeline
@@ -57,8 +58,11 @@ class ONNXProgram:
         *,
         reference: Callable[..., Any] | None = None,
         model_location: Location | None = None,
+        inputs: CacheInputs | None = None,
     ) -> None:
         self.model = model
+        #: How the caller's inputs become the model's when caches are among them.
+        self.inputs = inputs
         #: Where the model's code is: the anchor of findings about the program as a whole
         #: (its weights).
         self.model_location = model_location
@@ -234,7 +238,7 @@ class ONNXProgram:
             raise TypeError("give either an initializer or options, not both")
         request = SessionRequest(self.model, initializer, self.model_location)
         session = self._run([SessionPass()], request).session
-        self._runner = OrtRunner(session, self.exported_program)
+        self._runner = OrtRunner(session, self.exported_program, self.inputs)
 
     def _session_runner(self) -> OrtRunner:
         if self._runner is None:

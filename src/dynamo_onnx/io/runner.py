@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -24,14 +24,23 @@ class OrtRunner:
     """An ONNX Runtime session fed the model's inputs: the tensors among them, in the
     exported program's order; complex outputs come back complex, as eager returns them."""
 
-    def __init__(self, session: Any, exported_program: torch.export.ExportedProgram | None):
+    def __init__(
+        self,
+        session: Any,
+        exported_program: torch.export.ExportedProgram | None,
+        adapt: Callable[..., tuple[tuple[Any, ...], dict[str, Any]]] | None = None,
+    ):
         self.session = session
+        #: the caller's inputs -> the export's (caches as their tensors), if they differ
+        self._adapt = adapt
         self._exported_program = exported_program
         self._names = [i.name for i in session.get_inputs()]
         #: Which outputs eager returns complex: read from the graph once.
         self._complex: Sequence[bool] = complex_outputs(exported_program)
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        if self._adapt is not None:
+            args, kwargs = self._adapt(*args, **kwargs)
         inputs = onnx_input_tensors(self._exported_program, args, kwargs)
         feed = {
             name: to_ort_value(t if isinstance(t, torch.Tensor) else torch.tensor(t))

@@ -205,6 +205,10 @@ def _report_narrowing(
                 parts.append(f"max={got_high}")
             spec = f'torch.export.Dim("{name}", {", ".join(parts)})'
         guard, where = _narrowing_guard(ctx, state.shape_log, symbol)
+        if len(_SYMBOL.findall(guard)) > 1 and expression == symbol:
+            # a relation between dims (the mask's length <= past + new tokens): the bound
+            # follows from the others' ranges, not from a line that narrows this one
+            continue
         _narrowed(
             ctx,
             state.valid.label(input_name),
@@ -346,6 +350,7 @@ def _constant_guard_line(
 
 
 _SAME = re.compile(r"^Eq\((\w+), (\w+)\)$")
+_SYMBOL = re.compile(r"\bs\d+\b")
 
 
 def _aliases(records: tuple[ShapeLogRecord, ...], symbol: str) -> set[str]:

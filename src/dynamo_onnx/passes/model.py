@@ -3,16 +3,18 @@ Shared by the passes that read the model (validate, capture, dynamic shapes)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from dynamo_onnx.diagnostics import Location
+from dynamo_onnx.io.caches import CacheInputs, output_parts
 
-__all__ = ["as_module", "code_location", "describe_value", "forward_signature"]
+__all__ = ["as_module", "code_location", "describe_value", "flat_forward", "forward_signature"]
 
 
 class _CallableModule(torch.nn.Module):
@@ -74,3 +76,27 @@ def describe_value(value: Any) -> str:
     name = type(value).__name__
     article = "an" if name[:1].lower() in "aeiou" else "a"
     return f"{article} {name} ({text})"
+
+
+@contextlib.contextmanager
+def flat_forward(module: torch.nn.Module, inputs: CacheInputs) -> Iterator[None]:
+    """While the block runs, ``module.forward`` takes the flat inputs (caches as tensors)
+    and returns a dict of tensors (caches as ``present.<i>.key``...): the model is called
+    with caches rebuilt from the tensors. Only this object's attribute is set, and removed
+    afterwards; its class, and transformers, are untouched. The function is named
+    ``forward`` because torch records only frames of that name in a node's stack."""
+    original = module.forward
+    own = module.__dict__.get("forward")
+
+    def forward(**flat: Any) -> dict[str, Any]:
+        return dict(output_parts(original(**inputs.model_inputs(flat))))
+
+    forward.__signature__ = inputs.forward_signature()  # type: ignore[attr-defined]
+    module.forward = forward  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if own is None:
+            del module.__dict__["forward"]
+        else:
+            module.forward = own  # type: ignore[method-assign]

@@ -22,6 +22,7 @@ from torch.export import graph_signature as gs
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
+from dynamo_onnx.io.caches import cache_parts, copy_caches, is_cache
 from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
 from dynamo_onnx.io.runner import Runner
 from dynamo_onnx.passes.base import PassName
@@ -52,6 +53,8 @@ class Comparison:
 def _leaves(value: Any) -> list[Any]:
     if isinstance(value, torch.Tensor):
         return [value]
+    if is_cache(value):  # its tensors, as the export returns them
+        return [t for _, t in cache_parts(value)]
     if hasattr(value, "to_tuple"):  # transformers' ModelOutput
         value = value.to_tuple()
     if isinstance(value, Mapping):
@@ -148,7 +151,8 @@ def _eager(
     reference: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> list[Any]:
     with _state_preserved(reference), torch.no_grad():
-        return _leaves(reference(*args, **kwargs))
+        # a cache among the inputs grows in place when the model runs: the caller's stays
+        return _leaves(reference(*copy_caches(tuple(args)), **copy_caches(dict(kwargs))))
 
 
 def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
@@ -263,7 +267,7 @@ def _second_inputs(
     shared by several inputs, within its range), or None when the program has none or the
     inputs are nested."""
     flat = [*args, *kwargs.values()]
-    if any(isinstance(a, (list, tuple, dict)) for a in flat):
+    if any(isinstance(a, (list, tuple, dict)) or is_cache(a) for a in flat):
         return None
     specs = [s for s in ep.graph_signature.input_specs if s.kind == gs.InputKind.USER_INPUT]
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}

@@ -29,7 +29,7 @@ from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import KnownCause, known_cause
 from dynamo_onnx.passes.logs import dropped, filtered
-from dynamo_onnx.passes.model import as_module, describe_value, forward_signature
+from dynamo_onnx.passes.model import as_module, describe_value, flat_forward, forward_signature
 
 __all__ = ["STRATEGIES", "CapturePass", "TorchExportStrategy", "copy_program"]
 
@@ -188,10 +188,20 @@ class CapturePass:
             _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(exported_program=program)
         module = as_module(model)
+        if state.valid.cache_inputs is not None:
+            with flat_forward(module, state.valid.cache_inputs):
+                return self._capture(ctx, module, state)
         widened = _widened_capture(ctx, self.strategies[0], module, state)
         if widened is not None:
             return widened
+        return self._capture(ctx, module, state)
+
+    def _capture(
+        self, ctx: DiagnosticContext, module: torch.nn.Module, state: ExportState
+    ) -> ExportState:
+        """Each strategy in turn; the first program wins, every failure is a finding."""
         _report_size_one(ctx, state)
+        inputs = state.valid.capture_inputs()
         causes: list[str] = []
         first_line: Location | None = None  # the user's line of the first failure
         known: tuple[KnownCause, Location | None, str] | None = None
@@ -201,16 +211,12 @@ class CapturePass:
             try:
                 with shape_log.listening():
                     try:
-                        program = strategy.capture(
-                            module, state.valid.args, state.valid.kwargs, spec
-                        )
+                        program = strategy.capture(module, *inputs, spec)
                     except Exception as exc:  # noqa: BLE001 - retried once with torch's fixes
                         refined = _refined(exc, spec)
                         if refined is None:
                             raise
-                        program = strategy.capture(
-                            module, state.valid.args, state.valid.kwargs, refined
-                        )
+                        program = strategy.capture(module, *inputs, refined)
                         _report_refined(ctx, exc, refined, shape_log.records)
                         spec = refined
             except Exception as exc:  # noqa: BLE001 - each failure is a finding

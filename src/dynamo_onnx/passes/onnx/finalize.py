@@ -144,6 +144,20 @@ class RenameIOPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=modified)
 
 
+def _output_keys(state: ExportState) -> tuple[str, ...] | None:
+    """With caches among the inputs, the outputs are named by the keys of the dict the
+    model returned (``logits``, ``present.0.key``...), as torch.export recorded them."""
+    ep = state.exported_program
+    if state.valid.cache_inputs is None or ep is None:
+        return None
+    spec = ep.call_spec.out_spec
+    if spec is None or spec.type is not dict:
+        return None
+    if not all(spec.child(i).is_leaf() for i in range(spec.num_children)):
+        return None
+    return tuple(str(key) for key in spec.context)
+
+
 class FinalizePass:
     """Make the translated model valid: outputs, names, dims and opset imports."""
 
@@ -172,7 +186,7 @@ class FinalizePass:
             ir.passes.common.OutputFixPass(),
             UntypedIdentityPass(registry.opset_version),
             RenameDimsPass(state.dim_names),
-            RenameIOPass(request.input_names, request.output_names),
+            RenameIOPass(request.input_names, request.output_names or _output_keys(state)),
             AddOpsetImportsPass(registry.opset_version, request.custom_opsets),
             ir.passes.common.NameFixPass(),
         )

@@ -23,6 +23,7 @@ from dynamo_onnx.errors import (
     InvalidOptionValueError,
     OnnxExporterError,
 )
+from dynamo_onnx.io.caches import CacheInputs, is_cache
 from dynamo_onnx.options import (
     DEFAULT_OPSET,
     ExportOptions,
@@ -34,6 +35,7 @@ from dynamo_onnx.options import (
 from dynamo_onnx.passes.base import CheckedRequest, ExportState, PassName
 from dynamo_onnx.passes.model import code_location, describe_value, forward_signature
 from dynamo_onnx.passes.validate import torch_onnx
+from dynamo_onnx.passes.validate.caches import flat_spec
 from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = ["ValidatePass", "normalize_dynamic_shapes"]
@@ -111,6 +113,17 @@ class ValidatePass:
             return state.replace(checked=checked)
         bound = _check_inputs(ctx, request.model, args, kwargs, request.torch_onnx is not None)
         spec = request.dynamic_shapes
+        cache_inputs = None
+        if any(is_cache(v) for v in bound.values()):  # taken as their tensors
+            cache_inputs = _cache_inputs(ctx, request.model, bound)
+            if spec is not True and request.dynamic_axes is None:
+                spec = flat_spec(spec, bound, cache_inputs)
+            bound = cache_inputs.flat(bound)
+            checked = dataclasses.replace(
+                checked,
+                cache_inputs=cache_inputs,
+                input_names=checked.input_names or tuple(cache_inputs.names.values()),
+            )
         if request.dynamic_axes is not None:
             if spec is not None:
                 ctx.fail(
@@ -137,6 +150,8 @@ class ValidatePass:
         spec = normalize_dynamic_shapes(spec)
         requested = _requested_dynamic(spec, bound)
         labels = _input_labels(bound, request.input_names)
+        if cache_inputs is not None and not request.input_names:
+            labels = dict(cache_inputs.names)
         if not everything:  # there, a size-1 dimension is one the model may keep static
             for (input_name, dim), size in requested.items():
                 if size == 0:  # size 1: capture traces it at size 2 (DO129), or says DO105
@@ -159,6 +174,16 @@ class ValidatePass:
             input_labels=labels,
         )
         return state.replace(checked=checked)
+
+
+def _cache_inputs(ctx: DiagnosticContext, model: Any, bound: dict[str, Any]) -> CacheInputs:
+    """How the caches among the inputs are taken as tensors; DO108 for one that holds none."""
+    signature = forward_signature(model)
+    assert signature is not None  # the inputs were bound to it
+    try:
+        return CacheInputs(signature, bound)
+    except ValueError as exc:
+        ctx.fail("invalid-arguments", InvalidExportOptionsError, problem=str(exc))
 
 
 def _names(names: Any) -> tuple[str, ...] | None:
@@ -204,7 +229,7 @@ def _check_arguments(
         )
     leaves, _ = pytree.tree_flatten((args, dict(kwargs)))
     for leaf in leaves:
-        if not isinstance(leaf, _LEAF_TYPES):
+        if not isinstance(leaf, _LEAF_TYPES) and not is_cache(leaf):
             ctx.fail(
                 "invalid-arguments",
                 InvalidExportOptionsError,

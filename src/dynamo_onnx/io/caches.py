@@ -1,0 +1,214 @@
+"""transformers' KV caches as inputs and outputs of an export, with no registration.
+
+A ``DynamicCache`` (or an ``EncoderDecoderCache`` of two) is a Python object torch.export
+cannot take as an input. The export takes its tensors instead, one input per layer's keys
+and values, named as onnxruntime-genai and Optimum name them (``past_key_values.0.key``),
+and the model is called with a cache rebuilt from those tensors while it is traced: no
+pytree registration, nothing global changed. Outputs that are caches come back as their
+tensors (``present.0.key``). Recognized by duck typing (the class comes from
+``transformers``), so nothing here imports transformers.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+__all__ = [
+    "CacheInputs",
+    "cache_parts",
+    "copy_caches",
+    "is_cache",
+    "output_parts",
+    "rebuild_cache",
+]
+
+
+def is_cache(value: Any) -> bool:
+    """Whether ``value`` is a transformers cache (a subclass of ``transformers...Cache``)."""
+    return any(
+        c.__name__ == "Cache" and c.__module__.startswith("transformers.")
+        for c in type(value).__mro__
+    )
+
+
+def _is_encoder_decoder(cache: Any) -> bool:
+    return hasattr(cache, "self_attention_cache") and hasattr(cache, "cross_attention_cache")
+
+
+def _layer_parts(cache: Any, infix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    for index, layer in enumerate(cache.layers):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+            raise ValueError(
+                f"layer {index} of the {type(cache).__name__} holds no tensors: give the "
+                "example cache a past for every layer (a length of 0 works)"
+            )
+        yield f"{index}{infix}.key", keys
+        yield f"{index}{infix}.value", values
+
+
+def cache_parts(cache: Any) -> list[tuple[str, torch.Tensor]]:
+    """(suffix, tensor) of every tensor of the cache, in layer order: ``0.key``,
+    ``0.value``... (``0.decoder.key``, ``0.encoder.key`` for an encoder-decoder cache)."""
+    if _is_encoder_decoder(cache):
+        decoder = dict(_layer_parts(cache.self_attention_cache, ".decoder"))
+        encoder = dict(_layer_parts(cache.cross_attention_cache, ".encoder"))
+        layers = len(cache.self_attention_cache.layers)
+        parts = []
+        for i in range(layers):
+            for side in (decoder, encoder):
+                parts += [(k, v) for k, v in side.items() if k.startswith(f"{i}.")]
+        return parts
+    return list(_layer_parts(cache))
+
+
+def _filled(template: Any, tensors: Mapping[str, torch.Tensor], infix: str) -> Any:
+    """A copy of a layered cache whose layers hold ``tensors`` (by suffix)."""
+    cache = copy.copy(template)
+    cache.layers = []
+    # The tokens seen so far: a full-attention layer holds them all; a sliding one only
+    # its window's (transformers counts the rest in ``cumulative_length``).
+    full = [i for i, layer in enumerate(template.layers) if not getattr(layer, "is_sliding", False)]
+    seen = tensors[f"{full[0]}{infix}.key"].shape[-2] if full else None
+    for index, layer in enumerate(template.layers):
+        filled = copy.copy(layer)
+        keys, values = tensors[f"{index}{infix}.key"], tensors[f"{index}{infix}.value"]
+        filled.keys, filled.values = keys, values
+        filled.dtype, filled.device = keys.dtype, keys.device
+        filled.is_initialized = True
+        if getattr(layer, "is_sliding", False) and hasattr(layer, "sliding_window"):
+            _sliding(filled, seen if seen is not None else keys.shape[-2])
+        else:
+            # transformers asks ``keys.numel() == 0`` to tell an empty past, a branch on
+            # the size that would make the past length >= 1; the length itself says it,
+            # and one model serves prefill (past 0) and decoding.
+            filled.get_seq_length = lambda _keys=keys: _keys.shape[-2]
+        cache.layers.append(filled)
+    return cache
+
+
+def _sliding(layer: Any, seen: Any) -> None:
+    """A sliding-window layer that has seen ``seen`` tokens (a size of the export).
+
+    transformers sizes its mask with ``if seen >= window`` on Python ints: traced, that
+    branch would fix the model to one side of the window. The same sizes as min and max
+    of symbolic ints hold on both sides."""
+    window = layer.sliding_window
+    layer.cumulative_length = seen
+    layer.get_seq_length = lambda: seen
+
+    def get_mask_sizes(query_length: int) -> tuple[int, int]:
+        return torch.sym_min(seen, window - 1) + query_length, torch.sym_max(seen - window + 1, 0)
+
+    layer.get_mask_sizes = get_mask_sizes
+
+
+def rebuild_cache(template: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
+    """A cache like ``template`` (same classes, layer kinds and settings) holding
+    ``tensors``, by the suffixes of :func:`cache_parts`. The template is not changed."""
+    if _is_encoder_decoder(template):
+        rebuilt = copy.copy(template)
+        rebuilt.self_attention_cache = _filled(template.self_attention_cache, tensors, ".decoder")
+        rebuilt.cross_attention_cache = _filled(template.cross_attention_cache, tensors, ".encoder")
+        if hasattr(rebuilt, "is_updated"):
+            rebuilt.is_updated = dict.fromkeys(
+                range(len(template.cross_attention_cache.layers)), True
+            )
+        return rebuilt
+    return _filled(template, tensors, "")
+
+
+def copy_caches(values: Any) -> Any:
+    """``values`` (args, kwargs, nested) with every cache deep-copied: running the model
+    grows a cache in place, and the caller's must not change."""
+    if is_cache(values):
+        return copy.deepcopy(values)
+    if isinstance(values, dict):
+        return {k: copy_caches(v) for k, v in values.items()}
+    if isinstance(values, (list, tuple)):
+        return type(values)(copy_caches(v) for v in values)
+    return values
+
+
+def output_parts(output: Any) -> list[tuple[str, Any]]:
+    """A model's output as (name, value) pairs, caches as their tensors named as runtimes
+    expect (``present.0.key``); a ``ModelOutput`` or dict by its keys."""
+    if hasattr(output, "items") and hasattr(output, "to_tuple"):
+        items = list(output.items())
+    elif isinstance(output, Mapping):
+        items = list(output.items())
+    elif isinstance(output, (list, tuple)):
+        items = [(f"output_{i}", v) for i, v in enumerate(output)]
+    else:
+        items = [("output_0", output)]
+    parts: list[tuple[str, Any]] = []
+    for key, value in items:
+        if is_cache(value):
+            prefix = "present" if key == "past_key_values" else str(key)
+            parts += [(f"{prefix}.{suffix}", t) for suffix, t in cache_parts(value)]
+        else:
+            parts.append((str(key), value))
+    return parts
+
+
+def _key(name: str) -> str:
+    """A flat input's parameter name (``past_key_values_0_key``): torch.export binds inputs
+    to parameters, whose names are identifiers."""
+    return name.replace(".", "_")
+
+
+class CacheInputs:
+    """The inputs of a model that takes caches, as the export takes them: every tensor
+    input by its parameter name, every cache as its tensors (parameter
+    ``past_key_values_0_key``, named ``past_key_values.0.key`` in the ONNX model), as keyword
+    inputs; other values (``use_cache=True``) are constants of the export."""
+
+    def __init__(self, signature: inspect.Signature, bound: Mapping[str, Any]) -> None:
+        self.signature = signature
+        self.templates = {name: v for name, v in bound.items() if is_cache(v)}
+        self.constants = {
+            name: v
+            for name, v in bound.items()
+            if not is_cache(v) and not isinstance(v, torch.Tensor)
+        }
+        #: flat parameter name -> the ONNX input's name, in input order.
+        self.names = {_key(n): n for n in self._named(bound)}
+
+    @staticmethod
+    def _named(bound: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        named: dict[str, torch.Tensor] = {}
+        for name, value in bound.items():
+            if is_cache(value):
+                named.update({f"{name}.{suffix}": t for suffix, t in cache_parts(value)})
+            elif isinstance(value, torch.Tensor):
+                named[name] = value
+        return named
+
+    def flat(self, bound: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """Bound ``forward`` arguments -> the export's keyword inputs."""
+        return {_key(name): t for name, t in self._named(bound).items()}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The caller's inputs (as ``forward`` takes them) -> the export's, ((), flat)."""
+        return (), self.flat(self.signature.bind(*args, **kwargs).arguments)
+
+    def model_inputs(self, flat: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+        """The export's inputs -> the model's keyword arguments, caches rebuilt."""
+        named = {self.names[k]: v for k, v in flat.items()}
+        kwargs: dict[str, Any] = dict(self.constants)
+        for name, template in self.templates.items():
+            prefix = f"{name}."
+            tensors = {k[len(prefix) :]: v for k, v in named.items() if k.startswith(prefix)}
+            kwargs[name] = rebuild_cache(template, tensors)
+        kwargs.update({k: v for k, v in named.items() if "." not in k})
+        return {p: kwargs[p] for p in self.signature.parameters if p in kwargs}
+
+    def forward_signature(self) -> inspect.Signature:
+        """The signature the flat forward has: one keyword parameter per flat input."""
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        return inspect.Signature([inspect.Parameter(k, kind) for k in self.names])

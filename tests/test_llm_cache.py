@@ -1,0 +1,171 @@
+"""Causal LMs exported with their KV cache as transformers passes it (a ``DynamicCache``), with
+no registration: named as onnxruntime-genai names them, one model for prefill (past 0) and
+decoding, equal to eager at several shapes, and generating transformers' greedy tokens."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import inspect
+import pathlib
+import warnings
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+import transformers
+from torch.export import pytree
+
+import dynamo_onnx
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location(
+    "llm_generate", ROOT / "examples" / "llm_generate.py"
+)
+llm_generate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(llm_generate)
+
+DECODER = {
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "vocab_size": 100,
+    "max_position_embeddings": 64,
+}
+
+
+def _model(name: str) -> transformers.PreTrainedModel:
+    torch.manual_seed(0)
+    if name == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**DECODER))
+    if name == "qwen2":
+        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**DECODER))
+    if name == "mistral":
+        config = transformers.MistralConfig(**DECODER, sliding_window=4)
+        return transformers.MistralForCausalLM(config)
+    if name == "gemma2":  # sliding layers (window 4) between full ones: the past crosses it
+        config = transformers.Gemma2Config(**DECODER, head_dim=8, sliding_window=4)
+        return transformers.Gemma2ForCausalLM(config)
+    if name == "phi3":
+        return transformers.Phi3ForCausalLM(transformers.Phi3Config(**DECODER, pad_token_id=0))
+    assert name == "gpt2"
+    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100)
+    return transformers.GPT2LMHeadModel(config)
+
+
+MODELS = ["llama", "qwen2", "mistral", "gemma2", "phi3", "gpt2"]
+#: (batch, new tokens, past): prefill with an empty past, one-token decoding past the
+#: sliding window, a few tokens after a short past.
+SHAPES = [(1, 4, 0), (3, 1, 7), (2, 5, 2)]
+
+
+def _expected(model, inputs):
+    out = model(**copy.deepcopy(inputs))
+    layers = out.past_key_values.layers
+    return [out.logits] + [t for layer in layers for t in (layer.keys, layer.values)]
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def exported(request):
+    model = _model(request.param).eval()
+    inputs = llm_generate.example_inputs(model)
+    before = [
+        t.clone() for layer in inputs["past_key_values"].layers for t in (layer.keys, layer.values)
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no warning at all
+        program = dynamo_onnx.export(model, (), kwargs=inputs, verify=True)
+    after = [t for layer in inputs["past_key_values"].layers for t in (layer.keys, layer.values)]
+    assert all(torch.equal(a, b) for a, b in zip(before, after)), "the caller's cache changed"
+    return request.param, model, program
+
+
+def test_the_cache_is_taken_as_it_is_and_named_as_runtimes_expect(exported):
+    name, model, program = exported
+    layers = model.config.num_hidden_layers
+    names = [f"{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+    graph = program.model.graph
+    given = {"input_ids", "attention_mask", "position_ids", "past_key_values"}
+    expected = []
+    for parameter in inspect.signature(model.forward).parameters:  # forward's order
+        if parameter == "past_key_values":
+            expected += [f"past_key_values.{n}" for n in names]
+        elif parameter in given:
+            expected.append(parameter)
+    assert [v.name for v in graph.inputs] == expected
+    assert [v.name for v in graph.outputs] == ["logits", *(f"present.{n}" for n in names)]
+    inputs = {v.name: v for v in graph.inputs}
+    assert [str(d) for d in inputs["input_ids"].shape] == ["batch_size", "sequence_length"]
+    assert [str(d) for d in inputs["attention_mask"].shape] == [
+        "batch_size",
+        "total_sequence_length",
+    ]
+    past = str(inputs["past_key_values.0.key"].shape[2])
+    assert past in ("past_sequence_length", "sliding_past_sequence_length")
+    (match,) = program.diagnostics.by_rule("DO602")
+    assert match.properties["on_values"] == 1 + 2 * layers  # compared on values, not shapes
+    assert "forward" not in model.__dict__  # the flat forward was the export's only
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "batch{}-new{}-past{}".format(*s))
+def test_logits_and_presents_match_eager(exported, shape):
+    _, model, program = exported
+    inputs = llm_generate.example_inputs(model, *shape)
+    got = program(**inputs)
+    want = _expected(model, inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
+
+
+def test_nothing_global_is_registered_for_the_cache(exported):
+    _, model, _ = exported
+    cache = llm_generate.example_inputs(model)["past_key_values"]
+    leaves, _ = pytree.tree_flatten(cache)
+    assert leaves == [cache]  # still a leaf: no pytree registration left behind
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "gemma2"])
+def test_greedy_generation_with_onnx_runtime_alone_matches_transformers(name, tmp_path):
+    model = _model(name).eval()
+    program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
+    program.save(tmp_path / "model.onnx")
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    prompt = torch.randint(1, 100, (2, 5))
+    tokens = llm_generate.generate(session, prompt.numpy(), 8)
+    eager = model.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=8,
+        min_new_tokens=8,
+        do_sample=False,
+    )
+    np.testing.assert_array_equal(tokens, eager[:, 5:].numpy())
+
+
+def test_the_example_runs(tmp_path):
+    llm_generate.main(str(tmp_path))
+    assert (tmp_path / "llama.onnx").exists()
+
+
+def test_a_spelled_spec_names_the_dims_and_takes_one_entry_for_the_cache():
+    model = _model("llama").eval()
+    inputs = llm_generate.example_inputs(model)
+    cache = inputs["past_key_values"]
+    spec = {
+        "input_ids": {0: "batch", 1: "new"},
+        "attention_mask": {0: "batch", 1: "total"},
+        "position_ids": {0: "batch", 1: "new"},
+        "past_key_values": dynamo_onnx.cache_dynamic_shapes(cache, batch="batch", past="past"),
+    }
+    program = dynamo_onnx.export(model, (), kwargs=inputs, dynamic_shapes=spec)
+    shapes = {v.name: [str(d) for d in v.shape] for v in program.model.graph.inputs}
+    assert shapes["input_ids"] == ["batch", "new"]
+    assert shapes["past_key_values.1.value"] == ["batch", "2", "past", "8"]
+    one = {**spec, "past_key_values": {0: "batch", 2: "past"}}  # one entry for every tensor
+    program = dynamo_onnx.export(model, (), kwargs=inputs, dynamic_shapes=one)
+    shapes = {v.name: [str(d) for d in v.shape] for v in program.model.graph.inputs}
+    assert shapes["past_key_values.0.key"] == ["batch", "2", "past", "8"]
