@@ -169,3 +169,59 @@ def test_a_spelled_spec_names_the_dims_and_takes_one_entry_for_the_cache():
     program = dynamo_onnx.export(model, (), kwargs=inputs, dynamic_shapes=one)
     shapes = {v.name: [str(d) for d in v.shape] for v in program.model.graph.inputs}
     assert shapes["past_key_values.0.key"] == ["batch", "2", "past", "8"]
+
+
+def _whisper_inputs(batch: int, new: int, past: int) -> dict:
+    """One decoder step of Whisper: encoder states, an encoder-decoder cache (self-attention
+    grows, cross-attention holds the encoder's 16 frames)."""
+    self_attention, cross_attention = transformers.DynamicCache(), transformers.DynamicCache()
+    for layer in range(2):
+        self_attention.update(
+            torch.randn(batch, 2, past, 16), torch.randn(batch, 2, past, 16), layer
+        )
+        cross_attention.update(torch.randn(batch, 2, 16, 16), torch.randn(batch, 2, 16, 16), layer)
+    return {
+        "encoder_outputs": (torch.randn(batch, 16, 32),),
+        "decoder_input_ids": torch.randint(1, 100, (batch, new)),
+        "past_key_values": transformers.EncoderDecoderCache(self_attention, cross_attention),
+        "use_cache": True,
+    }
+
+
+def test_whisper_takes_its_encoder_decoder_cache_and_encoder_states_as_inputs():
+    config = transformers.WhisperConfig(
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        vocab_size=100,
+        num_mel_bins=16,
+        max_source_positions=16,
+        max_target_positions=32,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
+    model = transformers.WhisperForConditionalGeneration(config).eval()
+    program = dynamo_onnx.export(model, (), kwargs=_whisper_inputs(2, 3, 4), verify=True)
+    names = [v.name for v in program.model.graph.inputs]
+    assert names[:3] == ["decoder_input_ids", "encoder_outputs.0", "past_key_values.0.decoder.key"]
+    assert "past_key_values.1.encoder.value" in names
+    outputs = [v.name for v in program.model.graph.outputs]
+    assert outputs[:3] == ["logits", "present.0.decoder.key", "present.0.decoder.value"]
+    assert not program.model.graph.initializers.get("encoder_last_hidden_state")  # an input
+    for shape in [(1, 1, 0), (3, 2, 5)]:
+        inputs = _whisper_inputs(*shape)
+        got = program(**inputs)
+        out = model(**copy.deepcopy(inputs))
+        cache = out.past_key_values
+        want = [out.logits]
+        for i in range(2):
+            for side in (cache.self_attention_cache, cache.cross_attention_cache):
+                want += [side.layers[i].keys, side.layers[i].values]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)

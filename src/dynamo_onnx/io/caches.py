@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
+from torch.export import pytree
 
 __all__ = [
     "CacheInputs",
@@ -156,6 +157,11 @@ def output_parts(output: Any) -> list[tuple[str, Any]]:
     return parts
 
 
+def _holds_tensors(value: Any) -> bool:
+    leaves, _ = pytree.tree_flatten(value)
+    return any(isinstance(leaf, torch.Tensor) for leaf in leaves)
+
+
 def _key(name: str) -> str:
     """A flat input's parameter name (``past_key_values_0_key``): torch.export binds inputs
     to parameters, whose names are identifiers."""
@@ -171,10 +177,17 @@ class CacheInputs:
     def __init__(self, signature: inspect.Signature, bound: Mapping[str, Any]) -> None:
         self.signature = signature
         self.templates = {name: v for name, v in bound.items() if is_cache(v)}
+        #: containers of tensors (``encoder_outputs=(hidden,)``): their structure, and the
+        #: leaves that are not tensors
+        self.structures = {
+            name: pytree.tree_flatten(v)
+            for name, v in bound.items()
+            if not is_cache(v) and not isinstance(v, torch.Tensor) and _holds_tensors(v)
+        }
         self.constants = {
             name: v
             for name, v in bound.items()
-            if not is_cache(v) and not isinstance(v, torch.Tensor)
+            if not is_cache(v) and not isinstance(v, torch.Tensor) and name not in self.structures
         }
         #: flat parameter name -> the ONNX input's name, in input order.
         self.names = {_key(n): n for n in self._named(bound)}
@@ -187,6 +200,11 @@ class CacheInputs:
                 named.update({f"{name}.{suffix}": t for suffix, t in cache_parts(value)})
             elif isinstance(value, torch.Tensor):
                 named[name] = value
+            elif _holds_tensors(value):
+                leaves, _ = pytree.tree_flatten(value)
+                named.update(
+                    {f"{name}.{i}": t for i, t in enumerate(leaves) if isinstance(t, torch.Tensor)}
+                )
         return named
 
     def flat(self, bound: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -205,6 +223,9 @@ class CacheInputs:
             prefix = f"{name}."
             tensors = {k[len(prefix) :]: v for k, v in named.items() if k.startswith(prefix)}
             kwargs[name] = rebuild_cache(template, tensors)
+        for name, (leaves, spec) in self.structures.items():
+            given = [named.get(f"{name}.{i}", leaf) for i, leaf in enumerate(leaves)]
+            kwargs[name] = pytree.tree_unflatten(given, spec)
         kwargs.update({k: v for k, v in named.items() if "." not in k})
         return {p: kwargs[p] for p in self.signature.parameters if p in kwargs}
 

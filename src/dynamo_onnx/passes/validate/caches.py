@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch.export import pytree
 
 from dynamo_onnx.io.caches import CacheInputs, cache_parts, is_cache
 
@@ -73,4 +74,11 @@ def flat_spec(spec: Any, bound: Mapping[str, Any], inputs: CacheInputs) -> dict[
                 flat[f"{name}_{suffix}".replace(".", "_")] = one
         elif isinstance(value, torch.Tensor):
             flat[name] = _default(name, value) if spec is None else entry
+        else:  # a container of tensors (``encoder_outputs=(hidden,)``): by leaf
+            leaves, _ = pytree.tree_flatten(value)
+            entries = list(entry) if isinstance(entry, (list, tuple)) else [entry] * len(leaves)
+            for index, (leaf, one) in enumerate(zip(leaves, entries)):
+                if isinstance(leaf, torch.Tensor):
+                    default = _default(name, leaf) if spec is None else one
+                    flat[f"{name}_{index}"] = default
     return {k: flat.get(k) for k in inputs.names}
