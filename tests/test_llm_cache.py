@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import inspect
+import json
 import pathlib
 import warnings
 
@@ -225,3 +226,45 @@ def test_whisper_takes_its_encoder_decoder_cache_and_encoder_states_as_inputs():
                 want += [side.layers[i].keys, side.layers[i].values]
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_onnxruntime_genai_generates_transformers_tokens_from_the_saved_folder(name, tmp_path):
+    """Saving a causal LM exported with its cache also writes genai_config.json: the folder
+    runs in onnxruntime-genai as it is."""
+    og = pytest.importorskip("onnxruntime_genai")
+    model = _model(name).eval()
+    program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
+    program.save(tmp_path / "model.onnx")
+    config = json.loads((tmp_path / "genai_config.json").read_text())
+    decoder = config["model"]["decoder"]
+    assert config["model"]["type"] == name and decoder["filename"] == "model.onnx"
+    assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key"
+    assert (decoder["num_hidden_layers"], decoder["num_key_value_heads"]) == (2, 2)
+    prompt = torch.randint(3, 100, (1, 5))
+    genai_model = og.Model(str(tmp_path))
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=13, do_sample=False)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(prompt.numpy().astype(np.int32))
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    eager = model.generate(prompt, max_new_tokens=8, do_sample=False)[0, 5:].tolist()
+    assert tokens == eager  # both stop at the same end-of-sequence token, if one comes
+
+
+def test_a_model_exported_without_a_cache_saves_no_genai_config(tmp_path):
+    model = _model("llama").eval()
+    ids = torch.randint(1, 100, (2, 5))
+    program = dynamo_onnx.export(model, (ids,), kwargs={"use_cache": False})
+    program.save(tmp_path / "model.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+def test_a_sliding_window_model_saves_no_genai_config_that_would_ignore_its_window(tmp_path):
+    model = _model("gemma2").eval()
+    program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
+    program.save(tmp_path / "model.onnx")
+    assert not (tmp_path / "genai_config.json").exists()

@@ -17,7 +17,7 @@ import torch
 
 from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.errors import OnnxExporterError
-from dynamo_onnx.io import onnx_file
+from dynamo_onnx.io import genai, onnx_file
 from dynamo_onnx.io.caches import CacheInputs
 from dynamo_onnx.io.runner import OrtRunner
 from dynamo_onnx.options import ONNXRuntimeOptions
@@ -166,8 +166,18 @@ class ONNXProgram:
             keep_initializers_as_inputs,
             external_data,
             self.model_location,
+            self._beside(destination),
         )
         self._run([SavePass()], request)
+
+    def _beside(self, destination: str | os.PathLike[str]) -> dict[str, str]:
+        """Files saved beside the model: ``genai_config.json`` for a causal LM exported
+        with its cache (onnxruntime-genai then runs the folder as it is)."""
+        config = getattr(self.reference, "config", None)
+        if self.inputs is None or config is None or self.inputs.sliding():
+            return {}  # (a sliding window is not described to onnxruntime-genai yet)
+        found = genai.genai_config(self.model, config, os.path.basename(os.fspath(destination)))
+        return {genai.FILENAME: genai.dumps(found)} if found is not None else {}
 
     def verify(
         self,

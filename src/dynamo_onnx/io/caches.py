@@ -229,6 +229,14 @@ class CacheInputs:
         kwargs.update({k: v for k, v in named.items() if "." not in k})
         return {p: kwargs[p] for p in self.signature.parameters if p in kwargs}
 
+    def sliding(self) -> bool:
+        """Whether a cache has sliding-window layers (Mistral, Gemma 2)."""
+        return any(
+            getattr(layer, "is_sliding", False)
+            for cache in self.templates.values()
+            for layer in getattr(cache, "layers", ())
+        )
+
     def forward_signature(self) -> inspect.Signature:
         """The signature the flat forward has: one keyword parameter per flat input."""
         kind = inspect.Parameter.POSITIONAL_OR_KEYWORD

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from typing import ClassVar
 
 import onnx_ir as ir
@@ -15,6 +16,7 @@ import onnx_ir as ir
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, SaveError, SerializationError
 from dynamo_onnx.io import onnx_file
+from dynamo_onnx.io.genai import write_atomically
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.real_weights import require_real_weights
 
@@ -31,6 +33,8 @@ class SaveRequest:
     keep_initializers_as_inputs: bool = False
     external_data: bool | None = None
     model_location: Location | None = None
+    #: Files written beside the model once it is saved (name -> text): ``genai_config.json``.
+    beside: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 class SavePass:
@@ -54,6 +58,9 @@ class SavePass:
                     keep_initializers_as_inputs=request.keep_initializers_as_inputs,
                     external_data=request.external_data,
                 )
+                directory = os.path.dirname(os.path.abspath(path))
+                for name, text in request.beside.items():
+                    write_atomically(os.path.join(directory, name), text)
                 return request
             except OSError as exc:
                 cause = exc.strerror or str(exc)
