@@ -268,3 +268,66 @@ def test_a_sliding_window_model_saves_no_genai_config_that_would_ignore_its_wind
     program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
     program.save(tmp_path / "model.onnx")
     assert not (tmp_path / "genai_config.json").exists()
+
+
+def test_a_model_that_makes_its_own_cache_returns_it_as_presents():
+    """``use_cache=True`` and no past: transformers creates the cache inside forward (from an
+    empty constant torch.export lifts); its tensors are outputs named as runtimes expect."""
+    model = _model("llama").eval()
+    ids = torch.randint(1, 100, (2, 5))
+    program = dynamo_onnx.export(
+        model,
+        (ids,),
+        kwargs={"use_cache": True},
+        dynamic_shapes={"input_ids": {0: "batch", 1: "sequence"}},
+    )
+    assert [v.name for v in program.model.graph.outputs] == [
+        "logits",
+        "present.0.key",
+        "present.0.value",
+        "present.1.key",
+        "present.1.value",
+    ]
+    other = torch.randint(1, 100, (3, 4))
+    got = program(other, use_cache=True)
+    out = model(other, use_cache=True)
+    torch.testing.assert_close(got[0], out.logits.detach(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got[1], out.past_key_values.layers[0].keys.detach())
+
+
+def _mixtral() -> transformers.MixtralForCausalLM:
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(**DECODER, num_local_experts=4, num_experts_per_tok=2)
+    return transformers.MixtralForCausalLM(config).eval()
+
+
+def test_a_mixture_of_experts_model_exports_with_its_cache_and_matches_eager():
+    model = _mixtral()
+    assert model.config._experts_implementation == "grouped_mm"
+    program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
+    assert model.config._experts_implementation == "grouped_mm"  # put back
+    (note,) = program.diagnostics.by_rule("DO130")
+    assert "transformers::grouped_mm_fallback" in note.message and "(2)" in note.message
+    for shape in [(1, 4, 0), (3, 1, 7)]:
+        inputs = llm_generate.example_inputs(model, *shape)
+        got = program(**inputs)
+        want = _expected(model, inputs)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
+
+
+def test_a_registered_function_for_the_experts_operator_wins():
+    from onnxscript import opset18 as op
+
+    def grouped_mm(x, weight, offs):  # a stand-in: the test checks it is the one used
+        return op.MatMul(x, op.Gather(weight, op.Constant(value_int=0), axis=0))
+
+    registry = dynamo_onnx.OnnxRegistry()
+    registry.register_op(grouped_mm, "transformers", "grouped_mm_fallback")
+    model = _mixtral()
+    program = dynamo_onnx.export(
+        model, (), kwargs=llm_generate.example_inputs(model), registry=registry
+    )
+    assert not program.diagnostics.by_rule("DO130")
+    used = {f.properties.get("op") for f in program.diagnostics.by_rule("DO304")}
+    assert "transformers::grouped_mm_fallback" in used

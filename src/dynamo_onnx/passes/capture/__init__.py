@@ -28,6 +28,7 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import KnownCause, known_cause
+from dynamo_onnx.passes.capture.experts import traceable_experts
 from dynamo_onnx.passes.logs import dropped, filtered
 from dynamo_onnx.passes.model import as_module, describe_value, flat_forward, forward_signature
 
@@ -188,13 +189,14 @@ class CapturePass:
             _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(exported_program=program)
         module = as_module(model)
-        if state.valid.cache_inputs is not None:
-            with flat_forward(module, state.valid.cache_inputs):
-                return self._capture(ctx, module, state)
-        widened = _widened_capture(ctx, self.strategies[0], module, state)
-        if widened is not None:
-            return widened
-        return self._capture(ctx, module, state)
+        with traceable_experts(ctx, module, state.valid.registry):
+            if state.valid.cache_inputs is not None:
+                with flat_forward(module, state.valid.cache_inputs):
+                    return self._capture(ctx, module, state)
+            widened = _widened_capture(ctx, self.strategies[0], module, state)
+            if widened is not None:
+                return widened
+            return self._capture(ctx, module, state)
 
     def _capture(
         self, ctx: DiagnosticContext, module: torch.nn.Module, state: ExportState

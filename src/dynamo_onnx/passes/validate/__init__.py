@@ -114,7 +114,7 @@ class ValidatePass:
         bound = _check_inputs(ctx, request.model, args, kwargs, request.torch_onnx is not None)
         spec = request.dynamic_shapes
         cache_inputs = None
-        if any(is_cache(v) for v in bound.values()):  # taken as their tensors
+        if any(is_cache(v) for v in bound.values()) or _returns_cache(request.model):
             cache_inputs = _cache_inputs(ctx, request.model, bound)
             if spec is not True and request.dynamic_axes is None:
                 spec = flat_spec(spec, bound, cache_inputs)
@@ -148,6 +148,10 @@ class ValidatePass:
             spec = {name: _auto_spec(value) for name, value in bound.items()}
         named_spec = spec
         spec = normalize_dynamic_shapes(spec)
+        if isinstance(spec, dict) and bound and set(spec) <= set(bound):
+            # torch.export wants every input named; one the caller left out is static
+            # (``use_cache=True`` beside a spec for ``input_ids``)
+            spec = {name: spec.get(name) for name in bound}
         requested = _requested_dynamic(spec, bound)
         labels = _input_labels(bound, request.input_names)
         if cache_inputs is not None and not request.input_names:
@@ -174,6 +178,19 @@ class ValidatePass:
             input_labels=labels,
         )
         return state.replace(checked=checked)
+
+
+def _returns_cache(model: Any) -> bool:
+    """A transformers model whose ``forward`` takes a cache may return one it made itself
+    (``use_cache`` defaults to its config's): its outputs are taken as tensors too."""
+    config = getattr(model, "config", None)
+    signature = forward_signature(model)
+    return (
+        getattr(config, "model_type", None) is not None
+        and getattr(config, "use_cache", False)
+        and signature is not None
+        and "past_key_values" in signature.parameters
+    )
 
 
 def _cache_inputs(ctx: DiagnosticContext, model: Any, bound: dict[str, Any]) -> CacheInputs:
