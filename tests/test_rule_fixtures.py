@@ -337,6 +337,7 @@ NOT_FROM_A_FIXTURE = {
     "DO303": "needs a registered function that raises: test_unsupported_operators",
     "DO305": "needs two registered functions: test_dispatch",
     "DO306": "needs a registered function that fails: test_fallback_and_coverage",
+    "DO130": "needs a transformers mixture-of-experts model: test_llm_cache (Mixtral)",
     "DO400": "a finalize crash; the pass's failure rule",
     "DO600": "ONNX Runtime failing to run a valid model; the pass's failure rule",
     "DO603": "needs a wrong registered function: test_verification",
