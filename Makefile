@@ -37,6 +37,8 @@ sarif-tools: $(SARIF_TOOL)
 # Writes benchmarks/results/results.{json,md}; docs/performance.md shows the latest table.
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py $(BENCH_ARGS)
+	# Llama-2-7B sizes in fake mode, one decoding step with its KV cache: time and peak RSS.
+	$(PY) benchmarks/llama_fake.py --cache
 
 # Every torch OpInfo operator exported by dynamo-onnx and by torch.onnx in the same run, each
 # compared with eager in ONNX Runtime: docs/coverage.{md,json}. ~20 min on 2 cores.

@@ -1,9 +1,12 @@
 """Export a Llama model at Llama-2-7B sizes in fake mode; print peak RSS and time.
 
 Target (issue 6): under 1.5 GB peak RSS. The weights would take 27 GB in float32; in fake
-mode they are meta tensors and the ONNX file is saved without initializers.
+mode they are meta tensors and the ONNX file is saved without initializers. With
+``--cache``, the causal LM is exported as it generates: one decoding step with its KV cache
+(a ``DynamicCache`` of fake tensors), the inputs and outputs named as onnxruntime-genai
+expects (docs/llm.md).
 
-    python benchmarks/llama_fake.py [--layers 32] [--out /tmp/llama7b.onnx]
+    python benchmarks/llama_fake.py [--layers 32] [--cache] [--out /tmp/llama7b.onnx]
 """
 
 from __future__ import annotations
@@ -26,9 +29,25 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _decoding_step(config: transformers.LlamaConfig, past: int) -> dict:
+    """One new token after ``past`` tokens, with the cache as transformers passes it."""
+    cache = transformers.DynamicCache(config=config)
+    shape = (1, config.num_key_value_heads, past, config.hidden_size // config.num_attention_heads)
+    for layer in range(config.num_hidden_layers):
+        cache.update(torch.randn(shape), torch.randn(shape), layer)
+    return {
+        "input_ids": torch.randint(0, config.vocab_size, (1, 1)),
+        "attention_mask": torch.ones(1, past + 1, dtype=torch.int64),
+        "position_ids": torch.tensor([[past]]),
+        "past_key_values": cache,
+        "use_cache": True,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--layers", type=int, default=32)
+    parser.add_argument("--cache", action="store_true", help="a causal LM with its KV cache")
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "llama7b_fake.onnx"))
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -40,24 +59,30 @@ def main() -> None:
         num_hidden_layers=args.layers,
         vocab_size=32000,
         max_position_embeddings=4096,
-        use_cache=False,
+        use_cache=args.cache,
     )
     start_rss = peak_rss_mb()
     t0 = time.perf_counter()
     with dynamo_onnx.enable_fake_mode() as fake_context:
-        model = transformers.LlamaModel(config).eval()
-        input_ids = torch.randint(0, 32000, (1, 128))
+        if args.cache:
+            model = transformers.LlamaForCausalLM(config).eval()
+            inputs = _decoding_step(config, past=128)
+        else:
+            model = transformers.LlamaModel(config).eval()
+            inputs = {"input_ids": torch.randint(0, 32000, (1, 128))}
     built = time.perf_counter()
     params = sum(p.numel() for p in model.parameters())
     options = dynamo_onnx.ExportOptions(fake_context=fake_context)
-    program = dynamo_onnx.dynamo_export(model, input_ids, export_options=options)
+    program = dynamo_onnx.dynamo_export(model, **inputs, export_options=options)
     exported = time.perf_counter()
     program.save(args.out, include_initializers=False, keep_initializers_as_inputs=True)
     saved = time.perf_counter()
     passes = ", ".join(f"{p.name} {p.duration_s:.1f} s" for p in program.diagnostics.passes)
+    kind = "LlamaForCausalLM with its KV cache" if args.cache else "Llama"
     print(
-        f"model: Llama, {args.layers} layers, hidden 4096, {params / 1e9:.2f} B parameters (fake)"
+        f"model: {kind}, {args.layers} layers, hidden 4096, {params / 1e9:.2f} B parameters (fake)"
     )
+    print(f"inputs: {len(program.model.graph.inputs)}, outputs: {len(program.model.graph.outputs)}")
     print(
         f"build {built - t0:.1f} s, export {exported - built:.1f} s ({passes}), save {saved - exported:.1f} s"
     )

@@ -33,8 +33,9 @@ def test_src_never_imports_private_torch_modules():
 
 
 #: The line naming the torch loggers capture quiets: configured through ``logging`` (public),
-#: never imported.
+#: never imported. (One name per line in the tuple, each a string and nothing else.)
 LOGGER_NAMES = ("QUIET = (",)
+_LOGGER_NAME_LINE = re.compile(r'"torch\.[\w.]+",(\s*#.*)?')
 
 
 def test_src_never_touches_torch_private_attributes():
@@ -43,7 +44,9 @@ def test_src_never_touches_torch_private_attributes():
         f"{path.name}:{i}: {line.strip()}"
         for path in _python_files()
         for i, line in enumerate(path.read_text().splitlines(), 1)
-        if pattern.search(line) and not any(name in line for name in LOGGER_NAMES)
+        if pattern.search(line)
+        and not any(name in line for name in LOGGER_NAMES)
+        and not _LOGGER_NAME_LINE.fullmatch(line.strip())
     ]
     assert not offenders, offenders
 

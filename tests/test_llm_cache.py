@@ -52,6 +52,8 @@ def _model(name: str) -> transformers.PreTrainedModel:
         return transformers.Gemma2ForCausalLM(config)
     if name == "phi3":
         return transformers.Phi3ForCausalLM(transformers.Phi3Config(**DECODER, pad_token_id=0))
+    if name == "mixtral":
+        return _mixtral()
     assert name == "gpt2"
     config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100)
     return transformers.GPT2LMHeadModel(config)
@@ -129,7 +131,7 @@ def test_nothing_global_is_registered_for_the_cache(exported):
     assert leaves == [cache]  # still a leaf: no pytree registration left behind
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "gemma2"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "gemma2", "gpt2", "mixtral"])
 def test_greedy_generation_with_onnx_runtime_alone_matches_transformers(name, tmp_path):
     model = _model(name).eval()
     program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
@@ -331,3 +333,18 @@ def test_a_registered_function_for_the_experts_operator_wins():
     assert not program.diagnostics.by_rule("DO130")
     used = {f.properties.get("op") for f in program.diagnostics.by_rule("DO304")}
     assert "transformers::grouped_mm_fallback" in used
+
+
+def test_a_one_token_example_with_batch_one_and_an_empty_past_still_gives_a_dynamic_model():
+    """torch.export would fix sizes 0 and 1: the example is widened (notes say so), and the
+    model runs at every shape."""
+    model = _model("llama").eval()
+    program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model, 1, 1, 0))
+    widened = {
+        (f.properties["input"], f.properties["dim"]) for f in program.diagnostics.by_rule("DO129")
+    }
+    assert widened == {("input_ids", 0), ("input_ids", 1), ("past_key_values.0.key", 2)}
+    for shape in SHAPES:
+        inputs = llm_generate.example_inputs(model, *shape)
+        for g, w in zip(program(**inputs), _expected(model, inputs)):
+            torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)

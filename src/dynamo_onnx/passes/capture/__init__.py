@@ -87,7 +87,12 @@ class _ShapeLog(logging.Filter):
     #: The errors a failed attempt logs anyway ("Error while creating guard" and its stack
     #: for a constraint violation; strict mode's summary of any failure): the finding
     #: reports it, once, at the user's line. Dropped by a filter while capture runs.
-    QUIET = ("torch._guards", "torch.export._trace", "torch._subclasses.fake_tensor")
+    QUIET = (
+        "torch._guards",
+        "torch.export._trace",
+        "torch._subclasses.fake_tensor",
+        "torch._export.non_strict_utils",  # "0/1 specialized": DO105 says it
+    )
 
     def __init__(self) -> None:
         super().__init__()

@@ -35,7 +35,7 @@ from dynamo_onnx.options import (
 from dynamo_onnx.passes.base import CheckedRequest, ExportState, PassName
 from dynamo_onnx.passes.model import code_location, describe_value, forward_signature
 from dynamo_onnx.passes.validate import torch_onnx
-from dynamo_onnx.passes.validate.caches import flat_spec
+from dynamo_onnx.passes.validate.caches import flat_spec, widen_decoding_example
 from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = ["ValidatePass", "normalize_dynamic_shapes"]
@@ -119,6 +119,15 @@ class ValidatePass:
             if spec is not True and request.dynamic_axes is None:
                 spec = flat_spec(spec, bound, cache_inputs)
             bound = cache_inputs.flat(bound)
+            if isinstance(spec, dict):
+                bound, widened = widen_decoding_example(bound, cache_inputs.names, spec)
+                for input_name, dim in widened:
+                    ctx.record(
+                        "dynamic-dim-example-widened",
+                        locations=[ctx.call_site],
+                        input=cache_inputs.names[input_name],
+                        dim=dim,
+                    )
             checked = dataclasses.replace(
                 checked,
                 cache_inputs=cache_inputs,

@@ -82,3 +82,63 @@ def flat_spec(spec: Any, bound: Mapping[str, Any], inputs: CacheInputs) -> dict[
                     default = _default(name, leaf) if spec is None else one
                     flat[f"{name}_{index}"] = default
     return {k: flat.get(k) for k in inputs.names}
+
+
+def _repeat(value: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.cat([value, value], dim=dim)
+
+
+def widen_decoding_example(
+    flat: Mapping[str, torch.Tensor], names: Mapping[str, str], spec: Mapping[str, Any]
+) -> tuple[dict[str, torch.Tensor], list[tuple[str, int]]]:
+    """The flat example with a batch, a number of new tokens and a past of at least 2.
+
+    torch.export makes a size of 0 or 1 in the example a constant, and the most natural
+    example of an LLM is exactly that: one prompt (batch 1), one new token, or an empty
+    past. Traced as given, the ONNX model would take only that. Each such size is made 2
+    consistently across the inputs: the batch repeated; a second new token (the next
+    position, one more mask column); two more past positions (zeros the mask covers).
+    Returns the widened inputs and the (input, dim) of each size made larger. Only
+    dimensions the spec makes dynamic are widened.
+    """
+    flat = dict(flat)
+    widened: list[tuple[str, int]] = []
+    ids = flat.get("input_ids", flat.get("decoder_input_ids"))
+    ids_key = "input_ids" if "input_ids" in flat else "decoder_input_ids"
+    mask_key = next((k for k in ("attention_mask", "decoder_attention_mask") if k in flat), None)
+
+    def dynamic(key: str, dim: int) -> bool:
+        entry = spec.get(key)
+        return isinstance(entry, Mapping) and entry.get(dim) is not None
+
+    if ids is None or ids.dim() != 2:
+        return flat, widened
+    if ids.shape[0] == 1 and dynamic(ids_key, 0):
+        for key, value in flat.items():
+            if value.dim() and value.shape[0] == 1 and dynamic(key, 0):
+                flat[key] = _repeat(value, 0)
+        widened.append((ids_key, 0))
+    past_keys = [
+        k for k in flat if names[k].startswith("past_key_values.") and ".encoder." not in names[k]
+    ]
+    if ids.shape[1] == 1 and dynamic(ids_key, 1):
+        flat[ids_key] = _repeat(flat[ids_key], 1)
+        if "position_ids" in flat:
+            position = flat["position_ids"]
+            flat["position_ids"] = torch.cat([position, position + 1], dim=1)
+        if mask_key is not None:
+            flat[mask_key] = torch.cat([flat[mask_key], flat[mask_key][:, -1:]], dim=1)
+        widened.append((ids_key, 1))
+    past = {flat[k].shape[2] for k in past_keys if flat[k].dim() == 4}
+    if past and min(past) < 2 and all(dynamic(k, 2) for k in past_keys):
+        for key in past_keys:
+            value = flat[key]
+            extra = torch.zeros(*value.shape[:2], 2, value.shape[3], dtype=value.dtype)
+            flat[key] = torch.cat([extra, value], dim=2)
+        if mask_key is not None:
+            mask = flat[mask_key]
+            flat[mask_key] = torch.cat([torch.ones_like(mask[:, :2]), mask], dim=1)
+        if "position_ids" in flat:
+            flat["position_ids"] = flat["position_ids"] + 2
+        widened.append((past_keys[0], 2))
+    return flat, widened
