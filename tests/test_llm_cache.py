@@ -348,3 +348,41 @@ def test_a_one_token_example_with_batch_one_and_an_empty_past_still_gives_a_dyna
         inputs = llm_generate.example_inputs(model, *shape)
         for g, w in zip(program(**inputs), _expected(model, inputs)):
             torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
+
+
+_REGISTERED = """
+import sys, warnings
+sys.path.insert(0, {examples!r})
+warnings.simplefilter("ignore")
+import torch
+from transformers.integrations.executorch import register_dynamic_cache_export_support
+import dynamo_onnx, llm_generate
+
+register_dynamic_cache_export_support()
+model = llm_generate.small_llama()
+inputs = llm_generate.example_inputs(model)
+ep = torch.export.export(model, (), kwargs=inputs, strict=False)
+try:
+    ep.run_decompositions()
+    print("torch: decomposed")
+except Exception as exc:
+    print("torch:", type(exc).__name__)
+program = dynamo_onnx.export(ep, (), kwargs=inputs)
+print("dynamo-onnx:", len(program.model.graph.outputs), "outputs")
+"""
+
+
+def test_a_program_captured_with_the_cache_registered_exports_despite_torchs_lost_constants():
+    """With transformers' own pytree registration, the program starts each layer from an
+    empty lifted constant that run_decompositions loses (torch fails); the export reads the
+    constant instead. In a subprocess: the registration is global."""
+    import subprocess
+    import sys
+
+    code = _REGISTERED.format(examples=str(ROOT / "examples"))
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    lines = result.stdout.splitlines()
+    assert "torch: SpecViolationError" in lines  # what this works around
+    assert "dynamo-onnx: 5 outputs" in lines

@@ -10,7 +10,11 @@ from helpers import program_state
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.passes.decompose import DecomposePass
-from dynamo_onnx.passes.decompose.rewrites import cast_symbolic_operands, rewrite_views
+from dynamo_onnx.passes.decompose.rewrites import (
+    bypass_lifted_copies,
+    cast_symbolic_operands,
+    rewrite_views,
+)
 
 aten = torch.ops.aten
 AUTO = torch.export.Dim.AUTO
@@ -75,3 +79,24 @@ def test_a_graph_with_an_in_place_operator_is_retraced_to_a_functional_one():
     assert ctx.by_rule("DO203")[0].properties["retraced"] is True
     targets = {n.target for n in result.exported_program.graph.nodes if n.op == "call_function"}
     assert aten.add_.Tensor not in targets
+
+
+class FreshEmpty(torch.nn.Module):
+    """transformers starts a cache layer from ``torch.tensor([])``: a lifted constant, copied
+    fresh and detached in place."""
+
+    def forward(self, x):
+        empty = torch.tensor([], dtype=x.dtype)
+        empty.detach_()
+        return torch.cat([empty, x], dim=-1)
+
+
+def test_a_lifted_constants_fresh_copy_and_detach_read_the_constant():
+    ep = torch.export.export(FreshEmpty(), (torch.randn(3),))
+    targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
+    assert aten.lift_fresh_copy.default in targets and aten.detach_.default in targets
+    assert bypass_lifted_copies(ep) == 3
+    targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets == [aten.cat.default]
+    x = torch.randn(3)
+    torch.testing.assert_close(ep.module()(x), x)

@@ -379,8 +379,10 @@ def _first_divergence(
             probe.graph.outputs.append(value)
     import onnxruntime as ort
 
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # ONNX Runtime's load-time warnings are not ours
     session = ort.InferenceSession(
-        ir.to_proto(probe).SerializeToString(), providers=["CPUExecutionProvider"]
+        ir.to_proto(probe).SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
     feed_names = [i.name for i in session.get_inputs()]
     feed = {

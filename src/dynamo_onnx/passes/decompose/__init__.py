@@ -18,6 +18,7 @@ from dynamo_onnx.errors import DecompositionError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.decompose.plan import retrace_reason
 from dynamo_onnx.passes.decompose.rewrites import (
+    bypass_lifted_copies,
     cast_symbolic_operands,
     insert_type_promotion,
     rewrite_aliases,
@@ -54,6 +55,7 @@ class DecomposePass:
         ep, registry = state.exported_program, state.valid.registry
         assert ep is not None and registry is not None
         rewrite_aliases(ep)
+        bypass_lifted_copies(ep)
         reason = retrace_reason(ep, registry)
         ctx.record(
             "decomposition-plan",

@@ -12,6 +12,12 @@
 * A symbolic number (a SymInt, SymFloat or SymBool from a dynamic size) used by a tensor
   operator (``x * x.shape[0]``) is cast to the dtype the operator computes in: in ONNX it is
   a 0-d int64, float or bool tensor, and ``Mul`` will not take a float and an int64.
+* A lifted constant's fresh copy and its ``detach_`` (``torch.tensor([])`` in a forward:
+  transformers starts each cache layer so) become the constant itself. Re-tracing would
+  functionalize the in-place ``detach_`` into a new constant that
+  ``ExportedProgram.run_decompositions`` does not register ("Constant tensor
+  lifted_tensor_4 is not in the constants dictionary"); for inference neither op does
+  anything.
 * Reshapes to a statically known shape get that shape instead of one with ``-1`` in it
   (``view(x, [1, -1, 128, 64])``): the ONNX optimizer can then see that a reshape to the
   shape its input already has is an ``Identity`` and remove it (12 nodes in GPT-2).
@@ -31,6 +37,7 @@ from dynamo_onnx.passes.fx import graph_modules
 from dynamo_onnx.passes.fx import meta_value as _val
 
 __all__ = [
+    "bypass_lifted_copies",
     "cast_symbolic_operands",
     "insert_type_promotion",
     "rewrite_aliases",
@@ -88,6 +95,34 @@ _RESHAPES = frozenset(
         torch.ops.aten._unsafe_view.default,
     }
 )
+
+
+_FRESH = frozenset({torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.lift_fresh.default})
+_DETACH = frozenset({torch.ops.aten.detach_.default, torch.ops.aten.detach.default})
+
+
+def bypass_lifted_copies(ep: torch.export.ExportedProgram) -> int:
+    """Uses of ``lift_fresh_copy(constant)`` and of any ``detach``/``detach_`` chained on it
+    read the constant instead; the copies are removed. Returns how many nodes went."""
+    count = 0
+    for gm in graph_modules(ep):
+        constant_of: dict[torch.fx.Node, Any] = {}
+        for node in list(gm.graph.nodes):
+            if node.op != "call_function":
+                continue
+            if node.target in _FRESH or (node.target in _DETACH and node.args[0] in constant_of):
+                source = node.args[0]
+                constant_of[node] = constant_of.get(source, source)
+        # a chain that ends in an output stays: the signature names its last node
+        kept = {constant_of[n] for n in constant_of if any(u.op == "output" for u in n.users)}
+        chain = [n for n in constant_of if constant_of[n] not in kept]
+        for node in reversed(chain):
+            node.replace_all_uses_with(constant_of[node])
+            gm.graph.erase_node(node)
+            count += 1
+        if chain:
+            gm.recompile()
+    return count
 
 
 def rewrite_views(ep: torch.export.ExportedProgram) -> int:

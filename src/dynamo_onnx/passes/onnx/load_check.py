@@ -39,6 +39,14 @@ _NODE = re.compile(
 )
 
 
+def quiet_session_options() -> ort.SessionOptions:
+    """A session of our own logs errors only: ONNX Runtime's warnings while it loads the
+    model ("can't constant fold CastLike") are its optimizer's business, not the user's."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return options
+
+
 class LoadCheckPass:
     """onnx.checker (full) and an ONNX Runtime session on the exported model."""
 
@@ -65,7 +73,9 @@ class LoadCheckPass:
         proto = ir.to_proto(model)
         try:
             onnx.checker.check_model(proto, full_check=True)
-            ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+            ort.InferenceSession(
+                proto.SerializeToString(), quiet_session_options(), ["CPUExecutionProvider"]
+            )
         except Exception as exc:  # noqa: BLE001 - the finding says what failed where
             location, fields = _where(ctx, model, exc)
             if type(exc).__name__ != "NotImplemented":
