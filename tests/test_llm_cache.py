@@ -217,7 +217,7 @@ def test_whisper_takes_its_encoder_decoder_cache_and_encoder_states_as_inputs():
     outputs = [v.name for v in program.model.graph.outputs]
     assert outputs[:3] == ["logits", "present.0.decoder.key", "present.0.decoder.value"]
     assert not program.model.graph.initializers.get("encoder_last_hidden_state")  # an input
-    for shape in [(1, 1, 0), (3, 2, 5)]:
+    for shape in [(1, 1, 0), (3, 2, 5), (2, 4, 1)]:
         inputs = _whisper_inputs(*shape)
         got = program(**inputs)
         out = model(**copy.deepcopy(inputs))
