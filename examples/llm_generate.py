@@ -12,9 +12,11 @@ tokens equal ``model.generate(do_sample=False)``.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import tempfile
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -40,6 +42,20 @@ def small_llama() -> transformers.LlamaForCausalLM:
     return transformers.LlamaForCausalLM(config).eval()
 
 
+def cache_parameter(model: transformers.PreTrainedModel) -> str:
+    """The name ``forward`` takes the cache by: ``cache`` from transformers 5.24 on,
+    ``past_key_values`` before."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def output_cache(output: Any) -> Any:
+    """The cache a model returned (``output.cache``, or ``output.past_key_values`` before
+    transformers 5.24)."""
+    found = getattr(output, "cache", None)
+    return found if found is not None else output.past_key_values
+
+
 def example_inputs(
     model: transformers.PreTrainedModel, batch: int = 2, new: int = 3, past: int = 4
 ):
@@ -55,7 +71,7 @@ def example_inputs(
         "input_ids": torch.randint(1, config.vocab_size, (batch, new)),
         "attention_mask": torch.ones(batch, past + new, dtype=torch.int64),
         "position_ids": torch.arange(past, past + new).expand(batch, new),
-        "past_key_values": cache,
+        cache_parameter(model): cache,
         "use_cache": True,
     }
 

@@ -122,25 +122,29 @@ def vit() -> Built:
     return transformers.ViTModel(config).eval(), (pixels,), {}, {"pixel_values": {0: "batch"}}
 
 
+#: A Whisper small enough to export in about a second.
+WHISPER = {
+    "d_model": 32,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "num_mel_bins": 16,
+    "max_source_positions": 32,
+    "max_target_positions": 32,
+    "vocab_size": 100,
+    "use_cache": False,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "decoder_start_token_id": 1,
+}
+
+
 def whisper() -> Built:
-    config = transformers.WhisperConfig(
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        num_mel_bins=16,
-        max_source_positions=32,
-        max_target_positions=32,
-        vocab_size=100,
-        use_cache=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        decoder_start_token_id=1,
-    )
+    config = transformers.WhisperConfig(**WHISPER)
     features = torch.randn(2, 16, 64)  # 64 frames = 2 * max_source_positions
     kwargs = {"input_features": features, "decoder_input_ids": _ids(length=5)}
     spec = {"input_features": {0: "batch"}, "decoder_input_ids": {0: "batch", 1: "sequence"}}

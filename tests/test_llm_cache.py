@@ -19,6 +19,7 @@ import transformers
 from torch.export import pytree
 
 import dynamo_onnx
+import hf_models
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
@@ -27,15 +28,8 @@ _spec = importlib.util.spec_from_file_location(
 llm_generate = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(llm_generate)
 
-DECODER = {
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "vocab_size": 100,
-    "max_position_embeddings": 64,
-}
+#: The small decoder of the other transformers tests, generating with its cache.
+DECODER = {**hf_models.DECODER, "use_cache": True}
 
 
 def _model(name: str) -> transformers.PreTrainedModel:
@@ -67,7 +61,7 @@ SHAPES = [(1, 4, 0), (3, 1, 7), (2, 5, 2)]
 
 def _expected(model, inputs):
     out = model(**copy.deepcopy(inputs))
-    layers = out.past_key_values.layers
+    layers = llm_generate.output_cache(out).layers
     return [out.logits] + [t for layer in layers for t in (layer.keys, layer.values)]
 
 
@@ -76,12 +70,18 @@ def exported(request):
     model = _model(request.param).eval()
     inputs = llm_generate.example_inputs(model)
     before = [
-        t.clone() for layer in inputs["past_key_values"].layers for t in (layer.keys, layer.values)
+        t.clone()
+        for layer in inputs[llm_generate.cache_parameter(model)].layers
+        for t in (layer.keys, layer.values)
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no warning at all
         program = dynamo_onnx.export(model, (), kwargs=inputs, verify=True)
-    after = [t for layer in inputs["past_key_values"].layers for t in (layer.keys, layer.values)]
+    after = [
+        t
+        for layer in inputs[llm_generate.cache_parameter(model)].layers
+        for t in (layer.keys, layer.values)
+    ]
     assert all(torch.equal(a, b) for a, b in zip(before, after)), "the caller's cache changed"
     return request.param, model, program
 
@@ -91,10 +91,10 @@ def test_the_cache_is_taken_as_it_is_and_named_as_runtimes_expect(exported):
     layers = model.config.num_hidden_layers
     names = [f"{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
     graph = program.model.graph
-    given = {"input_ids", "attention_mask", "position_ids", "past_key_values"}
+    given = {"input_ids", "attention_mask", "position_ids", "past_key_values", "cache"}
     expected = []
     for parameter in inspect.signature(model.forward).parameters:  # forward's order
-        if parameter == "past_key_values":
+        if parameter in ("past_key_values", "cache"):
             expected += [f"past_key_values.{n}" for n in names]
         elif parameter in given:
             expected.append(parameter)
@@ -126,7 +126,7 @@ def test_logits_and_presents_match_eager(exported, shape):
 
 def test_nothing_global_is_registered_for_the_cache(exported):
     _, model, _ = exported
-    cache = llm_generate.example_inputs(model)["past_key_values"]
+    cache = llm_generate.example_inputs(model)[llm_generate.cache_parameter(model)]
     leaves, _ = pytree.tree_flatten(cache)
     assert leaves == [cache]  # still a leaf: no pytree registration left behind
 
@@ -157,24 +157,26 @@ def test_the_example_runs(tmp_path):
 def test_a_spelled_spec_names_the_dims_and_takes_one_entry_for_the_cache():
     model = _model("llama").eval()
     inputs = llm_generate.example_inputs(model)
-    cache = inputs["past_key_values"]
+    cache = inputs[llm_generate.cache_parameter(model)]
     spec = {
         "input_ids": {0: "batch", 1: "new"},
         "attention_mask": {0: "batch", 1: "total"},
         "position_ids": {0: "batch", 1: "new"},
-        "past_key_values": dynamo_onnx.cache_dynamic_shapes(cache, batch="batch", past="past"),
+        llm_generate.cache_parameter(model): dynamo_onnx.cache_dynamic_shapes(
+            cache, batch="batch", past="past"
+        ),
     }
     program = dynamo_onnx.export(model, (), kwargs=inputs, dynamic_shapes=spec)
     shapes = {v.name: [str(d) for d in v.shape] for v in program.model.graph.inputs}
     assert shapes["input_ids"] == ["batch", "new"]
     assert shapes["past_key_values.1.value"] == ["batch", "2", "past", "8"]
-    one = {**spec, "past_key_values": {0: "batch", 2: "past"}}  # one entry for every tensor
+    one = {**spec, llm_generate.cache_parameter(model): {0: "batch", 2: "past"}}  # every tensor
     program = dynamo_onnx.export(model, (), kwargs=inputs, dynamic_shapes=one)
     shapes = {v.name: [str(d) for d in v.shape] for v in program.model.graph.inputs}
     assert shapes["past_key_values.0.key"] == ["batch", "2", "past", "8"]
 
 
-def _whisper_inputs(batch: int, new: int, past: int) -> dict:
+def _whisper_inputs(model, batch: int, new: int, past: int) -> dict:
     """One decoder step of Whisper: encoder states, an encoder-decoder cache (self-attention
     grows, cross-attention holds the encoder's 16 frames)."""
     self_attention, cross_attention = transformers.DynamicCache(), transformers.DynamicCache()
@@ -186,31 +188,19 @@ def _whisper_inputs(batch: int, new: int, past: int) -> dict:
     return {
         "encoder_outputs": (torch.randn(batch, 16, 32),),
         "decoder_input_ids": torch.randint(1, 100, (batch, new)),
-        "past_key_values": transformers.EncoderDecoderCache(self_attention, cross_attention),
+        llm_generate.cache_parameter(model): transformers.EncoderDecoderCache(
+            self_attention, cross_attention
+        ),
         "use_cache": True,
     }
 
 
 def test_whisper_takes_its_encoder_decoder_cache_and_encoder_states_as_inputs():
     config = transformers.WhisperConfig(
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        vocab_size=100,
-        num_mel_bins=16,
-        max_source_positions=16,
-        max_target_positions=32,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        decoder_start_token_id=1,
+        **{**hf_models.WHISPER, "max_source_positions": 16, "use_cache": True}
     )
     model = transformers.WhisperForConditionalGeneration(config).eval()
-    program = dynamo_onnx.export(model, (), kwargs=_whisper_inputs(2, 3, 4), verify=True)
+    program = dynamo_onnx.export(model, (), kwargs=_whisper_inputs(model, 2, 3, 4), verify=True)
     names = [v.name for v in program.model.graph.inputs]
     assert names[:3] == ["decoder_input_ids", "encoder_outputs.0", "past_key_values.0.decoder.key"]
     assert "past_key_values.1.encoder.value" in names
@@ -218,10 +208,10 @@ def test_whisper_takes_its_encoder_decoder_cache_and_encoder_states_as_inputs():
     assert outputs[:3] == ["logits", "present.0.decoder.key", "present.0.decoder.value"]
     assert not program.model.graph.initializers.get("encoder_last_hidden_state")  # an input
     for shape in [(1, 1, 0), (3, 2, 5), (2, 4, 1)]:
-        inputs = _whisper_inputs(*shape)
+        inputs = _whisper_inputs(model, *shape)
         got = program(**inputs)
         out = model(**copy.deepcopy(inputs))
-        cache = out.past_key_values
+        cache = llm_generate.output_cache(out)
         want = [out.logits]
         for i in range(2):
             for side in (cache.self_attention_cache, cache.cross_attention_cache):
@@ -294,7 +284,7 @@ def test_a_model_that_makes_its_own_cache_returns_it_as_presents():
     got = program(other, use_cache=True)
     out = model(other, use_cache=True)
     torch.testing.assert_close(got[0], out.logits.detach(), atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(got[1], out.past_key_values.layers[0].keys.detach())
+    torch.testing.assert_close(got[1], llm_generate.output_cache(out).layers[0].keys.detach())
 
 
 def _mixtral() -> transformers.MixtralForCausalLM:

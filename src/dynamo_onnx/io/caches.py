@@ -20,12 +20,14 @@ import torch
 from torch.export import pytree
 
 __all__ = [
+    "CACHE_PARAMETERS",
     "CacheInputs",
     "cache_parts",
     "copy_caches",
     "is_cache",
     "output_parts",
     "rebuild_cache",
+    "spread",
 ]
 
 
@@ -150,7 +152,7 @@ def output_parts(output: Any) -> list[tuple[str, Any]]:
     parts: list[tuple[str, Any]] = []
     for key, value in items:
         if is_cache(value):
-            prefix = "present" if key == "past_key_values" else str(key)
+            prefix = "present" if key in CACHE_PARAMETERS else str(key)
             parts += [(f"{prefix}.{suffix}", t) for suffix, t in cache_parts(value)]
         else:
             parts.append((str(key), value))
@@ -160,6 +162,29 @@ def output_parts(output: Any) -> list[tuple[str, Any]]:
 def _holds_tensors(value: Any) -> bool:
     leaves, _ = pytree.tree_flatten(value)
     return any(isinstance(leaf, torch.Tensor) for leaf in leaves)
+
+
+#: The parameter (and output field) of a transformers model that holds its cache:
+#: ``past_key_values`` up to transformers 5.23, ``cache`` from 5.24. Either way the ONNX
+#: inputs are named as the runtimes expect, ``past_key_values.<i>.key``.
+CACHE_PARAMETERS = ("past_key_values", "cache")
+
+
+def _onnx_prefix(name: str) -> str:
+    return "past_key_values" if name in CACHE_PARAMETERS else name
+
+
+def spread(signature: inspect.Signature, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Bound arguments with a ``**kwargs`` parameter's entries as arguments of their own
+    (a ``past_key_values=`` that reaches ``forward`` through ``**kwargs``)."""
+    spread_out: dict[str, Any] = {}
+    for name, value in arguments.items():
+        parameter = signature.parameters.get(name)
+        if parameter is not None and parameter.kind is parameter.VAR_KEYWORD:
+            spread_out.update(value)
+        else:
+            spread_out[name] = value
+    return spread_out
 
 
 def _key(name: str) -> str:
@@ -191,13 +216,17 @@ class CacheInputs:
         }
         #: flat parameter name -> the ONNX input's name, in input order.
         self.names = {_key(n): n for n in self._named(bound)}
+        #: the model's parameter -> its prefix in the ONNX names (a cache's is
+        #: ``past_key_values`` whatever the parameter is called)
+        self.prefixes = {name: _onnx_prefix(name) for name in self.templates}
 
     @staticmethod
     def _named(bound: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         named: dict[str, torch.Tensor] = {}
         for name, value in bound.items():
             if is_cache(value):
-                named.update({f"{name}.{suffix}": t for suffix, t in cache_parts(value)})
+                prefix = _onnx_prefix(name)
+                named.update({f"{prefix}.{suffix}": t for suffix, t in cache_parts(value)})
             elif isinstance(value, torch.Tensor):
                 named[name] = value
             elif _holds_tensors(value):
@@ -213,21 +242,23 @@ class CacheInputs:
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The caller's inputs (as ``forward`` takes them) -> the export's, ((), flat)."""
-        return (), self.flat(self.signature.bind(*args, **kwargs).arguments)
+        bound = self.signature.bind(*args, **kwargs).arguments
+        return (), self.flat(spread(self.signature, bound))
 
     def model_inputs(self, flat: Mapping[str, torch.Tensor]) -> dict[str, Any]:
         """The export's inputs -> the model's keyword arguments, caches rebuilt."""
         named = {self.names[k]: v for k, v in flat.items()}
         kwargs: dict[str, Any] = dict(self.constants)
         for name, template in self.templates.items():
-            prefix = f"{name}."
+            prefix = f"{self.prefixes[name]}."
             tensors = {k[len(prefix) :]: v for k, v in named.items() if k.startswith(prefix)}
             kwargs[name] = rebuild_cache(template, tensors)
         for name, (leaves, spec) in self.structures.items():
             given = [named.get(f"{name}.{i}", leaf) for i, leaf in enumerate(leaves)]
             kwargs[name] = pytree.tree_unflatten(given, spec)
         kwargs.update({k: v for k, v in named.items() if "." not in k})
-        return {p: kwargs[p] for p in self.signature.parameters if p in kwargs}
+        ordered = {p: kwargs.pop(p) for p in self.signature.parameters if p in kwargs}
+        return {**ordered, **kwargs}  # the rest go through ``**kwargs``
 
     def sliding(self) -> bool:
         """Whether a cache has sliding-window layers (Mistral, Gemma 2)."""

@@ -23,7 +23,7 @@ from dynamo_onnx.errors import (
     InvalidOptionValueError,
     OnnxExporterError,
 )
-from dynamo_onnx.io.caches import CacheInputs, is_cache
+from dynamo_onnx.io.caches import CACHE_PARAMETERS, CacheInputs, is_cache, spread
 from dynamo_onnx.options import (
     DEFAULT_OPSET,
     ExportOptions,
@@ -114,7 +114,10 @@ class ValidatePass:
         bound = _check_inputs(ctx, request.model, args, kwargs, request.torch_onnx is not None)
         spec = request.dynamic_shapes
         cache_inputs = None
-        if any(is_cache(v) for v in bound.values()) or _returns_cache(request.model):
+        signature = forward_signature(request.model)
+        spread_out = spread(signature, bound) if signature is not None else bound
+        if any(is_cache(v) for v in spread_out.values()) or _returns_cache(request.model):
+            bound = spread_out
             cache_inputs = _cache_inputs(ctx, request.model, bound)
             if spec is not True and request.dynamic_axes is None:
                 spec = flat_spec(spec, bound, cache_inputs)
@@ -198,7 +201,7 @@ def _returns_cache(model: Any) -> bool:
         getattr(config, "model_type", None) is not None
         and getattr(config, "use_cache", False)
         and signature is not None
-        and "past_key_values" in signature.parameters
+        and any(name in signature.parameters for name in CACHE_PARAMETERS)
     )
 
 

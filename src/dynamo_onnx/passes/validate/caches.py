@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.export import pytree
 
-from dynamo_onnx.io.caches import CacheInputs, cache_parts, is_cache
+from dynamo_onnx.io.caches import CACHE_PARAMETERS, CacheInputs, cache_parts, is_cache
 
 __all__ = ["cache_dynamic_shapes", "flat_spec"]
 
@@ -70,8 +70,9 @@ def flat_spec(spec: Any, bound: Mapping[str, Any], inputs: CacheInputs) -> dict[
                 entries = [entry] * len(parts)
             else:
                 entries = list(entry)
+            prefix = "past_key_values" if name in CACHE_PARAMETERS else name
             for (suffix, _), one in zip(parts, entries):
-                flat[f"{name}_{suffix}".replace(".", "_")] = one
+                flat[f"{prefix}_{suffix}".replace(".", "_")] = one
         elif isinstance(value, torch.Tensor):
             flat[name] = _default(name, value) if spec is None else entry
         else:  # a container of tensors (``encoder_outputs=(hidden,)``): by leaf
