@@ -376,3 +376,15 @@ def test_a_program_captured_with_the_cache_registered_exports_despite_torchs_los
     lines = result.stdout.splitlines()
     assert "torch: SpecViolationError" in lines  # what this works around
     assert "dynamo-onnx: 5 outputs" in lines
+
+
+def test_an_llm_export_prints_nothing_of_torch_onnx_ir_or_onnx_runtime(capfd):
+    """Gemma 2 made onnx_ir warn ("Attribute type is ambiguous"), torch warn about LeafSpec;
+    the terminal shows our findings only, and this export has none."""
+    model = _model("gemma2").eval()
+    capfd.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # shown even if another test already triggered it
+        dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""

@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Iterator
 
-__all__ = ["dropped", "filtered"]
+__all__ = ["ONNX_IR_CHATTER", "dropped", "filtered", "torch_deprecations_ignored"]
+
+#: onnx_ir's warnings while torch_lib builds nodes and while the optimizer runs ("Attribute
+#: type is ambiguous because it is an empty sequence", "Skipped deduplication of
+#: initializer"): about how the library is called, nothing the user can act on.
+ONNX_IR_CHATTER = ("onnx_ir._convenience", "onnx_ir.passes.common.initializer_deduplication")
 
 
 class _DropAll(logging.Filter):
@@ -38,4 +44,16 @@ def dropped(*names: str) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         for name in names:
             stack.enter_context(filtered(logging.getLogger(name), _DropAll()))
+        yield
+
+
+@contextlib.contextmanager
+def torch_deprecations_ignored() -> Iterator[None]:
+    """torch's own deprecation warnings about its internals while it copies tree specs
+    (``isinstance(treespec, LeafSpec)`` is deprecated), ignored while the block runs; the
+    warnings filters are put back afterwards."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"`isinstance\(treespec, LeafSpec\)`", category=FutureWarning
+        )
         yield

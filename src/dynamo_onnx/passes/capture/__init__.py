@@ -29,7 +29,7 @@ from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import KnownCause, known_cause
 from dynamo_onnx.passes.capture.experts import traceable_experts
-from dynamo_onnx.passes.logs import dropped, filtered
+from dynamo_onnx.passes.logs import dropped, filtered, torch_deprecations_ignored
 from dynamo_onnx.passes.model import as_module, describe_value, flat_forward, forward_signature
 
 __all__ = ["STRATEGIES", "CapturePass", "TorchExportStrategy", "copy_program"]
@@ -183,6 +183,12 @@ class CapturePass:
         self.strategies = strategies
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        with (
+            torch_deprecations_ignored()
+        ):  # torch's deprecation warnings about its own tree specs are not the user's
+            return self._run(ctx, state)
+
+    def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         model = state.valid.model
         if isinstance(model, torch.export.ExportedProgram):
             ctx.record(

@@ -26,6 +26,7 @@ from dynamo_onnx.passes.decompose.rewrites import (
     static_reshape_sizes,
 )
 from dynamo_onnx.passes.fx import graph_modules
+from dynamo_onnx.passes.logs import torch_deprecations_ignored
 from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = ["DecomposePass", "lower", "retrace_reason"]
@@ -52,6 +53,12 @@ class DecomposePass:
     changes_input: ClassVar[bool] = False
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        with (
+            torch_deprecations_ignored()
+        ):  # torch's deprecation warnings about its own tree specs are not the user's
+            return self._run(ctx, state)
+
+    def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         ep, registry = state.exported_program, state.valid.registry
         assert ep is not None and registry is not None
         rewrite_aliases(ep)

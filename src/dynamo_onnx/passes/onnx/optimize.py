@@ -18,6 +18,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.passes.base import PassName
+from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 
 __all__ = ["OptimizePass", "count_nodes", "fake_weights_hidden"]
 
@@ -54,6 +55,10 @@ class OptimizePass:
     changes_input: ClassVar[bool] = True
 
     def __call__(self, ctx: DiagnosticContext, model: ir.Model) -> ir.Model:
+        with dropped(*ONNX_IR_CHATTER):  # onnx_ir's remarks while it optimizes are not the user's
+            return self._run(ctx, model)
+
+    def _run(self, ctx: DiagnosticContext, model: ir.Model) -> ir.Model:
         before = count_nodes(model)
         with fake_weights_hidden(model):
             onnxscript.optimizer.optimize_ir(model)

@@ -18,6 +18,7 @@ from torch.export import graph_signature as gs
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import OnnxExporterError, TranslationError
 from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.metadata import FX_NODE_NAME
 from dynamo_onnx.passes.translate import problems
 from dynamo_onnx.passes.translate.builder import GraphBuilder
@@ -50,6 +51,12 @@ class TranslatePass:
         self.decompose = decompose
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
+        with dropped(
+            *ONNX_IR_CHATTER
+        ):  # onnx_ir's remarks on how torch_lib calls it are not the user's
+            return self._run(ctx, state)
+
+    def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         ep = state.exported_program
         registry = state.valid.registry
         assert ep is not None and registry is not None
