@@ -221,20 +221,37 @@ class CacheInputs:
         self.prefixes = {name: _onnx_prefix(name) for name in self.templates}
 
     @staticmethod
-    def _named(bound: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        named: dict[str, torch.Tensor] = {}
+    def parts(bound: Mapping[str, Any]) -> list[tuple[str, int, str, torch.Tensor]]:
+        """(parameter, position within it, ONNX input name, tensor) of every tensor the
+        export takes, in input order: a tensor itself (position 0), a cache's tensors in
+        layer order, a container's tensor leaves (position = leaf index)."""
+        found: list[tuple[str, int, str, torch.Tensor]] = []
         for name, value in bound.items():
             if is_cache(value):
                 prefix = _onnx_prefix(name)
-                named.update({f"{prefix}.{suffix}": t for suffix, t in cache_parts(value)})
+                found += [
+                    (name, i, f"{prefix}.{suffix}", t)
+                    for i, (suffix, t) in enumerate(cache_parts(value))
+                ]
             elif isinstance(value, torch.Tensor):
-                named[name] = value
+                found.append((name, 0, name, value))
             elif _holds_tensors(value):
                 leaves, _ = pytree.tree_flatten(value)
-                named.update(
-                    {f"{name}.{i}": t for i, t in enumerate(leaves) if isinstance(t, torch.Tensor)}
-                )
-        return named
+                found += [
+                    (name, i, f"{name}.{i}", t)
+                    for i, t in enumerate(leaves)
+                    if isinstance(t, torch.Tensor)
+                ]
+        return found
+
+    @classmethod
+    def _named(cls, bound: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        return {onnx_name: t for _, _, onnx_name, t in cls.parts(bound)}
+
+    @staticmethod
+    def key(onnx_name: str) -> str:
+        """The export's keyword (``past_key_values_0_key``) of an ONNX input name."""
+        return _key(onnx_name)
 
     def flat(self, bound: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Bound ``forward`` arguments -> the export's keyword inputs."""

@@ -150,6 +150,7 @@ def _report_narrowing(
     ranges = {str(symbol): vr for symbol, vr in program.range_constraints.items()}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     reported: set[str] = set()
+    asked = state.valid.parameter_names(state.valid.dynamic_shapes)  # the spec by name
     for (input_name, dim), _ in state.valid.requested_dims.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
@@ -172,8 +173,7 @@ def _report_narrowing(
             else f"{input_name}_dim_{dim}"
         )
         # the spec capture used: the caller's, or torch's refinement of it (DO125)
-        spec = state.valid.parameter_names(state.valid.dynamic_shapes)
-        low, high = _asked_range(spec, input_name, dim)
+        low, high = _asked_range(asked, input_name, dim)
         got_low, got_high = range_bounds(ranges[symbol])
         parts = []
         if expression != symbol:  # e.g. 32*s12: only multiples are accepted

@@ -111,14 +111,17 @@ class ValidatePass:
         )
         if isinstance(request.model, torch.export.ExportedProgram):
             return state.replace(checked=checked)
-        bound = _check_inputs(ctx, request.model, args, kwargs, request.torch_onnx is not None)
+        signature = forward_signature(request.model)
+        bound = _check_inputs(ctx, signature, args, kwargs, request.torch_onnx is not None)
         spec = request.dynamic_shapes
         cache_inputs = None
-        signature = forward_signature(request.model)
         spread_out = spread(signature, bound) if signature is not None else bound
-        if any(is_cache(v) for v in spread_out.values()) or _returns_cache(request.model):
+        if signature is not None and (
+            any(is_cache(v) for v in spread_out.values())
+            or _returns_cache(request.model, signature)
+        ):
             bound = spread_out
-            cache_inputs = _cache_inputs(ctx, request.model, bound)
+            cache_inputs = _cache_inputs(ctx, signature, bound)
             if spec is not True and request.dynamic_axes is None:
                 spec = flat_spec(spec, bound, cache_inputs)
             bound = cache_inputs.flat(bound)
@@ -145,7 +148,6 @@ class ValidatePass:
                     problem="is given together with dynamic_shapes",
                     allowed="give one of them: dynamic_shapes (preferred) or dynamic_axes",
                 )
-            signature = forward_signature(request.model)
             spec = torch_onnx.dynamic_axes_to_shapes(
                 ctx,
                 request.dynamic_axes,
@@ -192,23 +194,21 @@ class ValidatePass:
         return state.replace(checked=checked)
 
 
-def _returns_cache(model: Any) -> bool:
+def _returns_cache(model: Any, signature: inspect.Signature) -> bool:
     """A transformers model whose ``forward`` takes a cache may return one it made itself
     (``use_cache`` defaults to its config's): its outputs are taken as tensors too."""
     config = getattr(model, "config", None)
-    signature = forward_signature(model)
     return (
         getattr(config, "model_type", None) is not None
         and getattr(config, "use_cache", False)
-        and signature is not None
         and any(name in signature.parameters for name in CACHE_PARAMETERS)
     )
 
 
-def _cache_inputs(ctx: DiagnosticContext, model: Any, bound: dict[str, Any]) -> CacheInputs:
+def _cache_inputs(
+    ctx: DiagnosticContext, signature: inspect.Signature, bound: dict[str, Any]
+) -> CacheInputs:
     """How the caches among the inputs are taken as tensors; DO108 for one that holds none."""
-    signature = forward_signature(model)
-    assert signature is not None  # the inputs were bound to it
     try:
         return CacheInputs(signature, bound)
     except ValueError as exc:
@@ -330,14 +330,13 @@ def _right_call(
 
 def _check_inputs(
     ctx: DiagnosticContext,
-    model: Any,
+    signature: inspect.Signature | None,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     via_export: bool,
 ) -> dict[str, Any]:
     """``forward``'s parameters bound to the inputs (bound once, here, for every pass);
     fails early, with the names, when the inputs do not fit its signature."""
-    signature = forward_signature(model)
     if signature is None:  # builtins without a signature: let torch.export judge
         return {}
     try:

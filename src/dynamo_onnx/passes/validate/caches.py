@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch.export import pytree
 
-from dynamo_onnx.io.caches import CACHE_PARAMETERS, CacheInputs, cache_parts, is_cache
+from dynamo_onnx.io.caches import CacheInputs, cache_parts, is_cache
 
 __all__ = ["cache_dynamic_shapes", "flat_spec"]
 
@@ -59,29 +58,28 @@ def _default(name: str, value: torch.Tensor) -> dict[int, str] | None:
 def flat_spec(spec: Any, bound: Mapping[str, Any], inputs: CacheInputs) -> dict[str, Any]:
     """The caller's spec (or the default names) by the export's flat inputs."""
     given = spec if isinstance(spec, Mapping) else {}
+    per_cache: dict[str, list[Any]] = {}
     flat: dict[str, Any] = {}
-    for name, value in bound.items():
-        entry = given.get(name) if spec is not None else None
+    for parameter, position, onnx_name, tensor in inputs.parts(bound):
+        value = bound[parameter]
+        entry = given.get(parameter)
         if is_cache(value):
-            parts = cache_parts(value)
-            if spec is None:
-                entry = cache_dynamic_shapes(value)
-            if isinstance(entry, Mapping) or entry is None:
-                entries = [entry] * len(parts)
-            else:
-                entries = list(entry)
-            prefix = "past_key_values" if name in CACHE_PARAMETERS else name
-            for (suffix, _), one in zip(parts, entries):
-                flat[f"{prefix}_{suffix}".replace(".", "_")] = one
+            if parameter not in per_cache:
+                if spec is None:
+                    per_cache[parameter] = cache_dynamic_shapes(value)
+                elif isinstance(entry, (list, tuple)):
+                    per_cache[parameter] = list(entry)
+                else:  # one entry for every tensor of the cache
+                    per_cache[parameter] = [entry] * len(cache_parts(value))
+            entries = per_cache[parameter]
+            one = entries[position] if position < len(entries) else None
+        elif spec is None:
+            one = _default(parameter, tensor)
         elif isinstance(value, torch.Tensor):
-            flat[name] = _default(name, value) if spec is None else entry
+            one = entry
         else:  # a container of tensors (``encoder_outputs=(hidden,)``): by leaf
-            leaves, _ = pytree.tree_flatten(value)
-            entries = list(entry) if isinstance(entry, (list, tuple)) else [entry] * len(leaves)
-            for index, (leaf, one) in enumerate(zip(leaves, entries)):
-                if isinstance(leaf, torch.Tensor):
-                    default = _default(name, leaf) if spec is None else one
-                    flat[f"{name}_{index}"] = default
+            one = entry[position] if isinstance(entry, (list, tuple)) else entry
+        flat[inputs.key(onnx_name)] = one
     return {k: flat.get(k) for k in inputs.names}
 
 
