@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import pathlib
 
+import numpy
 import onnxscript.optimizer
 import pytest
 import torch
@@ -161,6 +162,26 @@ class Bumps(torch.nn.Module):
         return bump(x)  # marker: DO407
 
 
+class BumpsTwice(torch.nn.Module):
+    def forward(self, x):
+        return bump(x) * 2  # marker: DO204
+
+
+@torch.library.custom_op("dxfixture::host_sort", mutates_args=())
+def host_sort(x: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(numpy.sort(x.numpy(), axis=-1))
+
+
+@host_sort.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class SortsOnHost(torch.nn.Module):
+    def forward(self, x):
+        return host_sort(x)  # marker: DO205
+
+
 def quantizes(x):
     return torch.quantize_per_tensor(x, 0.1, 0, torch.qint8).dequantize()  # marker: DO309
 
@@ -308,6 +329,8 @@ FIXTURES = {
     "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
     "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
     "DO203": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),
+    "DO204": (lambda t: dynamo_onnx.export(BumpsTwice(), (X,)), "DO204"),
+    "DO205": (lambda t: dynamo_onnx.export(SortsOnHost(), (X,)), "DO205"),
     "DO301": (lambda t: dynamo_onnx.export(Bessel(), (X,)), "DO301"),
     "DO302": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),
     "DO304": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),

@@ -8,7 +8,7 @@ rewrites (``rewrites``), and finding DO203 says which way was taken and why.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -16,6 +16,11 @@ import torch
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import DecompositionError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.decompose.custom_ops import (
+    python_kernels,
+    report_traced,
+    report_untraceable,
+)
 from dynamo_onnx.passes.decompose.plan import retrace_reason
 from dynamo_onnx.passes.decompose.rewrites import (
     bypass_lifted_copies,
@@ -33,14 +38,20 @@ __all__ = ["DecomposePass", "lower", "retrace_reason"]
 
 
 def lower(
-    ep: torch.export.ExportedProgram, registry: OnnxRegistry, also: Iterable[Any] = ()
+    ep: torch.export.ExportedProgram,
+    registry: OnnxRegistry,
+    also: Iterable[Any] = (),
+    through: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> tuple[torch.export.ExportedProgram, int, int]:
-    """Decompose ``ep`` (and the operators in ``also``, even if registered).
+    """Decompose ``ep`` (and the operators in ``also``, even if registered; the custom
+    operators in ``through`` by their Python kernels).
 
     Returns the program, the number of views rewritten and of casts inserted.
     """
     views = rewrite_views(ep)
-    ep = ep.run_decompositions(registry.decomposition_table(also))
+    table = registry.decomposition_table(also)
+    table.update(through or {})
+    ep = ep.run_decompositions(table)
     casts = sum(insert_type_promotion(gm) + cast_symbolic_operands(gm) for gm in graph_modules(ep))
     return ep, views, casts
 
@@ -80,7 +91,7 @@ class DecomposePass:
                 insert_type_promotion(gm) + cast_symbolic_operands(gm) for gm in graph_modules(ep)
             )
         else:
-            ep, views, casts = lower(ep, registry)
+            ep, views, casts = self._lower(ctx, ep, registry)
         for gm in graph_modules(ep):
             static_reshape_sizes(gm)
         if views:
@@ -88,3 +99,20 @@ class DecomposePass:
         if casts:
             ctx.record("type-promotion-inserted", count=casts)
         return state.replace(exported_program=ep)
+
+    @staticmethod
+    def _lower(
+        ctx: DiagnosticContext, ep: torch.export.ExportedProgram, registry: OnnxRegistry
+    ) -> tuple[torch.export.ExportedProgram, int, int]:
+        """Re-trace, running custom operators' Python kernels (DO204); when one of them
+        cannot be traced (DO205), re-trace again keeping them as they are."""
+        through = python_kernels(ctx, ep, registry)
+        if not through:
+            return lower(ep, registry)
+        try:
+            lowered = lower(ep, registry, through=through.kernels)
+        except Exception as exc:  # the kernel's own error: translation names the operator
+            report_untraceable(ctx, through, exc)
+            return lower(ep, registry)
+        report_traced(ctx, through)
+        return lowered
