@@ -220,6 +220,71 @@ def test_whisper_takes_its_encoder_decoder_cache_and_encoder_states_as_inputs():
             torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
 
 
+def _session(program, tmp_path, name: str) -> ort.InferenceSession:
+    program.save(tmp_path / f"{name}.onnx")
+    path = str(tmp_path / f"{name}.onnx")
+    return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+
+def test_whisper_generates_transformers_greedy_tokens_with_onnx_runtime_alone(tmp_path):
+    """Whisper as Optimum ships it: the encoder, a first decoder step that computes the
+    cross-attention cache from the encoder's states, and a decoding step that takes both
+    caches; greedy decoding with the three ONNX models gives ``model.generate``'s tokens."""
+    config = transformers.WhisperConfig(
+        **{**hf_models.WHISPER, "max_source_positions": 16, "use_cache": True, "init_std": 0.2}
+    )
+    torch.manual_seed(0)  # weights large enough that greedy tokens vary
+    model = transformers.WhisperForConditionalGeneration(config).eval()
+    features = torch.randn(2, 16, 32)
+    start = torch.full((2, 1), config.decoder_start_token_id)
+    states = model.model.encoder(features).last_hidden_state
+    encoder = dynamo_onnx.export(
+        model.model.encoder,
+        (features,),
+        dynamic_shapes=({0: "batch_size"},),
+        output_names=["last_hidden_state"],
+    )
+    first = dynamo_onnx.export(
+        model,
+        (),
+        kwargs={"encoder_outputs": (states,), "decoder_input_ids": start, "use_cache": True},
+    )
+    step = dynamo_onnx.export(model, (), kwargs=_whisper_inputs(model, 2, 1, 3))
+    assert [v.name for v in first.model.graph.inputs] == ["decoder_input_ids", "encoder_outputs.0"]
+    sessions = {
+        name: _session(program, tmp_path, name)
+        for name, program in [("encoder", encoder), ("first", first), ("step", step)]
+    }
+
+    (hidden,) = sessions["encoder"].run(None, {"input_features": features.numpy()})
+    ids = start.numpy()
+    names = [o.name for o in sessions["first"].get_outputs()]
+    result = dict(
+        zip(
+            names,
+            sessions["first"].run(None, {"decoder_input_ids": ids, "encoder_outputs.0": hidden}),
+        )
+    )
+    tokens = []
+    for _ in range(8):
+        ids = result["logits"][:, -1].argmax(-1)[:, None].astype(np.int64)
+        tokens.append(ids)
+        past = {
+            name.replace("present.", "past_key_values."): value
+            for name, value in result.items()
+            if name.startswith("present.")
+        }
+        feeds = {"decoder_input_ids": ids, "encoder_outputs.0": hidden, **past}
+        wanted = [i.name for i in sessions["step"].get_inputs()]
+        names = [o.name for o in sessions["step"].get_outputs()]
+        result = dict(zip(names, sessions["step"].run(None, {k: feeds[k] for k in wanted})))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # generate's notes on its own defaults
+        eager = model.generate(features, max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    np.testing.assert_array_equal(np.concatenate(tokens, axis=1), eager[:, -8:].numpy())
+    assert len(set(eager.flatten().tolist())) > 2  # not one token repeated
+
+
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
 def test_onnxruntime_genai_generates_transformers_tokens_from_the_saved_folder(name, tmp_path):
     """Saving a causal LM exported with its cache also writes genai_config.json: the folder
@@ -341,7 +406,7 @@ def test_a_one_token_example_with_batch_one_and_an_empty_past_still_gives_a_dyna
 
 
 _REGISTERED = """
-import sys, warnings
+import copy, sys, warnings
 sys.path.insert(0, {examples!r})
 warnings.simplefilter("ignore")
 import torch
@@ -359,6 +424,13 @@ except Exception as exc:
     print("torch:", type(exc).__name__)
 program = dynamo_onnx.export(ep, (), kwargs=inputs)
 print("dynamo-onnx:", len(program.model.graph.outputs), "outputs")
+print("inputs:", *[v.name for v in program.model.graph.inputs])
+print("outputs:", *[v.name for v in program.model.graph.outputs])
+got = program(**copy.deepcopy(inputs))  # the cache flattened as torch.export flattened it
+out = model(**copy.deepcopy(inputs))
+layers = llm_generate.output_cache(out).layers
+want = [out.logits] + [layer.keys for layer in layers] + [layer.values for layer in layers]
+print("equal:", all(torch.allclose(g, w, atol=1e-4) for g, w in zip(got, want)))
 """
 
 
@@ -376,6 +448,13 @@ def test_a_program_captured_with_the_cache_registered_exports_despite_torchs_los
     lines = result.stdout.splitlines()
     assert "torch: SpecViolationError" in lines  # what this works around
     assert "dynamo-onnx: 5 outputs" in lines
+    # named as when the model itself is exported, not past_key_values_key_cache_0, linear_14
+    assert (
+        "inputs: input_ids attention_mask position_ids past_key_values.0.key "
+        "past_key_values.1.key past_key_values.0.value past_key_values.1.value"
+    ) in lines
+    assert "outputs: logits present.0.key present.1.key present.0.value present.1.value" in lines
+    assert "equal: True" in lines
 
 
 def test_an_llm_export_prints_nothing_of_torch_onnx_ir_or_onnx_runtime(capfd):

@@ -7,16 +7,23 @@ from typing import Any
 
 import torch
 from torch.export import graph_signature as gs
+from torch.export import pytree
 
 __all__ = ["complex_outputs", "flatten", "onnx_input_tensors", "user_input_leaves"]
 
 
 def flatten(obj: Any) -> list[Any]:
-    """Leaves of nested tuples, lists and dicts, in torch.export's order (None is a leaf)."""
+    """Leaves of nested tuples, lists and dicts, in torch.export's order (None is a leaf).
+
+    An object of a class registered as a pytree node (a dataclass, or a cache after
+    transformers' ``register_dynamic_cache_export_support()``) is flattened as torch.export
+    flattened it when it captured a program given to the export."""
     if isinstance(obj, (list, tuple)):
         return [leaf for item in obj for leaf in flatten(item)]
     if isinstance(obj, dict):
         return [leaf for item in obj.values() for leaf in flatten(item)]
+    if obj is not None and type(obj) in pytree.SUPPORTED_NODES:
+        return [leaf for item in pytree.tree_flatten(obj)[0] for leaf in flatten(item)]
     return [obj]
 
 

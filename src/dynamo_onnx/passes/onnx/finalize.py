@@ -15,9 +15,11 @@ from typing import ClassVar
 
 import onnx
 import onnx_ir as ir
+from torch.export import graph_signature as gs
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, SerializationError
+from dynamo_onnx.io.spec_names import cache_suffix, leaf_paths, output_names
 from dynamo_onnx.passes.base import ExportState, PassName
 
 __all__ = [
@@ -144,12 +146,37 @@ class RenameIOPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=modified)
 
 
-def _output_keys(state: ExportState) -> tuple[str, ...] | None:
+def _registered_cache_inputs(state: ExportState, model: ir.Model) -> list[str] | None:
+    """For a program the caller captured with a cache registered as a pytree node, the
+    graph inputs' names with the cache's as runtimes expect them (``past_key_values.0.key``
+    for torch's ``past_key_values_key_cache_0``); None for any other program."""
+    ep = state.exported_program
+    if state.valid.cache_inputs is not None or ep is None or ep.call_spec.in_spec is None:
+        return None
+    user = [s for s in ep.graph_signature.input_specs if s.kind == gs.InputKind.USER_INPUT]
+    paths = list(leaf_paths(ep.call_spec.in_spec))
+    if len(paths) != len(user):
+        return None
+    tensors = [p for p, s in zip(paths, user) if isinstance(s.arg, gs.TensorArgument)]
+    if len(tensors) != len(model.graph.inputs):
+        return None
+    suffixes = [cache_suffix(path) for path in tensors]
+    if not any(suffixes):
+        return None
+    return [
+        f"past_key_values.{suffix}" if suffix else str(value.name)
+        for suffix, value in zip(suffixes, model.graph.inputs)
+    ]
+
+
+def _output_keys(state: ExportState, cache_among_inputs: bool) -> Sequence[str] | None:
     """With caches among the inputs, the outputs are named by the keys of the dict the
     model returned (``logits``, ``present.0.key``...), as torch.export recorded them."""
     ep = state.exported_program
-    if state.valid.cache_inputs is None or ep is None:
+    if ep is None or ep.call_spec.out_spec is None:
         return None
+    if state.valid.cache_inputs is None:  # a program captured with the cache registered
+        return output_names(ep.call_spec.out_spec) if cache_among_inputs else None
     spec = ep.call_spec.out_spec
     if spec is None or spec.type is not dict:
         return None
@@ -181,12 +208,16 @@ class FinalizePass:
                     f"{option.split('_')[0]}s",
                     allowed=f"it takes at most one name per graph {option.split('_')[0]}, in order",
                 )
+        registered = _registered_cache_inputs(state, model)
         passes = ir.passes.Sequential(
             ir.passes.common.RemoveUnusedNodesPass(),
             ir.passes.common.OutputFixPass(),
             UntypedIdentityPass(registry.opset_version),
             RenameDimsPass(state.dim_names),
-            RenameIOPass(request.input_names, request.output_names or _output_keys(state)),
+            RenameIOPass(
+                request.input_names or registered,
+                request.output_names or _output_keys(state, registered is not None),
+            ),
             AddOpsetImportsPass(registry.opset_version, request.custom_opsets),
             ir.passes.common.NameFixPass(),
         )
