@@ -59,13 +59,17 @@ class NestedWhile(torch.nn.Module):
         return torch.while_loop(outer_cond, outer_body, (start, x))[1]
 
 
-def test_nested_while_loops_run_in_onnx_runtime():
-    program = dynamo_onnx.export(NestedWhile(), (torch.rand(3),))
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_nested_while_loops_run_in_onnx_runtime(dynamic):
+    spec = ({0: "n"},) if dynamic else None
+    program = dynamo_onnx.export(NestedWhile(), (torch.rand(3),), dynamic_shapes=spec)
     (loop,) = [n for n in program.model.graph if n.op_type == "Loop"]
     assert [n.op_type for n in loop.attributes["body"].value].count("Loop") == 1
     names = [n.name for n in ir.traversal.RecursiveGraphIterator(program.model.graph)]
     assert len(names) == len(set(names)), "each subgraph names its nodes apart (SSA)"
     _check(program, NestedWhile(), torch.rand(3))
+    if dynamic:
+        _check(program, NestedWhile(), torch.rand(6))
 
 
 class CountsToTheSize(torch.nn.Module):
@@ -90,6 +94,65 @@ def test_a_while_loop_carrying_an_int_counts_at_every_size():
         assert count.dtype == torch.int64 and int(count) == size
         torch.testing.assert_close(y, x + size)
     assert not program.diagnostics.by_rule("control-flow-unsupported")
+
+
+class IndexesByTheCount(torch.nn.Module):
+    """The int carry indexes the tensor: a Gather whose index must be an integer."""
+
+    def forward(self, x):
+        def cond(i, x):
+            return i < x.size(0)
+
+        def body(i, x):
+            return i + 1, x + x[i % x.size(0)]
+
+        return torch.while_loop(cond, body, (0, x))
+
+
+def test_a_while_loop_indexing_by_its_int_carry_gathers_by_an_integer():
+    model = IndexesByTheCount()
+    program = dynamo_onnx.export(model, (torch.rand(3, 2),), dynamic_shapes=({0: "n"},))
+    for size in (3, 5):
+        _check(program, model, torch.rand(size, 2))
+
+
+class FillsPastTheRows(torch.nn.Module):
+    """``x[:, rows:] = value`` after ``expand_as``: a ``slice_scatter`` whose start is a
+    size (its schema's ``SymInt? start``, an integer: was cast to float, an invalid Slice)."""
+
+    def __init__(self, value) -> None:
+        super().__init__()
+        self.value = value
+
+    def forward(self, x, y):
+        z = x.expand_as(y).clone()
+        z[:, y.shape[0] :] = self.value
+        return z
+
+
+@pytest.mark.parametrize("value", [0, torch.tensor(2.5)], ids=["zero", "tensor"])
+def test_a_fill_from_a_dynamic_size_after_expand_as_slices_by_an_integer(value):
+    model = FillsPastTheRows(value)
+    spec = ({1: "cols"}, {0: "rows", 1: "cols"})
+    program = dynamo_onnx.export(model, (torch.rand(1, 6), torch.rand(2, 6)), dynamic_shapes=spec)
+    assert [str(d) for d in program.model.graph.inputs[1].shape] == ["rows", "cols"]
+    for rows, cols in [(2, 6), (3, 7)]:
+        _check(program, model, torch.rand(1, cols), torch.rand(rows, cols))
+
+
+class ViewsInPairs(torch.nn.Module):
+    def forward(self, x):
+        return x.view(-1, 2)
+
+
+def test_a_view_of_a_dimension_of_size_zero_stays_dynamic_beside_it():
+    """The example's empty dimension is kept as it is (torch specializes 0); the other
+    dimension stays dynamic and the Reshape runs on an empty tensor at every size."""
+    program = dynamo_onnx.export(ViewsInPairs(), (torch.rand(3, 0, 4),), dynamic_shapes=({0: "n"},))
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["n", "0", "4"]
+    for n in (3, 5):
+        (got,) = program(torch.rand(n, 0, 4))
+        assert got.shape == (0, 2)
 
 
 class TimeConv(torch.nn.Module):

@@ -260,14 +260,18 @@ def _cast_before(
     return cast
 
 
-_INTEGER_TYPES = frozenset({"int", "SymInt", "int?", "SymInt?"})
-
-
 def _integer_argument(target: Any, index: int) -> bool:
-    """Whether the operator's schema takes an integer (a size, an index) at ``index``."""
+    """Whether the operator's schema takes an integer (a size, an index) at ``index``:
+    ``int``, ``SymInt`` or an optional one (``slice_scatter``'s ``SymInt? start``, which
+    torch prints as ``Optional[int]``)."""
     schema = getattr(target, "_schema", None)
     arguments = schema.arguments if schema is not None else []
-    return index < len(arguments) and str(arguments[index].type) in _INTEGER_TYPES
+    if index >= len(arguments):
+        return False
+    kind = arguments[index].type
+    if isinstance(kind, torch.OptionalType):
+        kind = kind.getElementType()
+    return isinstance(kind, (torch.IntType, torch.SymIntType))
 
 
 def cast_symbolic_operands(gm: torch.fx.GraphModule) -> int:
