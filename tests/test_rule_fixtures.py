@@ -208,6 +208,19 @@ def _invalid_model(tmp_path):
     return dynamo_onnx.export(Bumps(), (X,), registry=registry)
 
 
+def _doubles_rows(x):
+    """A wrong ONNX function: twice the rows torch says the operator returns."""
+    from onnxscript import opset18 as op
+
+    return op.Concat(x, x, axis=0)
+
+
+def _checker_only(tmp_path):
+    registry = dynamo_onnx.OnnxRegistry()
+    registry.register_op(_doubles_rows, "dxfixture", "bump")
+    return dynamo_onnx.export(BumpsTwice(), (X,), registry=registry)
+
+
 def _strict_dim(tmp_path):
     batch = torch.export.Dim("batch")
     return dynamo_onnx.export(BranchesOnSize(), (X6,), dynamic_shapes={"x": {0: batch}})
@@ -341,8 +354,8 @@ FIXTURES = {
     "DO402": (lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=11), "DO402"),
     "DO403": (_save_fake, None),
     "DO407": (_invalid_model, "DO407"),
-    "DO408": (lambda t: _fake_program(), None),
     "DO409": (_uint16_where, "DO409"),
+    "DO410": (_checker_only, "DO204"),
     "DO404": (_apply_wrong_weights, None),
     "DO405": (lambda t: dynamo_onnx.export(Lin(), (X,), module_functions=True), None),
     "DO406": (_save_to_directory, None),
@@ -400,7 +413,7 @@ def test_an_invalid_model_names_the_onnx_node_the_fx_node_and_the_line(tmp_path)
     assert message.startswith("[DO407 model-invalid] The ONNX model is invalid at node `bump_n")
     assert "from FX node `bump`" in message
     assert f"called at tests/{HERE.name}:{marker_line('DO407')}" in message
-    assert "inconsistent type" in message
+    assert "Type parameter (T) of Optype (Add) bound to different types" in message
 
 
 # -- fixes that work: each rule's fix applied to its fixture, and the finding is gone ------

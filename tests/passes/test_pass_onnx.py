@@ -14,7 +14,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
 from dynamo_onnx.passes.onnx.finalize import FinalizePass
-from dynamo_onnx.passes.onnx.load_check import LoadCheckPass
+from dynamo_onnx.passes.onnx.load_check import LoadCheckPass, weights_as_inputs
 from dynamo_onnx.passes.onnx.opset import OpsetConversionPass
 from dynamo_onnx.passes.onnx.optimize import OptimizePass, count_nodes
 from dynamo_onnx.passes.onnx.weights import WeightCheckPass
@@ -75,6 +75,50 @@ def test_the_load_check_finds_an_invalid_model():
     with pytest.raises(dynamo_onnx.SerializationError) as info:
         LoadCheckPass()(ctx, _state(model))
     assert info.value.rule_id == "DO407"
+
+
+def _with_weight(model: ir.Model, weight: torch.Tensor) -> ir.Model:
+    """``y = ReduceMean(Relu(x)) + w``: a weight of the given size used by the graph."""
+    (mean,) = [n for n in model.graph if n.op_type == "ReduceMean"]
+    value = ir.Value(name="w", const_value=ir.tensor(weight))
+    model.graph.register_initializer(value)
+    add = ir.node("Add", [mean.outputs[0], value])
+    model.graph.append(add)
+    out = add.outputs[0]
+    out.name, out.shape, out.dtype = "z", ir.Shape([2, weight.shape[-1]]), ir.DataType.FLOAT
+    model.graph.outputs[0] = out
+    return model
+
+
+def test_the_load_check_copies_no_weight_and_puts_the_model_back():
+    """The session loads the model with its weight (4 KiB) as a graph input: the proto the
+    check builds holds no weight, and the model keeps its initializer and inputs."""
+    model = _with_weight(three_nodes(), torch.ones(1, 1024))
+    with weights_as_inputs(model):
+        proto = ir.to_proto(model)
+    assert [i.name for i in proto.graph.input] == ["x", "w"]
+    assert list(proto.graph.initializer) == []
+    assert [v.name for v in model.graph.inputs] == ["x"]
+    assert list(model.graph.initializers) == ["w"]
+    assert model.graph.initializers["w"].const_value.nbytes == 4096
+    ctx = DiagnosticContext()
+    LoadCheckPass()(ctx, _state(model))
+    assert ctx.findings == []
+
+
+def test_the_load_check_hands_back_what_onnx_runtime_loads_with_the_checkers_complaint():
+    """A declared shape the checker infers differently: ONNX Runtime loads the model, so it
+    is a DO410 warning naming the node, not an error."""
+    model = three_nodes()
+    (relu,) = [n for n in model.graph if n.op_type == "Relu"]
+    relu.outputs[0].shape = ir.Shape([3, 3])  # the checker infers [2, 3]
+    relu.outputs[0].dtype = ir.DataType.FLOAT
+    ctx = DiagnosticContext()
+    LoadCheckPass()(ctx, _state(model))
+    (finding,) = ctx.by_rule("DO410")
+    assert finding.level.name == "WARNING"
+    assert f"node `{relu.name}` (`Relu` on float" in finding.message
+    assert "Inferred shape and existing shape differ in dimension 0: (2) vs (3)" in finding.message
 
 
 def test_the_optimizer_folds_the_constants_and_records_the_counts():

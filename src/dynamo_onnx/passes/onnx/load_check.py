@@ -1,15 +1,20 @@
-"""The load-check pass: the model we hand back passes the ONNX checker and loads in ONNX
-Runtime, or the export fails naming the ONNX node, its FX node and the user's line.
+"""The load-check pass: the model we hand back loads in ONNX Runtime, or the export fails
+naming the ONNX node, its FX node and the user's line.
 
 A translation bug (two types bound to one type parameter, a subgraph reusing a value name, a
 bias of the wrong shape) otherwise surfaces later, at load or run time, far from its cause.
-Fake weights cannot be loaded, and a model above :data:`MAX_CHECKED_BYTES` is not copied
-for the check: both are a note saying so.
+ONNX Runtime decides: a model the strict ONNX checker rejects but ONNX Runtime loads (a
+float4 ``Constant`` below opset 23) is handed back with a DO410 warning naming the node and
+the checker's complaint. The check copies no weights: the session loads the model with its
+weights as graph inputs (:func:`weights_as_inputs`), so fake weights and a 7B model are
+checked like any other.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import onnx
@@ -20,15 +25,15 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
-from dynamo_onnx.io import onnx_file
+from dynamo_onnx.fake import is_fake
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE
 
-__all__ = ["MAX_CHECKED_BYTES", "LoadCheckPass"]
+__all__ = ["LoadCheckPass", "weights_as_inputs"]
 
-#: Weights above this are not copied into a ModelProto for the check (it would double the
-#: export's peak memory); the structure is still checked.
-MAX_CHECKED_BYTES = 256 * 2**20
+#: Initializers up to this size stay in the checked model (shapes and axes an operator may
+#: need as constants); larger ones, and fake ones, become graph inputs for the check.
+_KEPT_BYTES = 1024
 
 #: How the checker ("node name: add_n0", "in 'add_n0 : value'") and ONNX Runtime ("in node
 #: (add_n0)", "node with name 'add_n0'") name a node.
@@ -57,22 +62,14 @@ class LoadCheckPass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         model = state.onnx_model
         assert model is not None
-        if onnx_file.fake_weight_names(model):
-            ctx.record(
-                "model-load-check-skipped",
-                reason="its weights are fake (meta) until apply_weights",
-            )
-            return state
-        if onnx_file.weights_nbytes(model) > MAX_CHECKED_BYTES:
-            ctx.record(
-                "model-load-check-skipped",
-                reason=f"its weights are above {MAX_CHECKED_BYTES >> 20} MiB, too large to copy "
-                "for the check",
-            )
-            return state
-        proto = ir.to_proto(model)
+        with weights_as_inputs(model):
+            proto = ir.to_proto(model)
+        complaint: Exception | None = None
         try:
             onnx.checker.check_model(proto, full_check=True)
+        except Exception as exc:  # noqa: BLE001 - ONNX Runtime decides below
+            complaint = exc
+        try:
             ort.InferenceSession(
                 proto.SerializeToString(), quiet_session_options(), ["CPUExecutionProvider"]
             )
@@ -82,7 +79,41 @@ class LoadCheckPass:
                 ctx.fail("model-invalid", SerializationError, location, **fields)
             # ONNX Runtime's NOT_IMPLEMENTED: a valid model, with a kernel this runtime lacks.
             ctx.record("runtime-kernel-missing", locations=[location], **fields)
+            return state
+        if complaint is not None:
+            location, fields = _where(ctx, model, complaint)
+            ctx.record("model-checker-complaint", locations=[location], **fields)
         return state
+
+
+def _large_or_fake(value: ir.Value) -> bool:
+    tensor = value.const_value
+    return tensor is None or is_fake(getattr(tensor, "raw", None)) or (tensor.nbytes > _KEPT_BYTES)
+
+
+@contextlib.contextmanager
+def weights_as_inputs(model: ir.Model) -> Iterator[ir.Model]:
+    """While the block runs, the model's weights (initializers above 1 KiB, and fake ones)
+    are graph inputs of their type and shape, not initializers: a ``ModelProto`` made then
+    holds no weight, and ONNX Runtime loads it all the same (types, shapes, kernels)."""
+    graph = model.graph
+    moved = [v for v in graph.initializers.values() if _large_or_fake(v)]
+    types = [(v.type, v.shape) for v in moved]
+    for value in moved:
+        tensor = value.const_value
+        if value.type is None and tensor is not None:
+            value.type = ir.TensorType(tensor.dtype)
+        if value.shape is None and tensor is not None:
+            value.shape = tensor.shape
+        graph.initializers.pop(str(value.name))
+    graph.inputs.extend(moved)
+    try:
+        yield model
+    finally:
+        del graph.inputs[len(graph.inputs) - len(moved) :]
+        for value, (kind, shape) in zip(moved, types):
+            graph.initializers[str(value.name)] = value
+            value.type, value.shape = kind, shape
 
 
 def _where(
@@ -117,7 +148,13 @@ def _where(
     }
 
 
-_UNSUPPORTED_TYPE = re.compile(r"op_type:(\w+).*unsupported type:? tensor\((\w+)\)")
+#: The checker's "op_type:X ... unsupported type tensor(T)" and ONNX Runtime's "Type
+#: 'tensor(T)' of input parameter (v) of operator (X)".
+_UNSUPPORTED_TYPE = re.compile(
+    r"op_type:(?P<op>\w+).*unsupported type:? tensor\((?P<type>\w+)\)|"
+    r"Type 'tensor\((?P<type2>\w+)\)' of (?:input|output) parameter \([^)]*\) of operator "
+    r"\((?P<op2>\w+)\)"
+)
 
 
 def _opset_hint(message: str, opset: int) -> str | None:
@@ -126,7 +163,8 @@ def _opset_hint(message: str, opset: int) -> str | None:
     found = _UNSUPPORTED_TYPE.search(message)
     if found is None:
         return None
-    op_type, type_name = found.groups()
+    op_type = found.group("op") or found.group("op2")
+    type_name = found.group("type") or found.group("type2")
     latest = onnx.defs.onnx_opset_version()
     for version in range(opset + 1, latest + 1):
         try:
