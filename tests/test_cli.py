@@ -137,9 +137,9 @@ def test_exit_1_when_the_export_fails(workdir):
     proc = run(workdir, "export", "models.py:mysterious", "--sarif", "m.sarif", "--report", "m.md")
     assert proc.returncode == 1
     assert "export of Mysterious failed: 1 error(s)" in proc.stdout
-    assert (
-        "[DO301 unsupported-operator]" in proc.stdout
-        and "dxcli::mystery at models.py:" in proc.stdout
+    assert (  # the failure on stderr, with its rule and the user's line
+        "[DO301 unsupported-operator]" in proc.stderr
+        and "dxcli::mystery at models.py:" in proc.stderr
     )
     assert not (workdir / "model.onnx").exists()
     log = json.loads((workdir / "m.sarif").read_text())
@@ -184,10 +184,64 @@ def test_exit_3_when_warnings_are_errors_and_the_model_is_still_written(workdir)
     )
     assert proc.returncode == 3
     assert "but warnings are errors: 1 error(s)" in proc.stdout
-    assert "[DO401 non-finite-weights]" in proc.stdout
+    assert "[DO401 non-finite-weights]" in proc.stderr
+    assert "`fc.weight`" in proc.stderr  # the whole failure, not its first line
     assert (workdir / "nan.onnx").exists()
     proc = run(workdir, "export", "models.py:nan_net", "-o", "nan.onnx")
     assert proc.returncode == 0 and "0 error(s), 1 warning(s)" in proc.stdout
+
+
+def test_a_bad_option_value_is_a_usage_error_with_the_reports_written(workdir):
+    proc = run(workdir, "export", "models.py:build", "--opset", "99", "--sarif", "o.sarif")
+    assert proc.returncode == 2
+    assert "[DO109 invalid-option] `opset_version` is 99" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    log = json.loads((workdir / "o.sarif").read_text())
+    assert [r["ruleId"] for r in log["runs"][0]["results"]] == ["DO109"]
+    proc = run(workdir, "export", "models.py:bare", "--input", "wrongname=2x3:int64")
+    assert proc.returncode == 2 and "[DO103 inputs-do-not-match-forward]" in proc.stderr
+
+
+def test_a_model_that_cannot_be_saved_still_gets_both_reports(workdir):
+    proc = run(
+        workdir, "export", "models.py:build", "-o", "/nonexistent/dir/x.onnx",
+        "--sarif", "s.sarif", "--report", "r.md",
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "[DO406 save-failed]" in proc.stderr and "does not exist" in proc.stderr
+    log = json.loads((workdir / "s.sarif").read_text())
+    assert "DO406" in [r["ruleId"] for r in log["runs"][0]["results"]]
+    assert "DO406" in (workdir / "r.md").read_text()
+
+
+def test_a_report_that_cannot_be_written_does_not_stop_the_others(workdir):
+    proc = run(
+        workdir, "export", "models.py:build", "--sarif", "/nonexistent/dir/x.sarif",
+        "--report", "r.md",
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "could not write SARIF /nonexistent/dir/x.sarif" in proc.stderr
+    assert "but not every report was written" in proc.stdout
+    assert (workdir / "model.onnx").exists() and (workdir / "r.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("", "the file is empty"), ("{}", "not a SARIF log"), ("{", "not JSON")],
+)
+def test_report_and_gate_explain_a_file_that_is_not_a_sarif_log(workdir, content, message):
+    (workdir / "bad.sarif").write_text(content)
+    for command in ("report", "gate"):
+        proc = run(workdir, command, "bad.sarif")
+        assert proc.returncode == 2
+        assert f"cannot read the SARIF log bad.sarif: {message}" in proc.stderr
+
+
+def test_rules_takes_an_id_in_any_case(workdir):
+    proc = run(workdir, "rules", "do301")
+    assert proc.returncode == 0 and proc.stdout.startswith("DO301 unsupported-operator")
 
 
 def test_help_documents_the_exit_codes(workdir):

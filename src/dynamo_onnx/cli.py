@@ -37,8 +37,10 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_WARNINGS = 0, 1, 2, 3
 EXIT_CODES_HELP = """\
 exit codes:
   0  success: exported, or the gate passed
-  1  failure: the export failed, or the gate found results at or above --fail-on
-  2  usage error: bad options, MODULE:FACTORY not found, an unreadable SARIF log
+  1  failure: the export failed, a file could not be written, or the gate found
+     results at or above --fail-on
+  2  usage error: bad options or option values, MODULE:FACTORY not found or raising,
+     an unreadable SARIF log
   3  exported, but failed under --warnings-as-errors (the model is still written)
 """
 
@@ -183,15 +185,36 @@ def _build(factory: Any, args: argparse.Namespace) -> tuple[Any, tuple[Any, ...]
     return model, positional, keywords
 
 
-def _write_reports(ctx: Any, args: argparse.Namespace) -> list[str]:
+def _write_reports(ctx: Any, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """Write each report asked for; one that cannot be written does not stop the other.
+    Returns what was written and what failed (with the reason)."""
     ctx.all_rules = args.all_rules
-    ctx.save_reports(args.sarif or None, args.report or None)
-    written = []
-    if args.sarif:
-        written.append(f"SARIF {args.sarif}")
-    if args.report:
-        written.append(f"report {args.report}")
-    return written
+    written, failed = [], []
+    for label, path, keyword in (
+        ("SARIF", args.sarif, "sarif_path"),
+        ("report", args.report, "markdown_path"),
+    ):
+        if not path:
+            continue
+        try:
+            ctx.save_reports(**{keyword: path})
+        except OSError as exc:
+            failed.append(f"{label} {path} ({exc.strerror or exc})")
+        else:
+            written.append(f"{label} {path}")
+    return written, failed
+
+
+#: At most this many lines of a failure are printed; the reports hold the rest.
+_MAX_FAILURE_LINES = 40
+
+
+def _bounded(text: str) -> str:
+    lines = text.splitlines()
+    if len(lines) <= _MAX_FAILURE_LINES:
+        return text
+    rest = len(lines) - _MAX_FAILURE_LINES
+    return "\n".join([*lines[:_MAX_FAILURE_LINES], f"... ({rest} more lines in the reports)"])
 
 
 def _summary(ctx: Any) -> str:
@@ -214,7 +237,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     )
     start = time.perf_counter()
     program = None
-    code = EXIT_OK
+    code, failure = EXIT_OK, ""
     try:
         # The command prints its own summary of the findings: no Python warning repeats it.
         with warnings.catch_warnings():
@@ -232,27 +255,48 @@ def _cmd_export(args: argparse.Namespace) -> int:
         ctx = program.diagnostics
     except dynamo_onnx.WarningsAsErrorsError as error:
         program, ctx, code = error.program, error.diagnostics, EXIT_WARNINGS  # type: ignore[assignment]
-        failure = str(error).splitlines()[0]
+        failure = str(error)
+    except dynamo_onnx.InvalidExportOptionsError as error:  # --opset 99: a bad option
+        ctx, code, failure = error.diagnostics, EXIT_USAGE, str(error)
     except dynamo_onnx.OnnxExporterError as error:
         ctx, code = error.diagnostics, EXIT_FAILED
         failure = str(error)
     written = []
     if program is not None:
         fake = bool(program.fake_weights())
-        # Fake weights have no data: the architecture is saved, weights as inputs.
-        program.save(args.output, include_initializers=not fake, keep_initializers_as_inputs=fake)
-        written.append(
-            f"model {args.output}" + (" (fake weights: saved as inputs)" if fake else "")
-        )
-    written += _write_reports(ctx, args)
+        try:
+            # Fake weights have no data: the architecture is saved, weights as inputs.
+            program.save(
+                args.output, include_initializers=not fake, keep_initializers_as_inputs=fake
+            )
+        except dynamo_onnx.OnnxExporterError as error:  # DO406, in the reports too
+            code, failure = EXIT_FAILED, str(error)
+        else:
+            written.append(
+                f"model {args.output}" + (" (fake weights: saved as inputs)" if fake else "")
+            )
+    reports, unwritten = _write_reports(ctx, args)
+    written += reports
+    exported = code == EXIT_OK
+    if unwritten and exported:
+        code, failure = EXIT_FAILED, "could not write " + ", ".join(unwritten)
+    elif unwritten:
+        failure += "\ncould not write " + ", ".join(unwritten)
     elapsed = time.perf_counter() - start
     where = "; wrote " + ", ".join(written) if written else ""
     if code == EXIT_OK:
         print(f"exported {ctx.subject} in {elapsed:.1f} s: {_summary(ctx)}{where}")
-    elif code == EXIT_WARNINGS:
-        print(f"exported {ctx.subject}, but warnings are errors: {_summary(ctx)}{where}\n{failure}")
+        return code
+    if exported:
+        headline = (
+            f"exported {ctx.subject}, but not every report was written: {_summary(ctx)}{where}"
+        )
+    elif code == EXIT_WARNINGS and not unwritten:
+        headline = f"exported {ctx.subject}, but warnings are errors: {_summary(ctx)}{where}"
     else:
-        print(f"export of {ctx.subject} failed: {_summary(ctx)}{where}\n{failure}")
+        headline = f"export of {ctx.subject} failed: {_summary(ctx)}{where}"
+    print(headline)
+    print(_bounded(failure), file=sys.stderr)
     return code
 
 
@@ -267,7 +311,10 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     try:
         rule = catalog().get(args.rule)
     except KeyError:
-        raise UsageError(f"no rule {args.rule!r}; `dynamo-onnx rules` lists them") from None
+        try:  # `do301` is DO301
+            rule = catalog().get(args.rule.upper())
+        except KeyError:
+            raise UsageError(f"no rule {args.rule!r}; `dynamo-onnx rules` lists them") from None
     print(f"{rule.id} {rule.name} ({rule.level}, pass {rule.pass_name})\n")
     print(rule.short + "\n")
     print(rule.full + "\n")
@@ -278,11 +325,22 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 def _read_log(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as handle:
-            log = json.load(handle)
+            text = handle.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read the SARIF log {path}: {exc.strerror or exc}") from exc
+    if not text.strip():
+        raise UsageError(f"cannot read the SARIF log {path}: the file is empty")
+    try:
+        log = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"cannot read the SARIF log {path}: not JSON ({exc})") from exc
+    try:
         log["runs"][0]["results"]  # noqa: B018 - the shape we need
-        return log
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise UsageError(f"cannot read the SARIF log {path}: {exc}") from exc
+    except (KeyError, IndexError, TypeError):
+        raise UsageError(
+            f"cannot read the SARIF log {path}: not a SARIF log (it has no runs[0].results)"
+        ) from None
+    return log
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
