@@ -71,6 +71,13 @@ MODELS = textwrap.dedent(
 
     def broken():
         raise RuntimeError("the factory itself fails")
+
+
+    def sequential():
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+        with torch.no_grad():
+            model[0].weight[0, 0] = float("nan")
+        return model, (torch.randn(2, 4),)
     """
 )
 
@@ -237,6 +244,24 @@ def test_report_and_gate_explain_a_file_that_is_not_a_sarif_log(workdir, content
         proc = run(workdir, command, "bad.sarif")
         assert proc.returncode == 2
         assert f"cannot read the SARIF log bad.sarif: {message}" in proc.stderr
+
+
+def test_findings_on_a_library_model_point_at_the_factory_not_the_launcher(workdir):
+    """nn.Sequential has no line of the user's: every result is at the factory's line."""
+    proc = run(workdir, "export", "models.py:sequential", "--sarif", "seq.sarif")
+    assert proc.returncode == 0, proc.stderr
+    factory_line = MODELS.splitlines().index("def sequential():") + 1
+    log = json.loads((workdir / "seq.sarif").read_text())
+    places = {
+        (
+            loc["physicalLocation"]["artifactLocation"]["uri"],
+            loc["physicalLocation"]["region"]["startLine"],
+        )
+        for result in log["runs"][0]["results"]
+        for loc in result.get("locations", [])
+    }
+    assert places == {("models.py", factory_line)}
+    assert "DO401" in [r["ruleId"] for r in log["runs"][0]["results"]]
 
 
 def test_rules_takes_an_id_in_any_case(workdir):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -139,6 +140,21 @@ def _model_and_inputs(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], d
     return _build(factory, args)
 
 
+def _factory_location(spec: str) -> Any:
+    """Where the factory named by ``MODULE:FACTORY`` is defined, or None."""
+    from dynamo_onnx.diagnostics import Location
+
+    factory = _load_attribute(spec)
+    try:
+        path = inspect.getsourcefile(factory)
+        _, line = inspect.getsourcelines(factory)
+    except (TypeError, OSError):
+        return None
+    return (
+        Location(os.path.abspath(path), line, getattr(factory, "__name__", None)) if path else None
+    )
+
+
 class UserCodeError(UsageError):
     """The user's factory or inputs function raised: a usage error (exit code 2) whose
     message is the cause and the traceback of the user's frames only."""
@@ -230,6 +246,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     import dynamo_onnx
 
     model, positional, keywords = _model_and_inputs(args)
+    # Findings without a line in the model's own code (an nn.Sequential, a library model)
+    # point at the factory, not at the launcher that called us (export.CALL_SITE_LOCAL).
+    __dynamo_onnx_call_site__ = _factory_location(args.factory)  # noqa: F841
     dynamic = True if args.dynamic else None
     show_progress = not args.quiet and sys.stderr.isatty()
     options = dynamo_onnx.DiagnosticOptions(

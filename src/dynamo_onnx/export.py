@@ -43,8 +43,15 @@ TORCH_ONNX_OPSET = 20
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+#: A local variable by this name in a frame of this package is the call site to report
+#: instead of the frames above it: the command line sets it to the user's factory (above it
+#: there is only the ``dynamo-onnx`` launcher).
+CALL_SITE_LOCAL = "__dynamo_onnx_call_site__"
+
+
 def _call_site() -> Location | None:
-    """The user's line that called the exporter: the first frame outside this package.
+    """The user's line that called the exporter: the first frame outside this package
+    (or the location a frame of ours names in :data:`CALL_SITE_LOCAL`).
 
     Usually a file; for code without one (``python -c``, standard input, ``exec``) the
     pseudo-file (``<string>``, ``<stdin>``), which the SARIF log then carries with its text
@@ -59,6 +66,8 @@ def _call_site() -> Location | None:
                 return Location(filename, frame.f_lineno, frame.f_code.co_name)
         elif not os.path.abspath(filename).startswith(_PACKAGE_DIR):
             return Location(os.path.abspath(filename), frame.f_lineno, frame.f_code.co_name)
+        elif isinstance(named := frame.f_locals.get(CALL_SITE_LOCAL), Location):
+            return named
         frame = frame.f_back  # type: ignore[assignment]
     return None
 
