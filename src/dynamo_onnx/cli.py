@@ -128,23 +128,29 @@ def _split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return (inputs,), {}
 
 
-def _model_and_inputs(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    import dynamo_onnx
-
+def _load_factory(args: argparse.Namespace) -> Any:
+    """The factory ``MODULE:FACTORY`` names (its module is executed once, here)."""
     factory = _load_attribute(args.factory)
     if not callable(factory):
         raise UsageError(f"{args.factory} is not callable")
+    return factory
+
+
+def _model_and_inputs(
+    factory: Any, args: argparse.Namespace
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    import dynamo_onnx
+
     if args.fake:  # built on the meta device: no memory for the weights
         with dynamo_onnx.enable_fake_mode():
             return _build(factory, args)
     return _build(factory, args)
 
 
-def _factory_location(spec: str) -> Any:
-    """Where the factory named by ``MODULE:FACTORY`` is defined, or None."""
+def _factory_location(factory: Any) -> Any:
+    """Where the factory is defined, or None."""
     from dynamo_onnx.diagnostics import Location
 
-    factory = _load_attribute(spec)
     try:
         path = inspect.getsourcefile(factory)
         _, line = inspect.getsourcelines(factory)
@@ -245,10 +251,11 @@ def _summary(ctx: Any) -> str:
 def _cmd_export(args: argparse.Namespace) -> int:
     import dynamo_onnx
 
-    model, positional, keywords = _model_and_inputs(args)
+    factory = _load_factory(args)
+    model, positional, keywords = _model_and_inputs(factory, args)
     # Findings without a line in the model's own code (an nn.Sequential, a library model)
     # point at the factory, not at the launcher that called us (export.CALL_SITE_LOCAL).
-    __dynamo_onnx_call_site__ = _factory_location(args.factory)  # noqa: F841
+    __dynamo_onnx_call_site__ = _factory_location(factory)  # noqa: F841
     dynamic = True if args.dynamic else None
     show_progress = not args.quiet and sys.stderr.isatty()
     options = dynamo_onnx.DiagnosticOptions(

@@ -82,6 +82,14 @@ def exception_summary(exc: BaseException) -> str:
     return f"{type(root).__name__}: {first}" if first else type(root).__name__
 
 
+def exception_frames(exc: BaseException) -> tuple[Location, ...]:
+    """The frames of ``exc``'s traceback, innermost first (as :meth:`user_frame` takes them)."""
+    return tuple(
+        Location(fs.filename, fs.lineno or 1, fs.name)
+        for fs in reversed(traceback.extract_tb(exc.__traceback__))
+    )
+
+
 class DiagnosticContext:
     """Records findings and pass timings for one export.
 
@@ -230,10 +238,7 @@ class DiagnosticContext:
     def record_exception(self, exc: BaseException, rule: Rule | str | None = None) -> Finding:
         """Record ``exc`` as an ERROR finding and mark it recorded."""
         rule = rule or catalog().for_pass(self._current_pass)
-        frames = tuple(
-            Location(fs.filename, fs.lineno or 1, fs.name)
-            for fs in reversed(traceback.extract_tb(exc.__traceback__))
-        )
+        frames = exception_frames(exc)
         user = self.user_frame(frames)
         finding = self.record(
             rule,

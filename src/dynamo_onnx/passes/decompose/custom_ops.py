@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics.context import exception_frames, exception_summary
 from dynamo_onnx.diagnostics.findings import Location
 from dynamo_onnx.passes.fx import graph_modules, has_decomposition, is_higher_order
 from dynamo_onnx.passes.metadata import node_source
@@ -117,11 +117,7 @@ def report_traced(ctx: DiagnosticContext, through: TracedThrough) -> None:
 
 def report_untraceable(ctx: DiagnosticContext, through: TracedThrough, exc: Exception) -> None:
     """One DO205 note per operator when running their Python kernels under the tracer failed."""
-    cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    frames = tuple(
-        Location(frame.filename, frame.lineno or 1, frame.name)
-        for frame in reversed(traceback.extract_tb(exc.__traceback__))
-    )
+    frames = exception_frames(exc)
     kernel_line = ctx.user_frame(frames)  # the line of the kernel's body that stopped tracing
     for op, lines in through.calls.items():
         ctx.record(
@@ -131,5 +127,5 @@ def report_untraceable(ctx: DiagnosticContext, through: TracedThrough, exc: Exce
             stack=frames,
             operator=_name(op),
             where=ctx.display(kernel_line) if kernel_line is not None else "its body",
-            cause=f"{type(exc).__name__}: {cause}",
+            cause=exception_summary(exc),
         )

@@ -175,10 +175,10 @@ def _output_keys(state: ExportState, cache_among_inputs: bool) -> Sequence[str] 
     ep = state.exported_program
     if ep is None or ep.call_spec.out_spec is None:
         return None
-    if state.valid.cache_inputs is None:  # a program captured with the cache registered
-        return output_names(ep.call_spec.out_spec) if cache_among_inputs else None
     spec = ep.call_spec.out_spec
-    if spec is None or spec.type is not dict:
+    if state.valid.cache_inputs is None:  # a program captured with the cache registered
+        return output_names(spec) if cache_among_inputs else None
+    if spec.type is not dict:
         return None
     if not all(spec.child(i).is_leaf() for i in range(spec.num_children)):
         return None

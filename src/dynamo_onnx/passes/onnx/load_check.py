@@ -4,7 +4,7 @@ naming the ONNX node, its FX node and the user's line.
 A translation bug (two types bound to one type parameter, a subgraph reusing a value name, a
 bias of the wrong shape) otherwise surfaces later, at load or run time, far from its cause.
 ONNX Runtime decides: a model the strict ONNX checker rejects but ONNX Runtime loads (a
-float4 ``Constant`` below opset 23) is handed back with a DO410 warning naming the node and
+declared shape the checker's inference contradicts) is handed back with a DO410 warning naming the node and
 the checker's complaint. The check copies no weights: the session loads the model with its
 weights as graph inputs (:func:`weights_as_inputs`), so fake weights and a 7B model are
 checked like any other.
@@ -97,7 +97,8 @@ def weights_as_inputs(model: ir.Model) -> Iterator[ir.Model]:
     are graph inputs of their type and shape, not initializers: a ``ModelProto`` made then
     holds no weight, and ONNX Runtime loads it all the same (types, shapes, kernels)."""
     graph = model.graph
-    moved = [v for v in graph.initializers.values() if _large_or_fake(v)]
+    original = dict(graph.initializers)  # put back in this order
+    moved = [v for v in original.values() if _large_or_fake(v)]
     types = [(v.type, v.shape) for v in moved]
     for value in moved:
         tensor = value.const_value
@@ -112,8 +113,10 @@ def weights_as_inputs(model: ir.Model) -> Iterator[ir.Model]:
     finally:
         del graph.inputs[len(graph.inputs) - len(moved) :]
         for value, (kind, shape) in zip(moved, types):
-            graph.initializers[str(value.name)] = value
             value.type, value.shape = kind, shape
+        graph.initializers.clear()
+        for name, value in original.items():
+            graph.initializers[name] = value
 
 
 def _where(
