@@ -52,14 +52,26 @@ class WithoutBatchNorm(dynamo_onnx.OnnxRegistry):
         return [] if name == "aten::batch_norm" else super().functions_for(name, opset)
 
 
-def test_operator_without_onnx_function_or_table_entry_forces_the_retrace():
-    model = SmallCNN().eval()  # aten.batch_norm: composite, decomposed only by a re-trace
-    program = dynamo_onnx.export(model, (torch.rand(2, 3, 16, 16),), registry=WithoutBatchNorm())
-    plan = _plan(program)
-    assert plan.properties["retraced"] is True
-    assert "`aten::batch_norm`" in plan.message
+def test_composite_operator_without_onnx_function_decomposes_alone_or_by_a_retrace():
+    """aten.batch_norm is CompositeImplicitAutograd (in no decomposition table): with static
+    shapes its node decomposes alone (DO306); with a dynamic batch the program is re-traced."""
+    model = SmallCNN().eval()
     x = torch.rand(2, 3, 16, 16)
-    torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
+    static = dynamo_onnx.export(model, (x,), registry=WithoutBatchNorm())
+    assert _plan(static).properties["retraced"] is False
+    fallbacks = static.diagnostics.by_rule("decomposition-fallback")
+    assert any(f.properties["fx_node"].startswith("batch_norm") for f in fallbacks)
+    torch.testing.assert_close(static(x)[0], model(x), atol=1e-5, rtol=1e-5)
+
+    batch = torch.export.Dim("batch", min=1, max=64)
+    dynamic = dynamo_onnx.export(
+        model, (x,), dynamic_shapes=({0: batch},), registry=WithoutBatchNorm()
+    )
+    plan = _plan(dynamic)
+    assert plan.properties["retraced"] is True
+    assert "`aten::batch_norm` has no ONNX function and dynamic shapes" in plan.message
+    x5 = torch.rand(5, 3, 16, 16)
+    torch.testing.assert_close(dynamic(x5)[0], model(x5), atol=1e-5, rtol=1e-5)
 
 
 class ToSameDtype(torch.nn.Module):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import onnx_ir as ir
 import pytest
 import torch
 
@@ -62,6 +63,26 @@ def test_max_pool_gradient_goes_to_the_max_positions():
         )
 
     _matches(backward, torch.randn(1, 2, 3, 3), torch.randn(1, 2, 6, 6))
+
+
+def test_scattered_sums_in_half_precision_run_on_onnx_runtime_cpu():
+    """ONNX Runtime's CPU ScatterElements has no float16 ``add``: summed in float32."""
+
+    def backward(grad, x):
+        _, indices = torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [2, 2])
+        return torch.ops.aten.max_pool2d_with_indices_backward(
+            grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, indices
+        )
+
+    def mean(x, index, src):
+        return x.scatter_reduce(0, index, src, "mean", include_self=False)
+
+    half = torch.float16
+    grad, x = torch.randn(1, 2, 3, 3, dtype=half), torch.randn(1, 2, 6, 6, dtype=half)
+    program = _matches(backward, grad, x, atol=1e-3, rtol=1e-3)
+    assert program.model.graph.outputs[0].dtype == ir.DataType.FLOAT16
+    index = torch.tensor([[0, 1], [1, 0], [0, 0]])
+    _matches(mean, torch.randn(2, 2, dtype=half), index, torch.randn(3, 2, dtype=half), atol=1e-3)
 
 
 class TrainingNorm(torch.nn.Module):

@@ -35,6 +35,53 @@ def test_operator_whose_function_fails_is_translated_through_its_decomposition()
     assert len(names) == len(set(names)), "subgraph node names are prefixed, never clash"
 
 
+def test_function_whose_body_rejects_the_input_type_decomposes_instead():
+    """torch_lib's ``mH`` is an ``Einsum``, which ONNX has no bool for: ONNX type inference
+    of the body rejects it at translation and the node decomposes (a ``Transpose``)."""
+
+    def transposed(x):
+        return x.mH
+
+    x = torch.rand(2, 3, 4) > 0.5
+    program = dynamo_onnx.export(transposed, (x,))
+    torch.testing.assert_close(program(x)[0], x.mH)
+    (note,) = program.diagnostics.by_rule("decomposition-fallback")
+    assert note.properties["op"] == "aten::mH"
+    assert "InputTypeError" in note.message
+    assert "Einsum" not in [n.op_type for n in program.model.graph]
+    floats = torch.rand(2, 3, 4)  # the function serves the types it takes
+    assert not dynamo_onnx.export(transposed, (floats,)).diagnostics.by_rule(
+        "decomposition-fallback"
+    )
+
+
+def test_decomposition_into_a_list_of_one_tensor_stays_a_list():
+    """``nonzero(as_tuple=True)`` of a 0-d tensor: one index tensor, still a tuple."""
+
+    def indices(x):
+        return torch.nonzero(x, as_tuple=True)
+
+    for value in (2.0, 0.0):
+        x = torch.tensor(value)
+        program = dynamo_onnx.export(indices, (x,))
+        (got,) = program(x)
+        torch.testing.assert_close(got, indices(x)[0])
+
+
+def test_an_input_returned_as_is_keeps_its_name_and_type():
+    """torch_lib's ``logsumexp`` of a 0-d tensor returns its input: the integer input stays
+    the graph's int64 input and the float result is a Cast of it."""
+
+    def lse(x):
+        return torch.logsumexp(x, 0)
+
+    x = torch.tensor(3)
+    program = dynamo_onnx.export(lse, (x,))
+    (graph_input,) = program.model.graph.inputs
+    assert (graph_input.name, graph_input.dtype.name) == ("x", "INT64")
+    torch.testing.assert_close(program(x)[0], lse(x))
+
+
 def three_unsupported(a, b):
     distances = torch.special.modified_bessel_k0(a.abs() + 1)  # marker: bessel
     running = torch.cummax(a, 0)[0]  # marker: cummax

@@ -65,8 +65,13 @@ def _decomposable() -> frozenset[Any]:
 
 
 def has_decomposition(target: Any) -> bool:
-    """Whether torch.export's default table decomposes the operator."""
-    return target in _decomposable()
+    """Whether ``run_decompositions`` decomposes the operator: it is in torch.export's
+    default table, or it is a CompositeImplicitAutograd operator (``mH``, ``mT``: kept by
+    the capture, decomposed by any re-trace, though the table does not list them)."""
+    if target in _decomposable():
+        return True
+    has_kernel = getattr(target, "has_kernel_for_dispatch_key", None)
+    return has_kernel is not None and has_kernel(torch.DispatchKey.CompositeImplicitAutograd)
 
 
 def meta_value(arg: Any) -> Any:

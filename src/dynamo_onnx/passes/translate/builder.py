@@ -23,6 +23,37 @@ from dynamo_onnx.tensors import onnx_dtype, torch_tensor_to_ir
 __all__ = ["Bound", "GraphBuilder", "Subgraph"]
 
 
+def _owned(value: ir.Value, meta: Any, nodes: list[ir.Node], taken: list[ir.Value]) -> ir.Value:
+    """``value`` if one of ``nodes`` computes it (and no earlier output of the FX node is it,
+    ``taken``), else a new node's copy of it (appended to ``nodes``).
+
+    A torch_lib function may hand back a value it did not compute: its input unchanged
+    (``logsumexp`` of a 0-d tensor returns ``self``), or an earlier node's result. Naming
+    and typing that value as this FX node's result would rename and retype the graph input
+    or the earlier result, so the node gets its own value: an ``Identity``, or a ``Cast``
+    when torch's result has another dtype (``logsumexp`` of an int64 scalar is float32).
+    """
+    if value is None:
+        return value
+    producer = value.producer()
+    if producer is not None and any(producer is n for n in nodes) and value not in taken:
+        taken.append(value)
+        return value
+    wanted: ir.DataType | None = None
+    if isinstance(meta, torch.Tensor) and not meta.dtype.is_complex:
+        wanted = onnx_dtype(meta.dtype)  # complex values travel as float pairs: no cast
+    elif isinstance(meta, (bool, torch.SymBool)):
+        wanted = ir.DataType.BOOL
+    elif isinstance(meta, (int, torch.SymInt)):
+        wanted = ir.DataType.INT64
+    if wanted is not None and value.dtype is not None and value.dtype != wanted:
+        copy = ir.Node("", "Cast", [value], [ir.AttrInt64("to", wanted.value)], num_outputs=1)
+    else:
+        copy = ir.Node("", "Identity", [value], num_outputs=1)
+    nodes.append(copy)
+    return copy.outputs[0]
+
+
 @dataclasses.dataclass(frozen=True)
 class Subgraph:
     """A ``get_attr`` node that names an FX sub-module (a branch or a loop body)."""
@@ -154,8 +185,14 @@ class GraphBuilder:
         """Add the ONNX nodes translated from ``node``: name and type its outputs, tag every
         node with its origin (``props``), and add the functions they call to the model."""
         meta = node.meta.get("val")
+        nodes = list(nodes)
         if isinstance(outputs, Sequence) and not isinstance(outputs, ir.Value):
-            outputs = tuple(outputs)
+            metas = meta if isinstance(meta, (list, tuple)) else [meta] * len(outputs)
+            taken: list[ir.Value] = []
+            outputs = tuple(_owned(v, m, nodes, taken) for v, m in zip(outputs, metas))
+        else:
+            outputs = _owned(outputs, meta, nodes, [])
+        if isinstance(outputs, tuple):
             metas = meta if isinstance(meta, (list, tuple)) else [meta] * len(outputs)
             for i, (value, m) in enumerate(zip(outputs, metas)):
                 value.name = f"{self.prefix}{node.name}__{i}"

@@ -216,7 +216,8 @@ class Translator:
             return True  # the decomposition's own findings say what is missing
         (output,) = [n for n in program.graph.nodes if n.op == "output"]
         results = [nested.builder[a.name] for a in output.args[0]]
-        self.builder.bind(node.name, results[0] if len(results) == 1 else tuple(results))  # type: ignore[arg-type]
+        several = isinstance(node.meta.get("val"), (list, tuple))  # a list of one is a list
+        self.builder.bind(node.name, tuple(results) if several else results[0])  # type: ignore[arg-type]
         ops = sorted(
             {target_name(n.target) for n in program.graph.nodes if n.op == "call_function"}
         )

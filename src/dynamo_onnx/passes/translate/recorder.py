@@ -10,9 +10,12 @@ constant of ``x``'s dtype.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import onnx
+import onnx.shape_inference
 import onnx_ir as ir
 import onnxscript
 import onnxscript.evaluator
@@ -66,6 +69,7 @@ class NodeRecorder:
         signature = op.op_signature
         if signature is None:
             raise ValueError(f"ONNX op {op.name!r} of opset {op.opset} has no schema")
+        _check_input_types(signature, args, kwargs)
         return self._emit(signature, args, kwargs, version=signature.since_version)
 
     def eval_function(self, function: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -73,6 +77,7 @@ class NodeRecorder:
         if signature is None:
             raise ValueError(f"onnxscript function {function.name!r} has no signature")
         domain = function.function_ir.domain
+        _check_function_types(function, signature, args, kwargs)
         self.functions[(domain, function.name, "")] = function
         # The signature comes from annotations, which may omit the return; the body knows.
         outputs = len(function.graph().outputs)
@@ -245,6 +250,62 @@ def _bind(
                 value = float(value)
             attrs[param.name] = value
     return inputs, attrs
+
+
+class InputTypeError(TypeError):
+    """An ONNX operator called with an input type its schema does not allow (``Einsum`` on
+    bool): the model would not load, so the translation fails here and the node can
+    decompose instead."""
+
+
+def _check_input_types(
+    signature: ir.schemas.OpSignature, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    """Raise InputTypeError if a typed input value is outside its parameter's constraint."""
+    inputs, _ = _bind(signature, args, kwargs)
+    for name, arg in inputs.items():
+        param = signature.params_map[name]
+        for value in arg if isinstance(arg, (list, tuple)) else [arg]:
+            if not isinstance(value, ir.Value) or value.type is None:
+                continue
+            if value.type not in param.type_constraint.allowed_types:  # type: ignore[union-attr]
+                raise InputTypeError(
+                    f"ONNX `{signature.name}` (opset {signature.since_version}) does not take "
+                    f"{value.type} for its input `{name}`"
+                )
+
+
+@functools.cache
+def _function_proto(function: Any) -> onnx.FunctionProto:
+    """An onnxscript function's proto (built once per function and process)."""
+    return function.to_function_proto()
+
+
+def _check_function_types(
+    function: Any,
+    signature: ir.schemas.OpSignature,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> None:
+    """Raise InputTypeError if ONNX type inference rejects the function's body for the
+    input types it is called with (torch_lib's ``mH`` is an ``Einsum``, which has no bool).
+
+    Only when every input's type is known, and only for a type the body refuses: any
+    other complaint of the inference (attributes it cannot see) is not a type error.
+    """
+    inputs, _ = _bind(signature, args, kwargs)
+    types = []
+    for value in inputs.values():
+        if not isinstance(value, ir.Value) or not isinstance(value.type, ir.TensorType):
+            return
+        types.append(onnx.helper.make_tensor_type_proto(value.dtype.value, None))
+    try:
+        onnx.shape_inference.infer_function_output_types(_function_proto(function), types, [])
+    except onnx.shape_inference.InferenceError as exc:
+        if "has unsupported type" in str(exc):
+            raise InputTypeError(f"`{function.name}`: {exc}") from None
+    except Exception:  # noqa: BLE001, S110 - the inference could not tell; no finding
+        pass
 
 
 def _type_bindings(

@@ -25,6 +25,8 @@ from onnxscript import INT64
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 
+from dynamo_onnx.registry.functions.reductions import scatter_add
+
 __all__ = [
     "adaptive_avg_pool",
     "adaptive_max_pool",
@@ -112,11 +114,7 @@ def max_pool2d_with_indices_backward(
     leading = op.Shape(self, start=0, end=-2)
     flat = op.Concat(leading, op.Constant(value_ints=[-1]), axis=0)
     zeros = op.CastLike(op.ConstantOfShape(op.Shape(op.Reshape(self, flat))), grad_output)
-    summed = op.ScatterElements(
-        zeros,
-        op.Reshape(indices, flat),
-        op.Reshape(grad_output, flat),
-        axis=-1,
-        reduction="add",
+    summed = scatter_add(
+        zeros, op.Reshape(indices, flat), op.Reshape(grad_output, flat), -1, self.dtype
     )
     return op.Reshape(summed, op.Shape(self))

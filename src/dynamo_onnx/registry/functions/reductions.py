@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from onnxscript import BOOL, INT64
+import onnx_ir as ir
+from onnxscript import BOOL, FLOAT, INT64
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.ops import core as torchlib_core
 from onnxscript.function_libs.torch_lib.ops import nn as torchlib_nn
@@ -22,8 +23,31 @@ __all__ = [
     "any_dim",
     "any_dims",
     "pad",
+    "scatter_add",
     "scatter_reduce",
 ]
+
+#: Dtypes ONNX Runtime's CPU ``ScatterElements`` cannot reduce in ("MLFloat16 data type is
+#: not supported" with ``reduction="add"``).
+_NO_CPU_REDUCTION = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+
+def scatter_add(
+    data: TReal, index: INT64, updates: TReal, axis: int, dtype: ir.DataType | None
+) -> TReal:
+    """``ScatterElements(reduction="add")`` of tensors of ``dtype`` (the caller's input's:
+    intermediate values carry none), computed in float32 for float16 and bfloat16 (cast
+    back after), since ONNX Runtime's CPU kernel has no such reduction in them."""
+    if dtype in _NO_CPU_REDUCTION:
+        summed = op.ScatterElements(
+            op.Cast(data, to=FLOAT.dtype),
+            index,
+            op.Cast(updates, to=FLOAT.dtype),
+            axis=axis,
+            reduction="add",
+        )
+        return op.Cast(summed, to=dtype)
+    return op.ScatterElements(data, index, updates, axis=axis, reduction="add")
 
 
 def _scalar(self: TTensor) -> bool:
@@ -89,8 +113,8 @@ def scatter_reduce(
     if not include_self:  # the scattered positions start from nothing
         base = op.ScatterElements(base, index, zeros, axis=dim)
         counted = op.ScatterElements(counted, index, zeros, axis=dim)
-    total = op.ScatterElements(base, index, src, axis=dim, reduction="add")
-    count = op.ScatterElements(counted, index, ones, axis=dim, reduction="add")
+    total = scatter_add(base, index, src, dim, self.dtype)
+    count = scatter_add(counted, index, ones, dim, self.dtype)
     count = op.Max(count, op.CastLike(1, count))
     return op.Div(total, count)
 
