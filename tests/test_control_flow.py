@@ -33,19 +33,23 @@ def _op_types(graph):
     return [node.op_type for node in graph]
 
 
-def test_cond_runs_both_branches_in_onnx_runtime(tmp_path):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_cond_runs_both_branches_in_onnx_runtime(tmp_path, dynamic):
     model = Branchy().eval()
     x, y = torch.rand(2, 4) + 0.1, torch.randn(2, 4)
-    program = dynamo_onnx.export(model, (x, y))
+    shapes = {"x": {0: "batch"}, "y": {0: "batch"}} if dynamic else None
+    program = dynamo_onnx.export(model, (x, y), dynamic_shapes=shapes)
     assert "If" in _op_types(program.model.graph)
     path = tmp_path / "branchy.onnx"
     program.save(path)
     onnx.checker.check_model(onnx.load(path), full_check=True)
-    for sign in (1.0, -1.0):  # x.sum() > 0, then < 0: both branches
-        got = program(sign * x, y)
-        expected = model(sign * x, y)
-        for g, e in zip(got, expected):
-            torch.testing.assert_close(g, e.detach(), atol=1e-5, rtol=1e-5)
+    for rows in (2, 5) if dynamic else (2,):
+        x, y = torch.rand(rows, 4) + 0.1, torch.randn(rows, 4)
+        for sign in (1.0, -1.0):  # x.sum() > 0, then < 0: both branches
+            got = program(sign * x, y)
+            expected = model(sign * x, y)
+            for g, e in zip(got, expected):
+                torch.testing.assert_close(g, e.detach(), atol=1e-5, rtol=1e-5)
     (finding,) = [f for f in program.diagnostics.findings if f.rule.id == "DO307"]
     assert "`higher_order.cond`" in finding.message and "ONNX `If`" in finding.message
     assert finding.locations[0].path.endswith("test_control_flow.py")
@@ -70,23 +74,26 @@ def test_nested_cond_on_a_dynamic_dimension():
         torch.testing.assert_close(program(x)[0], model(x))
 
 
-def test_while_loop_becomes_loop_and_counts_like_eager():
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_while_loop_becomes_loop_and_counts_like_eager(dynamic):
     class Doubling(torch.nn.Module):
         def forward(self, i, x):
             return torch.while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, x * 2 + 1), (i, x))
 
     model = Doubling()
-    program = dynamo_onnx.export(model, (torch.tensor(0), torch.randn(3)))
+    shapes = {"i": None, "x": {0: "n"}} if dynamic else None
+    program = dynamo_onnx.export(model, (torch.tensor(0), torch.randn(3)), dynamic_shapes=shapes)
     assert "Loop" in _op_types(program.model.graph)
-    for start in (0, 3, 7):  # 5, 2 and 0 iterations
-        i, x = torch.tensor(start), torch.randn(3)
+    for start, size in ((0, 3), (3, 6), (7, 2)):  # 5, 2 and 0 iterations
+        i, x = torch.tensor(start), torch.randn(size if dynamic else 3)
         got = program(i, x)
         expected = model(i, x)
         assert int(got[0]) == int(expected[0]) == max(start, 5)
         torch.testing.assert_close(got[1], expected[1])
 
 
-def test_scan_becomes_scan_with_carry_and_stacked_outputs():
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_scan_becomes_scan_with_carry_and_stacked_outputs(dynamic):
     class CumSum(torch.nn.Module):
         def forward(self, init, xs):
             def step(carry, x):
@@ -97,21 +104,28 @@ def test_scan_becomes_scan_with_carry_and_stacked_outputs():
 
     model = CumSum()
     init, xs = torch.zeros(3), torch.randn(5, 3)
-    program = dynamo_onnx.export(model, (init, xs))
+    shapes = {"init": {0: "width"}, "xs": {0: "steps", 1: "width"}} if dynamic else None
+    program = dynamo_onnx.export(model, (init, xs), dynamic_shapes=shapes)
     assert "Scan" in _op_types(program.model.graph)
-    final, stacked = program(init, xs)
-    torch.testing.assert_close(final, xs.sum(0))
-    torch.testing.assert_close(stacked, xs.cumsum(0) * 2)
+    for steps, width in ((5, 3), (8, 4)) if dynamic else ((5, 3),):
+        init, xs = torch.zeros(width), torch.randn(steps, width)
+        final, stacked = program(init, xs)
+        torch.testing.assert_close(final, xs.sum(0))
+        torch.testing.assert_close(stacked, xs.cumsum(0) * 2)
 
 
-def test_map_becomes_stateless_scan_with_outer_operand():
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_map_becomes_stateless_scan_with_outer_operand(dynamic):
     class Map(torch.nn.Module):
         def forward(self, xs, b):
             return torch.ops.higher_order.map_impl(lambda x, b: x.sin() * b, [xs], [b])
 
     xs, b = torch.rand(4, 3), torch.rand(3)
-    program = dynamo_onnx.export(Map(), (xs, b))
-    torch.testing.assert_close(program(xs, b)[0], xs.sin() * b)
+    shapes = {"xs": {0: "n", 1: "width"}, "b": {0: "width"}} if dynamic else None
+    program = dynamo_onnx.export(Map(), (xs, b), dynamic_shapes=shapes)
+    for n, width in ((4, 3), (7, 5)) if dynamic else ((4, 3),):
+        xs, b = torch.rand(n, width), torch.rand(width)
+        torch.testing.assert_close(program(xs, b)[0], xs.sin() * b)
 
 
 class Prefix(torch.nn.Module):

@@ -95,11 +95,15 @@ def test_unsigned_integers_run_in_onnx_runtime(dtype):
 
     x = torch.tensor([1, 7, 200, 65535], dtype=dtype)
     y = torch.tensor([3, 1, 55, 0], dtype=dtype)
-    program = dynamo_onnx.export(widen, (x, y))
-    assert program.model.graph.inputs[0].dtype.name == str(dtype).removeprefix("torch.").upper()
-    for got, want in zip(program(x, y), widen(x, y), strict=True):
-        assert got.dtype == want.dtype
-        assert torch.equal(got, want)
+    for shapes in (None, {"x": {0: "n"}, "y": {0: "n"}}):
+        program = dynamo_onnx.export(widen, (x, y), dynamic_shapes=shapes)
+        assert program.model.graph.inputs[0].dtype.name == str(dtype).removeprefix("torch.").upper()
+        sizes = (4, 7) if shapes else (4,)
+        for n in sizes:
+            a, b = (torch.randint(0, 60000, (n,)).to(dtype) for _ in range(2))
+            for got, want in zip(program(a, b), widen(a, b), strict=True):
+                assert got.dtype == want.dtype
+                assert torch.equal(got, want)
 
 
 def selects(mask, x, y):

@@ -335,3 +335,22 @@ def test_a_number_torch_keeps_constant_is_a_warning_at_its_line(caller_logging):
     assert "uses 4 at every size" in finding.message
     assert "`n // 2`, not `int(n / 2)`" in finding.message
     assert finding.primary.snippet.endswith("# marker: truncated-half")
+
+
+class HalvedReshape(torch.nn.Module):
+    def forward(self, x):
+        n, m = x.shape
+        return x.reshape(int(n * m / 2), 2)
+
+
+def test_a_size_check_that_holds_at_other_sizes_is_no_warning():
+    """``reshape(int(n * m / 2), 2)``: torch.export's program checks
+    ``(n * m) // trunc(n * m / 2) == 2`` (an equality with a constant, like a truncated
+    size kept constant), but it holds at every even size and the model computes the size
+    at run time: no DO124, and the model is right at other sizes (torch.onnx's is not)."""
+    dims = ({0: torch.export.Dim("n"), 1: torch.export.Dim("m")},)
+    program = dynamo_onnx.export(HalvedReshape(), (torch.randn(4, 6),), dynamic_shapes=dims)
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    for shape in ((4, 6), (6, 8), (3, 2)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(program(x)[0], HalvedReshape()(x))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dynamo_onnx
-from conftest import line_of
+from dynamo_onnx.diagnostics import Level
 
 Dim = torch.export.Dim
 
@@ -196,6 +196,11 @@ def test_complex_inputs_and_outputs_are_complex_for_the_caller():
     (got,) = program(x)
     assert got.dtype == torch.complex64
     torch.testing.assert_close(got, TimesComplex()(x))
+    dynamic = dynamo_onnx.export(TimesComplex(), (x,), dynamic_shapes={"x": {0: "a", 1: "b"}})
+    assert [str(d) for d in dynamic.model.graph.inputs[0].shape] == ["a", "b", "2"]
+    for shape in ((1, 2), (3, 5)):
+        x = torch.randn(*shape, dtype=torch.complex64)
+        torch.testing.assert_close(dynamic(x)[0], TimesComplex()(x))
 
 
 class EmptyFloat4(torch.nn.Module):
@@ -203,14 +208,23 @@ class EmptyFloat4(torch.nn.Module):
         return torch.empty([1], dtype=torch.float4_e2m1fn_x2)  # marker: float4
 
 
-def test_computing_on_float4_names_the_opset_or_that_onnx_cannot():
-    """torch_lib makes ``empty`` an ``Expand`` of a constant, which no opset takes on float4
-    and ONNX Runtime refuses to load: the export fails at the user's line, saying so."""
-    with pytest.raises(dynamo_onnx.SerializationError) as info:
-        dynamo_onnx.export(EmptyFloat4(), ())
-    (finding,) = info.value.diagnostics.by_rule("model-invalid")
-    assert finding.primary.line == line_of(EmptyFloat4, "marker: float4")
-    assert "has `Expand` on float4e2m1: convert the tensor" in str(info.value)
-    with pytest.raises(dynamo_onnx.SerializationError) as info:
-        dynamo_onnx.export(EmptyFloat4(), (), opset_version=23)
-    assert "has `Expand` on float4e2m1: convert the tensor" in str(info.value)
+@pytest.mark.parametrize("dtype", [torch.float4_e2m1fn_x2, torch.float8_e4m3fn, torch.float8_e5m2])
+def test_a_tensor_of_constants_in_a_storage_only_dtype_is_an_initializer(dtype):
+    """torch_lib makes ``empty`` an ``Expand`` of a constant, which ONNX Runtime has no
+    kernel for in float4 or float8: a tensor that depends on no input is computed at export
+    and saved as a weight (zeros for ``empty``), as torch.onnx's optimizer folds it."""
+
+    class Empty(torch.nn.Module):
+        def forward(self):
+            return torch.empty([2, 3], dtype=dtype)
+
+    for optimize in (False, True):
+        program = dynamo_onnx.export(Empty(), (), optimize=optimize)
+        (got,) = program()
+        assert (got.dtype, got.shape) == (dtype, (2, 3))
+        assert not got.view(torch.uint8).any()
+        assert list(program.model.graph.initializers) == ["empty"]
+        assert [f for f in program.diagnostics.findings if f.level >= Level.WARNING] == []
+    # the model of torch.onnx's tests, by its own line
+    (got,) = dynamo_onnx.export(EmptyFloat4(), ())()
+    assert (got.dtype, got.shape) == (torch.float4_e2m1fn_x2, (1,))

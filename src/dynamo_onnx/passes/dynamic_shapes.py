@@ -8,10 +8,11 @@ string or a ``Dim``'s name) in the ONNX model, else ``<input>_dim_<i>``.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -293,6 +294,8 @@ _CONSTANT_GUARD = re.compile(r"^(?P<expr>.*\.size\(\)\[\d+\].*?) == (?P<value>-?
 _BARE_SIZE = re.compile(r"^L\[[^\]]+\](\[[^\]]+\])*\.size\(\)\[\d+\]$")
 _INPUT = re.compile(r"L\['(\w+)'\]")
 _INPUT_SIZE = re.compile(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]")
+#: Newer torch names inputs by their flat position (``L['flat_args'][0].size()[1]``).
+_FLAT_ARG = re.compile(r"L\['flat_args'\]\[(\d+)\]")
 
 
 def _report_constant_guards(
@@ -309,10 +312,17 @@ def _report_constant_guards(
     """
     if not state.valid.requested_dims:
         return
-    for code in getattr(program, "_guards_code", None) or ():
-        found = _CONSTANT_GUARD.match(str(code))
+    flat_names = program.graph_signature.user_inputs
+    for raw in getattr(program, "_guards_code", None) or ():
+        code = _FLAT_ARG.sub(
+            lambda m: f"L['{flat_names[int(m[1])]}']" if int(m[1]) < len(flat_names) else m[0],
+            str(raw),
+        )
+        found = _CONSTANT_GUARD.match(code)
         if found is None or _BARE_SIZE.match(found["expr"]) or "%" in found["expr"]:
             continue
+        if _holds_at_other_sizes(code, state.valid.requested_dims):
+            continue  # a check on the sizes (reshape's), not a size standing for a constant
         condition = _INPUT.sub(lambda m: state.valid.label(m[1]), str(code))
         first = _INPUT_SIZE.search(str(code))
         input_name, dim = (first[1], int(first[2])) if first else ("?", 0)
@@ -334,6 +344,31 @@ def _report_constant_guards(
             where,
             remedy,
         )
+
+
+def _holds_at_other_sizes(code: str, example: Mapping[tuple[str, int], int]) -> bool:
+    """Whether the condition still holds with every dynamic size doubled and with every one
+    two larger: ``(n * m) // trunc(n * m / 2) == 2`` (``x.reshape(int(n * m / 2), 2)``)
+    does, the model computes the size at run time; ``trunc(n / 2) == 4`` does not, the
+    model slices 4 rows at every size. False when the condition cannot be evaluated."""
+    for grow in (lambda size: 2 * size, lambda size: size + 2):
+        missing = False
+
+        def size(match: re.Match[str], grow: Callable[[int], int] = grow) -> str:
+            nonlocal missing
+            known = example.get((match[1], int(match[2])))
+            missing = missing or known is None
+            return str(grow(known or 0))
+
+        text = _INPUT_SIZE.sub(size, code)
+        if missing:
+            return False
+        try:
+            if eval(text, {"__builtins__": {}, "math": math}) is not True:  # noqa: S307 - torch's guard, numbers only
+                return False
+        except Exception:  # noqa: BLE001 - not plain arithmetic: the finding stands
+            return False
+    return True
 
 
 def _constant_guard_line(

@@ -23,6 +23,7 @@ from dynamo_onnx.passes.fx import ASSERTIONS, has_decomposition, is_higher_order
 from dynamo_onnx.passes.metadata import NodeSource, control_flow_source, node_source, origin_props
 from dynamo_onnx.passes.translate import control_flow, problems
 from dynamo_onnx.passes.translate.builder import GraphBuilder, Subgraph
+from dynamo_onnx.passes.translate.constants import eager_constant
 from dynamo_onnx.passes.translate.dtypes import dtype_finding
 from dynamo_onnx.passes.translate.fallback import Lower, flat_args, single_node_program
 from dynamo_onnx.passes.translate.problems import OperatorTally
@@ -154,6 +155,12 @@ class Translator:
     def _dispatched(self, node: torch.fx.Node) -> None:
         chosen = dispatch(node, self.registry, self.opset)
         self.tally.seen(chosen.op)
+        constant = eager_constant(node)
+        if constant is not None:
+            name = f"{self.builder.prefix}{node.name}"
+            self.builder.bind(node.name, self.builder.add_initializer(name, constant))
+            self.tally.translated(chosen.op, "constant computed by torch")
+            return
         source = self.source(node)
         failure: Exception | None = None
         if chosen.function is not None:
@@ -168,7 +175,7 @@ class Translator:
                 return
             if kwargs.get("dtype", 0) is None:
                 kwargs["dtype"] = -1  # torch_lib's "no dtype given"
-            recorder = NodeRecorder(self.registry.opset_version, self.builder.constants)
+            recorder = NodeRecorder(self.registry.opset_version, self.builder.constants, self.opset)
             try:
                 with recording(recorder):
                     outputs = chosen.function.function(*args, **kwargs)

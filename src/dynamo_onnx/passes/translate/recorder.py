@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx
+import onnx.defs
 import onnx.shape_inference
 import onnx_ir as ir
 import onnxscript
@@ -55,8 +56,13 @@ class NodeRecorder:
             failed translation's nodes never reach the graph.
     """
 
-    def __init__(self, opset_version: int, constants: ConstantCache) -> None:
+    def __init__(
+        self, opset_version: int, constants: ConstantCache, target_opset: int | None = None
+    ) -> None:
         self.opset_version = opset_version
+        #: The opset the model is converted to after translation: a function body is
+        #: checked at it (``ReduceMax`` on bool is valid from 20).
+        self.target_opset = max(target_opset or opset_version, opset_version)
         self.constants = constants
         self.new_constants: ConstantCache = {}
         self.nodes: list[ir.Node] = []
@@ -69,7 +75,13 @@ class NodeRecorder:
         signature = op.op_signature
         if signature is None:
             raise ValueError(f"ONNX op {op.name!r} of opset {op.opset} has no schema")
-        _check_input_types(signature, args, kwargs)
+        try:
+            _check_input_types(signature, args, kwargs)
+        except InputTypeError:
+            if self.target_opset == signature.since_version or not _takes_at(
+                signature, self.target_opset, args, kwargs
+            ):
+                raise
         return self._emit(signature, args, kwargs, version=signature.since_version)
 
     def eval_function(self, function: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -77,7 +89,7 @@ class NodeRecorder:
         if signature is None:
             raise ValueError(f"onnxscript function {function.name!r} has no signature")
         domain = function.function_ir.domain
-        _check_function_types(function, signature, args, kwargs)
+        _check_function_types(function, self.target_opset, signature, args, kwargs)
         self.functions[(domain, function.name, "")] = function
         # The signature comes from annotations, which may omit the return; the body knows.
         outputs = len(function.graph().outputs)
@@ -258,6 +270,19 @@ class InputTypeError(TypeError):
     decompose instead."""
 
 
+def _takes_at(
+    signature: ir.schemas.OpSignature, opset: int, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> bool:
+    """Whether the operator's schema at ``opset`` (the model is converted there after
+    translation) takes the input types that its signature at torch_lib's opset does not."""
+    try:
+        schema = onnx.defs.get_schema(signature.name, opset, signature.domain)
+        _check_input_types(ir.schemas.OpSignature.from_op_schema(schema), args, kwargs)
+    except (InputTypeError, onnx.defs.SchemaError):
+        return False
+    return True
+
+
 def _check_input_types(
     signature: ir.schemas.OpSignature, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> None:
@@ -276,13 +301,20 @@ def _check_input_types(
 
 
 @functools.cache
-def _function_proto(function: Any) -> onnx.FunctionProto:
-    """An onnxscript function's proto (built once per function and process)."""
-    return function.to_function_proto()
+def _function_proto(function: Any, opset: int) -> onnx.FunctionProto:
+    """An onnxscript function's proto at the export's opset (its body runs at the model's
+    opset: ``ReduceMax`` takes bool from opset 20, though torch_lib writes it at 18).
+    Built once per function, opset and process."""
+    proto = function.to_function_proto()
+    for entry in proto.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            entry.version = max(entry.version, opset)
+    return proto
 
 
 def _check_function_types(
     function: Any,
+    opset: int,
     signature: ir.schemas.OpSignature,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
@@ -300,7 +332,9 @@ def _check_function_types(
             return
         types.append(onnx.helper.make_tensor_type_proto(value.dtype.value, None))
     try:
-        onnx.shape_inference.infer_function_output_types(_function_proto(function), types, [])
+        onnx.shape_inference.infer_function_output_types(
+            _function_proto(function, opset), types, []
+        )
     except onnx.shape_inference.InferenceError as exc:
         if "has unsupported type" in str(exc):
             raise InputTypeError(f"`{function.name}`: {exc}") from None
