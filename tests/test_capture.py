@@ -104,6 +104,32 @@ def test_reductions_convert_below_opset_18_and_the_converter_says_nothing(optimi
     assert capfd.readouterr().err == ""
 
 
+class FusedProjection(torch.nn.Module):
+    """GPT-2's attention: one projection split in three (the optimizer makes it a Split)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).split(8, dim=-1)
+        return q * k + v
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_split_below_opset_18_has_no_num_outputs_after_optimization(dynamic):
+    """onnxscript's optimizer writes ``Split(num_outputs=3)`` at any opset; below 18 ONNX
+    Runtime refuses the attribute: the sizes become the ``split`` input."""
+    model, x = FusedProjection().eval(), torch.randn(2, 5, 8)
+    shapes = {"x": {0: "batch", 1: "sequence"}} if dynamic else None
+    program = dynamo_onnx.export(model, (x,), opset_version=17, dynamic_shapes=shapes)
+    splits = [n for n in program.model.graph if n.op_type == "Split"]
+    assert splits and all("num_outputs" not in n.attributes for n in splits)
+    for batch, length in ((2, 5), (3, 9)) if dynamic else ((2, 5),):
+        x = torch.randn(batch, length, 8)
+        torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
+
+
 class TwoInputs(torch.nn.Module):
     def forward(self, x, y, scale=1.0, *, mask):
         return (x + y) * scale * mask

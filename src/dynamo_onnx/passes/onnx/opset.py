@@ -23,6 +23,7 @@ from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.logs import dropped
 from dynamo_onnx.passes.metadata import STACK_TRACE
+from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
 from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden
 
 __all__ = ["OpsetConversionPass"]
@@ -67,13 +68,13 @@ def _convert_opset(ctx: DiagnosticContext, model: ir.Model, target: int) -> None
     source = model.opset_imports.get("", 0)
     cause = _try_convert(model, target)
     if cause is None:
-        _drop_newer_attributes(model, target)
+        drop_newer_attributes(model, target)
         return
     with fake_weights_hidden(model):
         onnxscript.optimizer.fold_constants(model)
     cause = _try_convert(model, target) or ""
     if not cause:
-        _drop_newer_attributes(model, target)
+        drop_newer_attributes(model, target)
         return
     blockers = _blocking_nodes(model, source, target)
     if blockers:
@@ -93,37 +94,6 @@ def _convert_opset(ctx: DiagnosticContext, model: ir.Model, target: int) -> None
         target=target,
         cause=cause,
     )
-
-
-#: Reductions that took ``noop_with_empty_axes`` with their axes input in opset 18.
-_REDUCTIONS_18 = frozenset(
-    {
-        "ReduceL1",
-        "ReduceL2",
-        "ReduceLogSum",
-        "ReduceLogSumExp",
-        "ReduceMax",
-        "ReduceMean",
-        "ReduceMin",
-        "ReduceProd",
-        "ReduceSumSquare",
-    }
-)
-
-
-def _drop_newer_attributes(model: ir.Model, target: int) -> None:
-    """ONNX's converter moves a reduction's axes back to an attribute below opset 18 but
-    keeps ``noop_with_empty_axes``, which those opsets reject; at its default (0) it says
-    nothing and is dropped. (At 1 it is kept: the checker then names the node.)"""
-    if target >= 18:
-        return
-    graphs = [model.graph, *model.functions.values()]
-    for graph in graphs:
-        for node in ir.traversal.RecursiveGraphIterator(graph):
-            if node.domain in ("", "ai.onnx") and node.op_type in _REDUCTIONS_18:
-                attr = node.attributes.get("noop_with_empty_axes")
-                if attr is not None and attr.value == 0:
-                    del node.attributes["noop_with_empty_axes"]
 
 
 #: Nodes tried per operator type when looking for what blocks a conversion.

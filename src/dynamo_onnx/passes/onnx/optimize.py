@@ -19,6 +19,7 @@ from dynamo_onnx.errors import OnnxExporterError, OptimizationError
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
+from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
 
 __all__ = ["OptimizePass", "count_nodes", "fake_weights_hidden"]
 
@@ -62,5 +63,6 @@ class OptimizePass:
         before = count_nodes(model)
         with fake_weights_hidden(model):
             onnxscript.optimizer.optimize_ir(model)
+        drop_newer_attributes(model, model.opset_imports.get("", 18))  # its Split at opset 17
         ctx.record("model-optimized", before=before, after=count_nodes(model))
         return model
