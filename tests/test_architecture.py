@@ -28,11 +28,11 @@ LAYERS = {
     "io": 4,
     "passes": 5,
     "program": 6,
-    "export": 6,
+    "exporter": 6,
     "cli": 7,
     "__init__": 7,
 }
-SAME_LAYER_EDGES = {("export", "program"), ("cli", "__init__")}
+SAME_LAYER_EDGES = {("exporter", "program"), ("cli", "__init__")}
 #: Packages that must know nothing of torch, ONNX or the passes.
 PURE = {"diagnostics", "reports"}
 FORBIDDEN_IN_PURE = {"torch", "onnx", "onnx_ir", "onnxscript", "onnxruntime"}

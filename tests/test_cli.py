@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.reports.sarif import to_sarif
 from sarif_tools import multitool_errors
 
 MODELS = textwrap.dedent(
@@ -372,3 +374,47 @@ def test_progress_on_a_terminal(workdir):
     assert "nodes" in progress  # the translation counter
     quiet = run(workdir, "export", "models.py:build", "-o", "t.onnx", "--quiet")
     assert quiet.stderr.strip() == ""
+
+
+HEAVY = ("torch", "onnx", "onnx_ir", "onnxscript", "onnxruntime", "numpy")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["gate", "{log}"], ["report", "{log}"], ["rules"], ["rules", "DO301"]],
+    ids=["gate", "report", "rules", "rules-DO301"],
+)
+def test_commands_that_read_a_log_load_neither_torch_nor_onnx(workdir, args):
+    """gate, report and rules read JSON and the rule catalog: a fresh process running one
+    of them has none of torch, onnx, onnxscript, onnxruntime (or numpy) in sys.modules."""
+    log = workdir / "clean.sarif"
+    log.write_text(json.dumps(to_sarif(DiagnosticContext(subject="M"))))
+    argv = [a.format(log=log) for a in args]
+    script = (
+        "import contextlib, io, json, sys\n"
+        "from dynamo_onnx.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    code = main({argv!r})\n"
+        f"print(json.dumps([code, [m for m in {HEAVY!r} if m in sys.modules]]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=workdir, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    code, loaded = json.loads(proc.stdout.splitlines()[-1])
+    assert (code, loaded) == (0, [])
+
+
+def test_the_package_loads_torch_only_when_an_exporting_name_is_used():
+    script = (
+        "import sys, dynamo_onnx, dynamo_onnx.diagnostics, dynamo_onnx.reports\n"
+        "before = 'torch' in sys.modules\n"
+        "options = dynamo_onnx.ExportOptions(); dynamo_onnx.DiagnosticOptions()\n"
+        "light = 'torch' in sys.modules\n"
+        "import dynamo_onnx.exporter\n"  # the module first: the name stays the function
+        "print(before, light, callable(dynamo_onnx.export), type(dynamo_onnx.export).__name__)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.split() == ["False", "False", "True", "function"], proc.stderr

@@ -3,7 +3,18 @@
 The API of ``torch.onnx.dynamo_export`` (PyTorch 2.1-2.5), working on current PyTorch, with
 every finding rendered to SARIF and markdown. ``import dynamo_onnx as onnx`` and code
 written for ``torch.onnx.dynamo_export`` runs as it did.
+
+The public names that need torch (``export``, ``ONNXProgram``, ``OnnxRegistry``...) are
+imported when first used (PEP 562), so that the diagnostics, the reports and the commands
+that only read a SARIF log (``dynamo-onnx gate``, ``report``, ``rules``) load neither torch
+nor onnx. The exporting module is ``dynamo_onnx.exporter``, not ``dynamo_onnx.export``,
+so that importing it can never replace the ``export`` function with a module.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from dynamo_onnx.errors import (
     CaptureError,
@@ -21,15 +32,42 @@ from dynamo_onnx.errors import (
     WarningsAsErrorsError,
     WeightsMismatchError,
 )
-from dynamo_onnx.export import dynamo_export, export
-from dynamo_onnx.fake import ONNXFakeContext, enable_fake_mode
 from dynamo_onnx.options import DiagnosticOptions, ExportOptions, ONNXRuntimeOptions
-from dynamo_onnx.passes.validate.caches import cache_dynamic_shapes
-from dynamo_onnx.program import ONNXProgram
-from dynamo_onnx.registry import OnnxRegistry
 from dynamo_onnx.versions import package_version
 
+if TYPE_CHECKING:
+    from dynamo_onnx.exporter import dynamo_export, export
+    from dynamo_onnx.fake import ONNXFakeContext, enable_fake_mode
+    from dynamo_onnx.passes.validate.caches import cache_dynamic_shapes
+    from dynamo_onnx.program import ONNXProgram
+    from dynamo_onnx.registry import OnnxRegistry
+
 __version__ = package_version()
+
+#: Public name -> the module that defines it (imported on first use).
+_LAZY = {
+    "dynamo_export": "dynamo_onnx.exporter",
+    "export": "dynamo_onnx.exporter",
+    "ONNXFakeContext": "dynamo_onnx.fake",
+    "enable_fake_mode": "dynamo_onnx.fake",
+    "cache_dynamic_shapes": "dynamo_onnx.passes.validate.caches",
+    "ONNXProgram": "dynamo_onnx.program",
+    "OnnxRegistry": "dynamo_onnx.registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dynamo_onnx' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "CaptureError",

@@ -254,7 +254,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     factory = _load_factory(args)
     model, positional, keywords = _model_and_inputs(factory, args)
     # Findings without a line in the model's own code (an nn.Sequential, a library model)
-    # point at the factory, not at the launcher that called us (export.CALL_SITE_LOCAL).
+    # point at the factory, not at the launcher that called us (exporter.CALL_SITE_LOCAL).
     __dynamo_onnx_call_site__ = _factory_location(factory)  # noqa: F841
     dynamic = True if args.dynamic else None
     show_progress = not args.quiet and sys.stderr.isatty()
@@ -277,6 +277,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 diagnostic_options=options,
                 source_root=args.source_root or default_source_root(),
                 progress=ProgressPrinter(sys.stderr) if show_progress else None,
+                verbose=args.verbose,
             )
         ctx = program.diagnostics
     except dynamo_onnx.WarningsAsErrorsError as error:
@@ -524,6 +525,11 @@ def _parser() -> argparse.ArgumentParser:
         "holding the working directory, else the working directory)",
     )
     export.add_argument("--quiet", action="store_true", help="print only the final summary")
+    export.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show what torch and the ONNX libraries print while exporting (hidden by default)",
+    )
     export.set_defaults(func=_cmd_export)
 
     rules = commands.add_parser("rules", help="list the rules, or print one rule's help")

@@ -14,15 +14,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import onnx
-
 from dynamo_onnx.errors import (
     InvalidExportOptionsError,
     InvalidOptionTypeError,
     InvalidOptionValueError,
     format_message,
 )
-from dynamo_onnx.fake import ONNXFakeContext
 from dynamo_onnx.rules import get_rule
 
 if TYPE_CHECKING:
@@ -148,6 +145,14 @@ class ExportOptions:
             raise problem.error()
 
 
+def _is_fake_context(value: Any) -> bool:
+    """Whether ``value`` is an ``ONNXFakeContext`` (imported here: ``dynamo_onnx.fake``
+    needs torch, and the diagnostics, which read these options, must load without it)."""
+    from dynamo_onnx.fake import ONNXFakeContext
+
+    return isinstance(value, ONNXFakeContext)
+
+
 def _export_fields_problem(options: ExportOptions) -> OptionProblem | None:
     if options.dynamic_shapes not in (None, True, False):
         return OptionProblem(
@@ -157,7 +162,7 @@ def _export_fields_problem(options: ExportOptions) -> OptionProblem | None:
             "dynamo_onnx.export(..., dynamic_shapes=...) instead",
             InvalidOptionTypeError,
         )
-    if options.fake_context is not None and not isinstance(options.fake_context, ONNXFakeContext):
+    if options.fake_context is not None and not _is_fake_context(options.fake_context):
         return _type_problem(
             "ExportOptions.fake_context",
             options.fake_context,
@@ -183,6 +188,8 @@ def opset_problem(opset_version: Any) -> OptionProblem | None:
     """What is wrong with an ``opset_version`` argument, or None."""
     if opset_version is None:
         return None
+    import onnx.defs  # here: the options load without onnx (see _is_fake_context)
+
     highest = onnx.defs.onnx_opset_version()
     if isinstance(opset_version, bool) or not isinstance(opset_version, int):
         return OptionProblem(

@@ -125,6 +125,7 @@ class CheckedRequest:
         custom_opsets: opset versions of custom domains.
         cache_inputs: with transformers caches among the inputs, how they are taken as
             tensors (``bound`` then holds the flat inputs, ``past_key_values_0_key``...).
+        verbose: the caller asked to see what the libraries print (``verbose=True``).
     """
 
     model: Any
@@ -145,6 +146,7 @@ class CheckedRequest:
     module_functions: bool = False
     custom_opsets: Mapping[str, int] = dataclasses.field(default_factory=dict)
     cache_inputs: CacheInputs | None = None
+    verbose: bool = False
 
     def capture_inputs(self) -> tuple[tuple[Any, ...], Mapping[str, Any]]:
         """What capture passes torch.export: the inputs, or with caches the flat ones."""

@@ -10,11 +10,19 @@ as they were).
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
+import sys
 import warnings
 from collections.abc import Iterator
 
-__all__ = ["ONNX_IR_CHATTER", "dropped", "filtered", "torch_deprecations_ignored"]
+__all__ = [
+    "ONNX_IR_CHATTER",
+    "dropped",
+    "filtered",
+    "partial_graphs_dropped",
+    "torch_deprecations_ignored",
+]
 
 #: onnx_ir's warnings while torch_lib builds nodes and while the optimizer runs ("Attribute
 #: type is ambiguous because it is an empty sequence", "Skipped deduplication of
@@ -57,3 +65,27 @@ def torch_deprecations_ignored() -> Iterator[None]:
             "ignore", message=r"`isinstance\(treespec, LeafSpec\)`", category=FutureWarning
         )
         yield
+
+
+@contextlib.contextmanager
+def partial_graphs_dropped() -> Iterator[None]:
+    """torch.export ``print``s the partial FX graph of a failed capture to ``sys.stderr``
+    (once per wrapper it passes through: 36 lines for a one-line data-dependent branch);
+    the capture finding already names the line. What is written to ``sys.stderr`` while
+    the block runs is held, the failure's ``partial_fx_graph`` taken out, and the rest
+    (the model's own prints) written to the real stream afterwards, which is put back."""
+    real, held = sys.stderr, io.StringIO()
+    graph = None
+    sys.stderr = held
+    try:
+        yield
+    except BaseException as exc:
+        graph = getattr(exc, "partial_fx_graph", None)
+        raise
+    finally:
+        sys.stderr = real
+        text = held.getvalue()
+        if graph is not None:
+            text = text.replace(f"{graph}\n", "")
+        if text:
+            real.write(text)

@@ -29,7 +29,12 @@ from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import KnownCause, known_cause
 from dynamo_onnx.passes.capture.experts import traceable_experts
-from dynamo_onnx.passes.logs import dropped, filtered, torch_deprecations_ignored
+from dynamo_onnx.passes.logs import (
+    dropped,
+    filtered,
+    partial_graphs_dropped,
+    torch_deprecations_ignored,
+)
 from dynamo_onnx.passes.model import as_module, describe_value, flat_forward, forward_signature
 
 __all__ = ["STRATEGIES", "CapturePass", "TorchExportStrategy", "copy_program"]
@@ -78,8 +83,11 @@ class _ShapeLog(logging.Filter):
     configured logging, so while capture runs the logger is made to produce them whatever
     ``logging.disable``, ``dictConfig(disable_existing_loggers=True)``, the logger's level
     or ``TORCH_LOGS`` say, and a filter on the logger (added, never replacing a handler)
-    takes them: a record the caller's configuration would have shown still goes on to the
-    caller's handlers, the others stop here. Everything is restored afterwards.
+    takes them. They stop here: torch's warnings during capture (the FX graph, 36 lines of
+    it, for every data-dependent branch) say what a finding says at the user's line. With
+    ``show`` (``verbose=True``, ``dynamo-onnx export --verbose``) a record the caller's
+    configuration would have shown goes on to the caller's handlers. Everything is
+    restored afterwards.
     """
 
     LOGGER = "torch.fx.experimental.symbolic_shapes"
@@ -94,9 +102,10 @@ class _ShapeLog(logging.Filter):
         "torch._export.non_strict_utils",  # "0/1 specialized": DO105 says it
     )
 
-    def __init__(self) -> None:
+    def __init__(self, show: bool = False) -> None:
         super().__init__()
         self.records: list[ShapeLogRecord] = []
+        self.show = show
         self._shown: Any = None
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -108,13 +117,15 @@ class _ShapeLog(logging.Filter):
                 for fs in reversed(traceback.extract_stack())
             )
         self.records.append(ShapeLogRecord(message, stack))
-        return bool(self._shown(record.levelno)) if self._shown is not None else False
+        return self.show and self._shown is not None and bool(self._shown(record.levelno))
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._producing(logging.getLogger(self.LOGGER)))
             stack.enter_context(dropped(*self.QUIET))
+            if not self.show:
+                stack.enter_context(partial_graphs_dropped())
             yield
 
     @contextlib.contextmanager
@@ -219,7 +230,7 @@ class CapturePass:
         first_line: Location | None = None  # the user's line of the first failure
         known: tuple[KnownCause, Location | None, str] | None = None
         for strategy in self.strategies:
-            shape_log = _ShapeLog()
+            shape_log = _ShapeLog(show=state.valid.verbose)
             spec = state.valid.dynamic_shapes
             try:
                 with shape_log.listening():
@@ -312,7 +323,7 @@ def _widened_capture(
     for name, dim in ones:
         value = bound.arguments[name]
         bound.arguments[name] = torch.cat([value, value], dim=dim)
-    shape_log = _ShapeLog()
+    shape_log = _ShapeLog(show=state.valid.verbose)
     try:
         with shape_log.listening():
             program = strategy.capture(module, bound.args, bound.kwargs, state.valid.dynamic_shapes)

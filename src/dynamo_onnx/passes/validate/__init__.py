@@ -108,6 +108,7 @@ class ValidatePass:
             registry=registry,
             module_functions=bool(request.module_functions),
             custom_opsets=dict(request.custom_opsets or {}),
+            verbose=bool(getattr(request.torch_onnx, "verbose", False)),
         )
         if isinstance(request.model, torch.export.ExportedProgram):
             return state.replace(checked=checked)

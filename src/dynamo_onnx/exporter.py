@@ -267,7 +267,9 @@ def export(
             on failure (then the exception message names both paths).
         optimize: run the onnxscript optimizer on the result (default True, as torch.onnx).
         verbose: print each pass as it runs, with its time, to standard error (as the
-            command line does).
+            command line does), and let torch's own messages during capture through (the
+            partial graph of a failed capture, symbolic-shape warnings), which are hidden
+            otherwise: the findings say what they say, at the model's line.
         verify: compare ONNX Runtime with the model in eager PyTorch on the example inputs
             (``ONNXProgram.verify``, default tolerances); a mismatch is a warning finding.
         export_params, keep_initializers_as_inputs: how ``f`` is saved.

@@ -1,0 +1,70 @@
+"""What reaches the terminal during an export is dynamo-onnx's own: torch's, onnxscript's,
+onnx_ir's and ONNX Runtime's messages (Python and C++) are captured or dropped.
+
+Run in a fresh process so that standard error is read at the file-descriptor level, where
+ONNX Runtime's C++ logger and torch's ``print(..., file=sys.stderr)`` write."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+TESTS = pathlib.Path(__file__).resolve().parent
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    sys.path.insert(0, {tests!r})
+    import hf_models, dynamo_onnx
+
+    model, args, kwargs, shapes = hf_models.gpt2()  # transformers' remarks come before
+
+
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x + 1
+            return x - 1
+
+
+    sys.stderr.write("---EXPORTS---\\n")
+    sys.stderr.flush()
+    for opset in (None, 17):  # 17: through the version converter
+        program = dynamo_onnx.export(
+            model, args, kwargs=kwargs, dynamic_shapes=shapes, verify=True, opset_version=opset
+        )
+        print("GPT2", [f.rule.id for f in program.diagnostics.findings if f.level >= 30])
+    try:
+        dynamo_onnx.export(Branch(), (torch.randn(3),))
+    except dynamo_onnx.CaptureError as error:
+        print("FAILED", error.rule_id)
+    with dynamo_onnx.enable_fake_mode() as fake:
+        tiny = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+        fake_program = dynamo_onnx.dynamo_export(
+            tiny, torch.randn(2, 4), export_options=dynamo_onnx.ExportOptions(fake_context=fake)
+        )
+    fake_program.optimize()
+    print("FAKE", len(fake_program.model.graph))
+    """
+)
+
+
+def _our_line(line: str) -> bool:
+    """A line dynamo-onnx writes: one of its warnings (category, or the message's rule)."""
+    return "DynamoOnnxWarning" in line or line.startswith(("[DO", "dynamo-onnx"))
+
+
+def test_exports_leave_only_our_lines_on_stderr(tmp_path):
+    script = tmp_path / "noisy.py"
+    script.write_text(SCRIPT.format(tests=str(TESTS)))
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[:3] == ["GPT2 []", "GPT2 []", "FAILED DO104"], proc.stdout
+    assert proc.stdout.splitlines()[3].startswith("FAKE ")
+    _, _, during = proc.stderr.partition("---EXPORTS---\n")
+    foreign = [line for line in during.splitlines() if line.strip() and not _our_line(line)]
+    assert foreign == [], "\n".join(foreign[:40])
