@@ -190,12 +190,21 @@ def test_exit_3_when_warnings_are_errors_and_the_model_is_still_written(workdir)
         "nan.onnx",
         "--sarif",
         "nan.sarif",
+        "--report",
+        "nan.md",
     )
     assert proc.returncode == 3
     assert "but warnings are errors: 1 error(s)" in proc.stdout
     assert "[DO401 non-finite-weights]" in proc.stderr
     assert "`fc.weight`" in proc.stderr  # the whole failure, not its first line
     assert (workdir / "nan.onnx").exists()
+    # the reports say what failed, as the API's do, though the model was saved after
+    report = (workdir / "nan.md").read_text().splitlines()
+    assert report[0].startswith("# ❌") and report[2].startswith("> **[DO401 non-finite-weights]")
+    (run_log,) = json.loads((workdir / "nan.sarif").read_text())["runs"]
+    (invocation,) = run_log["invocations"]
+    assert invocation["executionSuccessful"] is False
+    assert "DO401" in invocation["toolExecutionNotifications"][0]["message"]["text"]
     proc = run(workdir, "export", "models.py:nan_net", "-o", "nan.onnx")
     assert proc.returncode == 0 and "0 error(s), 1 warning(s)" in proc.stdout
 

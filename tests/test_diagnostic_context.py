@@ -133,3 +133,19 @@ def test_a_failure_outside_any_pass_is_still_an_error_result(monkeypatch):
     (result,) = log["runs"][0]["results"]
     assert (result["ruleId"], result["level"]) == ("DO900", "error")
     assert log["runs"][0]["invocations"][0]["executionSuccessful"] is False
+
+
+def test_code_with_no_file_is_the_users_only_when_the_export_was_called_from_such_code():
+    """A ``<string>`` frame is transformers' dataclass ``__init__`` when the export was called
+    from a file (the CLI's factory), and the user's own code under ``python -c``."""
+    library = "/venv/site-packages/transformers/modeling_outputs.py"
+    frames = [Location("<string>", 1, "__init__"), Location(library, 40, "forward")]
+    from_a_file = DiagnosticContext(
+        call_site=Location("/repo/make_model.py", 3, "build"), library_prefixes=["/venv/"]
+    )
+    assert from_a_file.user_frame(frames) is None
+    from_the_command_line = DiagnosticContext(
+        call_site=Location("<string>", 1, "<module>"), library_prefixes=["/venv/"]
+    )
+    assert from_the_command_line.user_frame(frames) == frames[0]
+    assert from_a_file.user_frame([Location("/repo/model.py", 9, "forward"), *frames]).line == 9

@@ -207,6 +207,41 @@ def _build(factory: Any, args: argparse.Namespace) -> tuple[Any, tuple[Any, ...]
     return model, positional, keywords
 
 
+def _report_usage_error(args: argparse.Namespace, exc: UsageError, location: Any) -> None:
+    """Write the reports asked for when the command cannot start the export (the factory
+    is missing, raises, or gives no inputs): a CI step that uploads the SARIF ``if:
+    always()`` gets a log saying why (DO109 at the factory), not a missing file."""
+    if not (args.sarif or args.report):
+        return
+    from dynamo_onnx.errors import InvalidOptionValueError
+    from dynamo_onnx.reports import ReportingContext
+
+    ctx = ReportingContext(
+        call_site=location,
+        source_root=args.source_root or default_source_root(),
+        arguments=["dynamo-onnx", *sys.argv[1:]],
+        subject=args.factory.rpartition(":")[2] or args.factory,
+    )
+    finding = ctx.record(
+        "invalid-option",
+        locations=[location],
+        option=args.factory,
+        problem=_usage_problem(args.factory, str(exc).splitlines()[0]),
+        allowed="a factory returns (model, example inputs), or a model when --inputs or "
+        "--input gives them (docs/ci.md)",
+    )
+    ctx.finish(ctx.error_for([finding], InvalidOptionValueError, finding.message))
+    _, unwritten = _write_reports(ctx, args)
+    if unwritten:
+        print("could not write " + ", ".join(unwritten), file=sys.stderr)
+
+
+def _usage_problem(factory: str, text: str) -> str:
+    """The usage error as a DO109 problem of ``factory``: "returned only a model: ..."."""
+    rest = text.removeprefix(factory).strip()
+    return rest if rest != text.strip() else f"cannot be used: {text}"
+
+
 def _write_reports(ctx: Any, args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """Write each report asked for; one that cannot be written does not stop the other.
     Returns what was written and what failed (with the reason)."""
@@ -251,8 +286,13 @@ def _summary(ctx: Any) -> str:
 def _cmd_export(args: argparse.Namespace) -> int:
     import dynamo_onnx
 
-    factory = _load_factory(args)
-    model, positional, keywords = _model_and_inputs(factory, args)
+    factory = None
+    try:
+        factory = _load_factory(args)
+        model, positional, keywords = _model_and_inputs(factory, args)
+    except UsageError as exc:
+        _report_usage_error(args, exc, _factory_location(factory) if factory else None)
+        raise
     # Findings without a line in the model's own code (an nn.Sequential, a library model)
     # point at the factory, not at the launcher that called us (exporter.CALL_SITE_LOCAL).
     __dynamo_onnx_call_site__ = _factory_location(factory)  # noqa: F841

@@ -232,8 +232,17 @@ class DiagnosticContext:
         return f"{path}:{location.line}"
 
     def user_frame(self, frames: Sequence[Location]) -> Location | None:
-        """The innermost frame of user code among ``frames`` (innermost first)."""
-        return first_user_frame(frames, self.library_prefixes)
+        """The innermost frame of user code among ``frames`` (innermost first).
+
+        Code with no file (``<string>``) is the user's only when the export was called from
+        such code (``python -c``); called from a file (a script, the CLI's factory), a
+        ``<string>`` frame is code a library generated (a dataclass's ``__init__`` in
+        transformers' outputs), and the finding goes to its anchor instead."""
+        found = first_user_frame(frames, self.library_prefixes)
+        called_from_a_file = self.call_site is not None and not self.call_site.path.startswith("<")
+        if found is not None and found.path.startswith("<") and called_from_a_file:
+            return None
+        return found
 
     def record_exception(self, exc: BaseException, rule: Rule | str | None = None) -> Finding:
         """Record ``exc`` as an ERROR finding and mark it recorded."""

@@ -217,7 +217,9 @@ def run_pipeline(ctx: DiagnosticContext, passes: Sequence[Pass[S]], state: S) ->
     An exception that no finding explains becomes the pass's failure rule (recorded by
     ``ctx.pass_``) and is raised as the pass's ``error_type``, with the context attached.
     When the context was already closed (work after the export), it is closed again with
-    the outcome, so the reports recompute success.
+    the outcome, so the reports recompute success; an earlier failure whose errors are
+    still in the log (``warnings_as_errors``' gate, then the caller saves the model) stays
+    the log's failure.
     """
     reopened = ctx.finished is not None
     step: Pass[S] | None = None
@@ -238,6 +240,6 @@ def run_pipeline(ctx: DiagnosticContext, passes: Sequence[Pass[S]], state: S) ->
         if reopened:
             ctx.finish(error)
         raise error from exc
-    if reopened:
-        ctx.finish(None)
+    if reopened:  # what failed before (warnings made errors) still failed: the log says so
+        ctx.finish(ctx.exception if ctx.has_errors() else None)
     return state
