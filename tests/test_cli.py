@@ -161,23 +161,41 @@ def test_exit_1_when_the_export_fails(workdir):
     assert "Traceback" not in proc.stderr
 
 
+#: docs/ci.md's exit-code table, end to end: arguments -> exit code, what stderr says, the
+#: files written and the files not written. No row prints a Python traceback.
+EXIT_TABLE = [
+    (["export", "models.py:build", "-o", "m.onnx", "--sarif", "m.sarif"], 0, "", ["m.onnx", "m.sarif"], []),
+    (["export", "models.py:mysterious", "--sarif", "x.sarif", "--report", "x.md"], 1, "[DO301 unsupported-operator]", ["x.sarif", "x.md"], ["model.onnx"]),
+    (["export", "models.py:build", "-o", "/nonexistent/d/x.onnx", "--sarif", "s.sarif"], 1, "[DO406 save-failed]", ["s.sarif"], []),
+    (["export", "models.py:build", "--sarif", "/nonexistent/d/x.sarif", "--report", "r.md"], 1, "could not write SARIF", ["model.onnx", "r.md"], []),
+    (["export", "models.py:build", "--opset", "99", "--sarif", "o.sarif"], 2, "[DO109 invalid-option] `opset_version` is 99", ["o.sarif"], ["model.onnx"]),
+    (["export", "models.py:bare", "--input", "wrongname=2x3:int64"], 2, "[DO103 inputs-do-not-match-forward]", [], ["model.onnx"]),
+    (["export", "models.py:broken", "--sarif", "b.sarif"], 2, "models.py:broken raised RuntimeError", ["b.sarif"], ["model.onnx"]),
+    (["export", "models.py:bare", "--sarif", "i.sarif", "--report", "i.md"], 2, "give example inputs", ["i.sarif", "i.md"], ["model.onnx"]),
+    (["export", "models.py:nothing"], 2, "has no attribute 'nothing'", [], ["model.onnx"]),
+    (["export", "missing.py:build"], 2, "no such file", [], []),
+    (["export", "models.py:bare", "--input", "x=3y4"], 2, "dimensions must be integers", [], []),
+    (["export", "models.py:bare", "--input", "x=3x4:floaty"], 2, "unknown dtype", [], []),
+    (["export", "models.py:build", "--verbosity", "loud"], 2, "invalid choice", [], []),
+    (["export", "models.py:nan_net", "--warnings-as-errors", "-o", "n.onnx", "--report", "n.md"], 3, "[DO401 non-finite-weights]", ["n.onnx", "n.md"], []),
+    (["rules", "DO999"], 2, "no rule 'DO999'", [], []),
+    (["gate", "missing.sarif"], 2, "cannot read the SARIF log", [], []),
+    (["report", "missing.sarif"], 2, "cannot read the SARIF log", [], []),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["export", "models.py:nothing"], "has no attribute 'nothing'"),
-        (["export", "missing.py:build"], "no such file"),
-        (["export", "models.py:bare"], "give example inputs"),
-        (["export", "models.py:bare", "--input", "x=3y4"], "dimensions must be integers"),
-        (["export", "models.py:bare", "--input", "x=3x4:floaty"], "unknown dtype"),
-        (["export", "models.py:build", "--verbosity", "loud"], "invalid choice"),
-        (["rules", "DO999"], "no rule 'DO999'"),
-        (["gate", "missing.sarif"], "cannot read the SARIF log"),
-    ],
+    ("args", "code", "stderr", "written", "absent"),
+    EXIT_TABLE,
+    ids=[f"{row[1]}-{'-'.join(a.split(':')[-1] for a in row[0][:2])}" for row in EXIT_TABLE],
 )
-def test_exit_2_on_usage_errors(workdir, args, message):
+def test_exit_code_table(workdir, args, code, stderr, written, absent):
     proc = run(workdir, *args)
-    assert proc.returncode == 2
-    assert message in proc.stderr
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert stderr in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert all((workdir / name).exists() for name in written), sorted(os.listdir(workdir))
+    assert not any((workdir / name).exists() for name in absent)
 
 
 def test_exit_3_when_warnings_are_errors_and_the_model_is_still_written(workdir):
