@@ -7,13 +7,13 @@ import json
 import logging
 import pathlib
 
-import onnxscript.optimizer
 import pytest
 import torch
 
 import dynamo_onnx
 from conftest import MLPModel
 from dynamo_onnx.passes.base import PassName
+from dynamo_onnx.passes.onnx import optimize as optimize_pass
 from dynamo_onnx.registry import torchlib
 
 
@@ -65,7 +65,7 @@ def test_a_failed_optimize_after_a_successful_export_is_a_failure_in_both_report
     def broken(model, *args, **kwargs):
         raise RuntimeError("optimizer exploded")
 
-    monkeypatch.setattr(onnxscript.optimizer, "optimize_ir", broken)
+    monkeypatch.setattr(optimize_pass, "optimize", broken)
     with pytest.raises(dynamo_onnx.OptimizationError) as info:
         program.optimize()
     assert str(info.value).startswith("[DO500 optimization-failed]")
@@ -130,9 +130,9 @@ def test_wrong_types_are_type_errors_and_wrong_values_value_errors():
 
 def test_torchlib_is_read_in_one_place_with_a_clear_error_if_it_moves():
     with pytest.raises(torchlib.TorchLibUnavailableError) as info:
-        torchlib.torchlib_ops("onnxscript._framework_apis.torch_9_99")
+        torchlib.torchlib_ops("onnxscript.function_libs.torch_lib.registration_9_99")
     message = str(info.value)
-    assert "onnxscript._framework_apis.torch_9_99.get_torchlib_ops" in message
+    assert "onnxscript.function_libs.torch_lib.registration_9_99.default_registry" in message
     assert torchlib.CHECKED_ONNXSCRIPT in message
     assert "pip install" in message
 

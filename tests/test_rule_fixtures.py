@@ -8,12 +8,12 @@ import inspect
 import pathlib
 
 import numpy
-import onnxscript.optimizer
 import pytest
 import torch
 
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext, Level
+from dynamo_onnx.passes.onnx import optimize as optimize_pass
 from dynamo_onnx.rules import catalog
 
 HERE = pathlib.Path(__file__).resolve()
@@ -287,7 +287,7 @@ def _optimize(tmp_path):
 
 def _broken_optimizer(tmp_path, monkeypatch):
     program = dynamo_onnx.export(Lin(), (X,))
-    monkeypatch.setattr(onnxscript.optimizer, "optimize_ir", lambda m: 1 / 0)
+    monkeypatch.setattr(optimize_pass, "optimize", lambda m: 1 / 0)
     with pytest.raises(dynamo_onnx.OptimizationError):
         program.optimize()
     return program

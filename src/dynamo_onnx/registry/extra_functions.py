@@ -71,6 +71,7 @@ _BY_NAME: tuple[tuple[str, object, int], ...] = (
     ("aten::dist", numeric.dist, 18),
     ("aten::ldexp.Tensor", numeric.ldexp, 18),
     ("aten::special_entr", numeric.special_entr, 18),
+    ("aten::diff", numeric.diff, 18),
     ("aten::_adaptive_avg_pool2d", pooling.adaptive_avg_pool, 18),
     ("aten::_adaptive_avg_pool3d", pooling.adaptive_avg_pool, 18),
     ("aten::adaptive_max_pool2d", pooling.adaptive_max_pool, 18),

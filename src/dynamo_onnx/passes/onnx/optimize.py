@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 import onnx_ir as ir
-import onnxscript.optimizer
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
@@ -20,6 +19,7 @@ from dynamo_onnx.fake import is_fake
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
+from dynamo_onnx.passes.onnx.optimizer_pipeline import optimize
 
 __all__ = ["OptimizePass", "count_nodes", "fake_weights_hidden"]
 
@@ -62,7 +62,7 @@ class OptimizePass:
     def _run(self, ctx: DiagnosticContext, model: ir.Model) -> ir.Model:
         before = count_nodes(model)
         with fake_weights_hidden(model):
-            onnxscript.optimizer.optimize_ir(model)
+            optimize(model)
         drop_newer_attributes(model, model.opset_imports.get("", 18))  # its Split at opset 17
         ctx.record("model-optimized", before=before, after=count_nodes(model))
         return model

@@ -4,18 +4,21 @@
   (``aten_var_correction``...) but leaves them unregistered, expecting torch's private full
   decomposition table to lower them; torch.export's public default table keeps
   ``var.correction``.
-* ``dist``, ``ldexp`` and ``special_entr``, which torch_lib has not written.
+* ``dist``, ``ldexp``, ``special_entr`` and ``diff``, which torch_lib has not written
+  (transformers' masks call ``diff``: without a function it is decomposed alone, a small
+  export of its own on every export of a model that uses it).
 """
 
 from __future__ import annotations
 
 import math
 
+import onnx_ir as ir
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.ops import core as torchlib_core
-from onnxscript.function_libs.torch_lib.tensor_typing import TFloat, TReal
+from onnxscript.function_libs.torch_lib.tensor_typing import TFloat, TReal, TTensor
 
-__all__ = ["MOMENTS", "cdist", "dist", "ldexp", "special_entr"]
+__all__ = ["MOMENTS", "cdist", "diff", "dist", "ldexp", "special_entr"]
 
 #: (ATen overload, torch_lib's function) for the variance family.
 MOMENTS = tuple(
@@ -69,3 +72,26 @@ def special_entr(self: TFloat) -> TFloat:
     elsewhere = op.Where(op.Equal(self, zero), zero, op.CastLike(-math.inf, self))
     result = op.Where(op.Greater(self, zero), positive, elsewhere)
     return op.Where(op.IsNaN(self), self, result)
+
+
+def diff(
+    self: TTensor,
+    n: int = 1,
+    dim: int = -1,
+    prepend: TTensor | None = None,
+    append: TTensor | None = None,
+) -> TTensor:
+    """diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None):
+    each element minus the one before it along ``dim``, ``n`` times (``xor`` on bool, as
+    torch computes it), after ``prepend`` and ``append`` are concatenated."""
+    parts = [part for part in (prepend, self, append) if part is not None]
+    result = op.Concat(*parts, axis=dim) if len(parts) > 1 else self
+    axes = op.Constant(value_ints=[dim])
+    for _ in range(n):
+        later = op.Slice(result, op.Constant(value_ints=[1]), op.Constant(value_ints=[2**62]), axes)
+        earlier = op.Slice(result, op.Constant(value_ints=[0]), op.Constant(value_ints=[-1]), axes)
+        if self.dtype == ir.DataType.BOOL:
+            result = op.Xor(later, earlier)
+        else:
+            result = op.Sub(later, earlier)
+    return result
