@@ -93,10 +93,39 @@ def llama_layer() -> Built:
     return LlamaLayer().eval(), (torch.randn(1, 128, 4096),)
 
 
+def llm_cache() -> Built:
+    """A small Llama (4 layers, 512 wide, 32000 tokens) decoding one token after 32, with
+    its DynamicCache as transformers passes it: the keyword arguments are the last item."""
+    import transformers  # noqa: PLC0415
+
+    config = transformers.LlamaConfig(
+        hidden_size=512,
+        intermediate_size=1376,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        num_hidden_layers=4,
+        max_position_embeddings=2048,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    past = 32
+    cache = transformers.DynamicCache(config=config)
+    head = config.hidden_size // config.num_attention_heads
+    for layer in range(config.num_hidden_layers):
+        shape = (1, config.num_key_value_heads, past, head)
+        cache.update(torch.randn(shape), torch.randn(shape), layer)
+    keywords = {
+        "input_ids": torch.randint(0, config.vocab_size, (1, 1)),
+        "attention_mask": torch.ones(1, past + 1, dtype=torch.int64),
+        "past_key_values": cache,
+    }
+    return model, (keywords,)
+
+
 MODELS: dict[str, Callable[[], Built]] = {
     "mlp": mlp,
     "cnn": cnn,
     "gpt2-124m": gpt2,
     "llama2-7b-layer": llama_layer,
     "bert-base": bert,
+    "llm-cache": llm_cache,
 }

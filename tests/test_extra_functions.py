@@ -241,3 +241,14 @@ def test_native_batch_norm_in_inference_mode_saves_no_statistics():
     args = (torch.randn(3, 2, 4), torch.randn(2), torch.randn(2), torch.randn(2), torch.rand(2) + 1)
     program = _matches(norm, *args)
     assert [tuple(t.shape) for t in program(*args)] == [(3, 2, 4), (0,), (0,)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_diff_with_orders_and_ends(dtype):
+    """transformers' masks call ``diff``: an ONNX function, no per-node decomposition."""
+    x = (torch.randn(4, 6) * 10).to(dtype)
+    before, after = (torch.randn(4, 2) * 10).to(dtype), (torch.randn(4, 1) * 10).to(dtype)
+    program = _matches(lambda x: torch.diff(x, n=2), x)
+    assert not program.diagnostics.by_rule("decomposition-fallback")
+    _matches(lambda x: torch.diff(x, dim=0), x)
+    _matches(lambda x, a, b: torch.diff(x, dim=1, prepend=a, append=b), x, before, after)
