@@ -62,3 +62,36 @@ def test_varint_lengths_past_one_byte_and_past_2_21():
     assert protowriter._varint(0) == b"\x00"
     assert protowriter._varint(300) == b"\xac\x02"
     assert protowriter._varint(2**21) == b"\x80\x80\x80\x01"
+
+
+def test_the_direct_writer_stages_pads_and_truncates(tmp_path):
+    """Writes of any size, across the staging buffer's end, give the file those bytes
+    exactly (the last block padded for O_DIRECT, then cut): checked on a plain fd."""
+    import os
+
+    from dynamo_onnx.io.direct_file import BUFFER_BYTES, DirectFile
+
+    pieces = [b"a", bytes(range(256)) * 20, os.urandom(BUFFER_BYTES + 123), b"tail" * 999]
+    path = tmp_path / "direct.bin"
+    with DirectFile(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)) as file:
+        for piece in pieces:
+            assert file.write(memoryview(piece)) == len(piece)
+    assert path.read_bytes() == b"".join(pieces)
+
+
+def test_a_large_model_saved_past_the_page_cache_is_the_same_file(tmp_path, monkeypatch):
+    """Above DIRECT_BYTES the weights are written with O_DIRECT where the file system
+    allows it, else the usual way: the file is the same, byte for byte, either way."""
+    from dynamo_onnx.io import onnx_file
+
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 7))
+    program = dynamo_onnx.export(model, (torch.randn(2, 1024),))
+    monkeypatch.setattr(onnx_file, "DIRECT_BYTES", 1 << 20)  # 4 MiB of weights: direct
+    program.save(tmp_path / "direct.onnx")
+    monkeypatch.setattr(onnx_file, "DIRECT_BYTES", 1 << 62)  # never
+    program.save(tmp_path / "buffered.onnx")
+    assert (tmp_path / "direct.onnx").read_bytes() == (tmp_path / "buffered.onnx").read_bytes()
+    x = torch.randn(2, 1024)
+    session = ort.InferenceSession(str(tmp_path / "direct.onnx"))
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), model(x), atol=1e-4, rtol=1e-4)

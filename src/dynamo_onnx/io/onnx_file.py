@@ -15,11 +15,15 @@ import onnx_ir as ir
 
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.io import protowriter
+from dynamo_onnx.io.direct_file import open_direct
 
 __all__ = ["TWO_GB", "initializers_layout", "save", "to_proto", "unwritable", "weights_nbytes"]
 
 #: Protobuf cannot hold more than this; larger models must use external data.
 TWO_GB = 2**31
+#: Inline weights from this size up are written past the page cache (``direct_file``):
+#: below it the cache is cheap, and a small model's file is likely read again at once.
+DIRECT_BYTES = 64 * 2**20
 
 
 def weights_nbytes(model: ir.Model) -> int:
@@ -92,7 +96,8 @@ def save(
             ir.save(model, staged, external_data=data_name)
             os.replace(pathlib.Path(tmp) / data_name, directory / data_name)
         elif all(protowriter.streamable(v) for v in model.graph.initializers.values()):
-            with open(staged, "wb") as file:
+            direct = open_direct(staged) if weights_nbytes(model) >= DIRECT_BYTES else None
+            with direct if direct is not None else open(staged, "wb") as file:
                 protowriter.write_model(model, file)
         else:
             ir.save(model, staged)

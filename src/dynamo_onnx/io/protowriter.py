@@ -15,12 +15,12 @@ result into the same ``ModelProto`` as ``ir.save`` would produce (tested field f
 
 from __future__ import annotations
 
-from typing import BinaryIO
+from typing import Any, Protocol
 
 import onnx
 import onnx_ir as ir
 
-__all__ = ["write_model", "streamable"]
+__all__ = ["Writable", "streamable", "write_model"]
 
 _LEN = 2  # wire type of length-delimited fields
 _MODEL_GRAPH = 7  # ModelProto.graph
@@ -93,7 +93,13 @@ def _prepend_value_infos(
         graph.value_info.extend(infos + rest)
 
 
-def write_model(model: ir.Model, file: BinaryIO) -> None:
+class Writable(Protocol):
+    """What ``write_model`` writes to: a binary file, or ``direct_file.DirectFile``."""
+
+    def write(self, data: Any, /) -> int: ...
+
+
+def write_model(model: ir.Model, file: Writable) -> None:
     """Serialize ``model`` to ``file`` with every initializer's data streamed.
 
     Every initializer must be :func:`streamable`. The model is unchanged afterwards.
