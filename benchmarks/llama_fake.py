@@ -20,6 +20,7 @@ import warnings
 
 import torch
 import transformers
+from models import decoding_step
 
 import dynamo_onnx
 
@@ -27,21 +28,6 @@ import dynamo_onnx
 def peak_rss_mb() -> float:
     """Peak resident set size of this process, in MiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _decoding_step(config: transformers.LlamaConfig, past: int) -> dict:
-    """One new token after ``past`` tokens, with the cache as transformers passes it."""
-    cache = transformers.DynamicCache(config=config)
-    shape = (1, config.num_key_value_heads, past, config.hidden_size // config.num_attention_heads)
-    for layer in range(config.num_hidden_layers):
-        cache.update(torch.randn(shape), torch.randn(shape), layer)
-    return {
-        "input_ids": torch.randint(0, config.vocab_size, (1, 1)),
-        "attention_mask": torch.ones(1, past + 1, dtype=torch.int64),
-        "position_ids": torch.tensor([[past]]),
-        "past_key_values": cache,
-        "use_cache": True,
-    }
 
 
 def main() -> None:
@@ -66,7 +52,7 @@ def main() -> None:
     with dynamo_onnx.enable_fake_mode() as fake_context:
         if args.cache:
             model = transformers.LlamaForCausalLM(config).eval()
-            inputs = _decoding_step(config, past=128)
+            inputs = decoding_step(config, past=128)
         else:
             model = transformers.LlamaModel(config).eval()
             inputs = {"input_ids": torch.randint(0, 32000, (1, 128))}

@@ -9,10 +9,11 @@ from __future__ import annotations
 import pathlib
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
-Built = tuple[torch.nn.Module, tuple[torch.Tensor, ...]]
+Built = tuple[torch.nn.Module, tuple[Any, ...]]  # inputs; a dict last is keyword inputs
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -93,6 +94,23 @@ def llama_layer() -> Built:
     return LlamaLayer().eval(), (torch.randn(1, 128, 4096),)
 
 
+def decoding_step(config: Any, past: int) -> dict[str, Any]:
+    """One new token after ``past`` tokens, with the cache as transformers passes it."""
+    import transformers  # noqa: PLC0415
+
+    cache = transformers.DynamicCache(config=config)
+    shape = (1, config.num_key_value_heads, past, config.hidden_size // config.num_attention_heads)
+    for layer in range(config.num_hidden_layers):
+        cache.update(torch.randn(shape), torch.randn(shape), layer)
+    return {
+        "input_ids": torch.randint(0, config.vocab_size, (1, 1)),
+        "attention_mask": torch.ones(1, past + 1, dtype=torch.int64),
+        "position_ids": torch.tensor([[past]]),
+        "past_key_values": cache,
+        "use_cache": True,
+    }
+
+
 def llm_cache() -> Built:
     """A small Llama (4 layers, 512 wide, 32000 tokens) decoding one token after 32, with
     its DynamicCache as transformers passes it: the keyword arguments are the last item."""
@@ -106,19 +124,7 @@ def llm_cache() -> Built:
         num_hidden_layers=4,
         max_position_embeddings=2048,
     )
-    model = transformers.LlamaForCausalLM(config).eval()
-    past = 32
-    cache = transformers.DynamicCache(config=config)
-    head = config.hidden_size // config.num_attention_heads
-    for layer in range(config.num_hidden_layers):
-        shape = (1, config.num_key_value_heads, past, head)
-        cache.update(torch.randn(shape), torch.randn(shape), layer)
-    keywords = {
-        "input_ids": torch.randint(0, config.vocab_size, (1, 1)),
-        "attention_mask": torch.ones(1, past + 1, dtype=torch.int64),
-        "past_key_values": cache,
-    }
-    return model, (keywords,)
+    return transformers.LlamaForCausalLM(config).eval(), (decoding_step(config, past=32),)
 
 
 MODELS: dict[str, Callable[[], Built]] = {

@@ -40,6 +40,8 @@ SCRIPT = textwrap.dedent(
         dynamo_onnx.export(Branch(), (torch.randn(3),))
     except dynamo_onnx.CaptureError as error:
         print("FAILED", error.rule_id)
+    mh = dynamo_onnx.export(lambda x: x.mH, (torch.rand(2, 3, 4) > 0.5,))  # a fallback (DO306)
+    print("FALLBACK", [f.rule.id for f in mh.diagnostics.by_rule("DO306")])
     with dynamo_onnx.enable_fake_mode() as fake:
         tiny = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
         fake_program = dynamo_onnx.dynamo_export(
@@ -64,7 +66,8 @@ def test_exports_leave_only_our_lines_on_stderr(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[:3] == ["GPT2 []", "GPT2 []", "FAILED DO104"], proc.stdout
-    assert proc.stdout.splitlines()[3].startswith("FAKE ")
+    assert proc.stdout.splitlines()[3] == "FALLBACK ['DO306']"
+    assert proc.stdout.splitlines()[4].startswith("FAKE ")
     _, _, during = proc.stderr.partition("---EXPORTS---\n")
     foreign = [line for line in during.splitlines() if line.strip() and not _our_line(line)]
     assert foreign == [], "\n".join(foreign[:40])

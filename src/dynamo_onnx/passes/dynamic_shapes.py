@@ -12,7 +12,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -351,18 +351,13 @@ def _holds_at_other_sizes(code: str, example: Mapping[tuple[str, int], int]) -> 
     two larger: ``(n * m) // trunc(n * m / 2) == 2`` (``x.reshape(int(n * m / 2), 2)``)
     does, the model computes the size at run time; ``trunc(n / 2) == 4`` does not, the
     model slices 4 rows at every size. False when the condition cannot be evaluated."""
+    sizes = [(m[0], (m[1], int(m[2]))) for m in _INPUT_SIZE.finditer(code)]
+    if not all(key in example for _, key in sizes):
+        return False  # a size of a dimension that is not dynamic: not ours to vary
     for grow in (lambda size: 2 * size, lambda size: size + 2):
-        missing = False
-
-        def size(match: re.Match[str], grow: Callable[[int], int] = grow) -> str:
-            nonlocal missing
-            known = example.get((match[1], int(match[2])))
-            missing = missing or known is None
-            return str(grow(known or 0))
-
-        text = _INPUT_SIZE.sub(size, code)
-        if missing:
-            return False
+        text = code
+        for written, key in sizes:
+            text = text.replace(written, str(grow(example[key])))
         try:
             if eval(text, {"__builtins__": {}, "math": math}) is not True:  # noqa: S307 - torch's guard, numbers only
                 return False

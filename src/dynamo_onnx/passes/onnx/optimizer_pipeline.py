@@ -92,13 +92,10 @@ def split_halves(graph: ir.Graph | ir.Function) -> bool:
     under its conditions); True if any did."""
     modified = False
     for node in list(graph):
-        if node.op_type != "Slice" or node.domain not in ("", "ai.onnx") or node.graph is None:
+        data = node.inputs[0] if node.inputs else None
+        if _half(node, data, 0) is None:
             continue
-        data = node.inputs[0]
-        first = _half(node, data, 0)
-        if data is None or first is None:
-            continue
-        size = data.shape[-1]
+        assert data is not None
         second = next(
             (
                 use.node
@@ -110,7 +107,7 @@ def split_halves(graph: ir.Graph | ir.Function) -> bool:
             ),
             None,
         )
-        if second is None or first != size // 2:
+        if second is None:
             continue
         split = ir.node(
             "Split",

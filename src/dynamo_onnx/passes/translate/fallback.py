@@ -11,6 +11,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from dynamo_onnx.passes.logs import torch_deprecations_ignored
+
 __all__ = ["Lower", "flat_args", "single_node_program"]
 
 #: Decomposes an ExportedProgram, also the given operators (the decompose pass's ``lower``,
@@ -61,7 +63,8 @@ def single_node_program(node: torch.fx.Node, lower: Lower) -> torch.export.Expor
             return None
         examples.append(torch.zeros(tuple(val.shape), dtype=val.dtype))
     try:
-        program = torch.export.export(_OneOperator(node), tuple(examples), strict=False)
-        return lower(program, [node.target])
+        with torch_deprecations_ignored():  # torch's, about its own tree specs
+            program = torch.export.export(_OneOperator(node), tuple(examples), strict=False)
+            return lower(program, [node.target])
     except Exception:  # noqa: BLE001 - no fallback then; the original finding stands
         return None

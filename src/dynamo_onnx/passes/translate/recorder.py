@@ -123,38 +123,40 @@ class NodeRecorder:
         signature = _op_signature(op)
         if signature is None:
             raise ValueError(f"ONNX op {op.name!r} of opset {op.opset} has no schema")
+        inputs, attrs = _bind(signature, args, kwargs)
         try:
-            _check_input_types(signature, args, kwargs)
+            _check_input_types(signature, inputs)
         except InputTypeError:
             if self.target_opset == signature.since_version or not _takes_at(
                 signature, self.target_opset, args, kwargs
             ):
                 raise
-        return self._emit(signature, args, kwargs, version=signature.since_version)
+        return self._emit(signature, inputs, attrs, version=signature.since_version)
 
     def eval_function(self, function: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         signature = function.op_signature
         if signature is None:
             raise ValueError(f"onnxscript function {function.name!r} has no signature")
         domain = function.domain  # the opset's: no need to build the IR for it
-        _check_function_types(function, self.target_opset, signature, args, kwargs)
+        inputs, attrs = _bind(signature, args, kwargs)
+        _check_function_types(function, self.target_opset, inputs)
         self.functions[(domain, function.name, "")] = function
         # The signature comes from annotations, which may omit the return; the body knows.
         outputs = len(function.graph().outputs)
-        return self._emit(signature, args, kwargs, version=None, num_outputs=outputs)
+        return self._emit(signature, inputs, attrs, version=None, num_outputs=outputs)
 
     # -- building nodes --------------------------------------------------------------------
 
     def _emit(
         self,
         signature: ir.schemas.OpSignature,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
+        inputs: Mapping[str, Any],
+        attrs: Mapping[str, Any],
         *,
         version: int | None,
         num_outputs: int | None = None,
     ) -> Any:
-        inputs, attrs = _bind(signature, args, kwargs)
+        """One node for an operator or function call, its arguments bound (``_bind``)."""
         bindings = _type_bindings(signature, inputs)
         flat_inputs: list[ir.Value | None] = []
         for name, arg in inputs.items():
@@ -327,18 +329,16 @@ def _takes_at(
     """Whether the operator's schema at ``opset`` (the model is converted there after
     translation) takes the input types that its signature at torch_lib's opset does not."""
     try:
-        schema = onnx.defs.get_schema(signature.name, opset, signature.domain)
-        _check_input_types(ir.schemas.OpSignature.from_op_schema(schema), args, kwargs)
+        newer = _schema_signature(signature.name, signature.domain, opset)
+        _check_input_types(newer, _bind(newer, args, kwargs)[0])
     except (InputTypeError, onnx.defs.SchemaError):
         return False
     return True
 
 
-def _check_input_types(
-    signature: ir.schemas.OpSignature, args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> None:
-    """Raise InputTypeError if a typed input value is outside its parameter's constraint."""
-    inputs, _ = _bind(signature, args, kwargs)
+def _check_input_types(signature: ir.schemas.OpSignature, inputs: Mapping[str, Any]) -> None:
+    """Raise InputTypeError if a typed input value (``inputs``: bound by ``_bind``) is
+    outside its parameter's constraint."""
     for name, arg in inputs.items():
         param = signature.params_map[name]
         for value in arg if isinstance(arg, (list, tuple)) else [arg]:
@@ -363,20 +363,13 @@ def _function_proto(function: Any, opset: int) -> onnx.FunctionProto:
     return proto
 
 
-def _check_function_types(
-    function: Any,
-    opset: int,
-    signature: ir.schemas.OpSignature,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-) -> None:
+def _check_function_types(function: Any, opset: int, inputs: Mapping[str, Any]) -> None:
     """Raise InputTypeError if ONNX type inference rejects the function's body for the
     input types it is called with (torch_lib's ``mH`` is an ``Einsum``, which has no bool).
 
     Only when every input's type is known, and only for a type the body refuses: any
     other complaint of the inference (attributes it cannot see) is not a type error.
     """
-    inputs, _ = _bind(signature, args, kwargs)
     types = []
     for value in inputs.values():
         if not isinstance(value, ir.Value) or not isinstance(value.type, ir.TensorType):
