@@ -29,6 +29,7 @@ from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import KnownCause, known_cause
 from dynamo_onnx.passes.capture.experts import traceable_experts
+from dynamo_onnx.passes.capture.onnx_export_flag import onnx_export_flag
 from dynamo_onnx.passes.logs import (
     dropped,
     filtered,
@@ -194,9 +195,9 @@ class CapturePass:
         self.strategies = strategies
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        with (
-            torch_deprecations_ignored()
-        ):  # torch's deprecation warnings about its own tree specs are not the user's
+        # torch's deprecation warnings about its own tree specs are not the user's; the
+        # model sees torch.onnx.is_in_onnx_export() True, as under torch.onnx.export
+        with torch_deprecations_ignored(), onnx_export_flag():
             return self._run(ctx, state)
 
     def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
