@@ -16,10 +16,12 @@ import torch
 from torch.export import graph_signature as gs
 
 from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, TranslationError
 from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.domains import custom_domain_nodes
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
-from dynamo_onnx.passes.metadata import FX_NODE_NAME
+from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE
 from dynamo_onnx.passes.translate import problems
 from dynamo_onnx.passes.translate.builder import GraphBuilder
 from dynamo_onnx.passes.translate.dtypes import check_dtypes
@@ -30,7 +32,7 @@ from dynamo_onnx.versions import package_version
 
 __all__ = ["Decompose", "TranslatePass"]
 
-#: ``lower(ep, registry, also) -> (program, views, casts)`` of the decompose pass.
+#: ``lower(ep, registry, also, opset=...) -> (program, views, casts)`` of the decompose pass.
 Decompose = Callable[..., tuple[Any, int, int]]
 
 
@@ -73,7 +75,7 @@ class TranslatePass:
             decompose = self.decompose
 
             def lower(program: torch.export.ExportedProgram, ops: Sequence[Any]) -> Any:
-                return decompose(program, registry, ops)[0]
+                return decompose(program, registry, ops, opset=opset)[0]
 
         translator = Translator(
             ctx, registry, builder, opset=opset, tally=tally, lower=lower, module=ep.graph_module
@@ -85,7 +87,31 @@ class TranslatePass:
             ctx.record("operator-coverage", translated=translated, total=total)
         problems.raise_for_failures(ctx, tally)
         _bind_signature(ctx, ep, builder)
+        _report_custom_domains(ctx, model)
         return state.replace(onnx_model=model)
+
+
+def _report_custom_domains(ctx: DiagnosticContext, model: ir.Model) -> None:
+    """One DO310 note per custom-domain operator in the model (``torch.onnx.ops.symbolic``'s
+    nodes), at the user's line that asked for the first one, the others related."""
+    by_operator: dict[tuple[str, str], list[ir.Node]] = {}
+    for node in custom_domain_nodes(model):
+        by_operator.setdefault((node.domain, node.op_type), []).append(node)
+    for (domain, op_type), nodes in by_operator.items():
+        lines = [
+            ctx.user_frame(parse_stack_trace(n.metadata_props.get(STACK_TRACE, ""))) for n in nodes
+        ]
+        first = lines[0]
+        ctx.record(
+            "custom-domain-node",
+            locations=[first],
+            related=[line for line in lines[1:] if line is not None],
+            operator=f"{domain}::{op_type}",
+            domain=domain,
+            version=nodes[0].version if nodes[0].version is not None else 1,
+            count=len(nodes),
+            source=ctx.display(first) if first is not None else "the model",
+        )
 
 
 def _bind_signature(
