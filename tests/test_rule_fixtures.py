@@ -90,6 +90,11 @@ class EmitsCustomNode(torch.nn.Module):
         )
 
 
+class ReturnsNoneToo(torch.nn.Module):
+    def forward(self, x):
+        return x + 1, None  # marker: DO311
+
+
 class Mutates(torch.nn.Module):
     def forward(self, x):
         y = x.clone()
@@ -358,6 +363,7 @@ FIXTURES = {
     "DO308": (lambda t: dynamo_onnx.export(Scans(), (X,)), "DO308"),
     "DO309": (lambda t: dynamo_onnx.export(quantizes, (X,)), "DO309"),
     "DO310": (lambda t: dynamo_onnx.export(EmitsCustomNode(), (X,)), "DO310"),
+    "DO311": (lambda t: dynamo_onnx.export(ReturnsNoneToo(), (X,)), "DO311"),
     "DO401": (lambda t: dynamo_onnx.export(_nan_model(), (X,)), None),
     "DO402": (lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=11), "DO402"),
     "DO403": (_save_fake, None),
