@@ -179,3 +179,51 @@ def test_the_symbolic_op_behind_is_in_onnx_export_exports_the_onnx_branch():
     proto = dynamo_onnx.export(Branches(), (X,)).model_proto
     assert _nodes(proto) == [("custom_domain", "Fast")]
     assert ("custom_domain", 3) in {(o.domain, o.version) for o in proto.opset_import}
+
+
+class LinearThenCustom(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(x)
+        return torch.onnx.ops.symbolic("custom_domain::Op", (y,), dtype=y.dtype, shape=y.shape)
+
+
+class Wraps(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = LinearThenCustom()
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+def test_a_custom_node_inside_a_module_function_is_kept_and_the_export_succeeds():
+    program = dynamo_onnx.export(Wraps().eval(), (X,), module_functions=True)
+    proto = program.model_proto
+    bodies = [n for f in proto.functions for n in f.node if n.domain == "custom_domain"]
+    assert [n.op_type for n in bodies] == ["Op"]
+    assert ("custom_domain", 1) in {(o.domain, o.version) for o in proto.opset_import}
+    assert program.diagnostics.by_rule("custom-domain-node")
+
+
+class RuntimeGelu(torch.nn.Module):
+    def forward(self, x):
+        if torch.onnx.is_in_onnx_export():  # a contrib operator ONNX Runtime has
+            return torch.onnx.ops.symbolic(
+                "com.microsoft::Gelu", (x,), dtype=x.dtype, shape=x.shape, version=1
+            )
+        return torch.nn.functional.gelu(x)
+
+
+def test_a_symbolic_node_of_a_domain_onnx_runtime_runs_is_loaded_and_runs():
+    program = dynamo_onnx.export(RuntimeGelu(), (X,), dynamic_shapes=BATCH)
+    proto = program.model_proto
+    assert _nodes(proto) == [("com.microsoft", "Gelu")]
+    assert ("com.microsoft", 1) in {(o.domain, o.version) for o in proto.opset_import}
+    assert not program.diagnostics.by_rule("custom-domain-node")  # checked in a session
+    for rows in (3, 6):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(program(x)[0], RuntimeGelu()(x), atol=1e-5, rtol=1e-4)

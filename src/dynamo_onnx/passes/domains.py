@@ -31,11 +31,14 @@ RUNTIME_DOMAINS = frozenset(
 
 
 def custom_domain_nodes(model: ir.Model) -> list[ir.Node]:
-    """The nodes (subgraphs included) of domains neither ONNX Runtime nor the model's own
-    functions define, in graph order."""
+    """The nodes (in subgraphs and in the model's functions too: a module function holds
+    its module's nodes) of domains neither ONNX Runtime nor the model's own functions
+    define, in graph order."""
     defined = {function.domain for function in model.functions.values()}
+    graphs = [model.graph, *model.functions.values()]
     return [
         node
-        for node in ir.traversal.RecursiveGraphIterator(model.graph)
+        for graph in graphs
+        for node in ir.traversal.RecursiveGraphIterator(graph)
         if node.domain not in RUNTIME_DOMAINS and node.domain not in defined
     ]
