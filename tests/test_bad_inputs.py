@@ -37,11 +37,6 @@ class ReturnsSize(torch.nn.Module):
         return x.shape[0]
 
 
-class ReturnsNone(torch.nn.Module):
-    def forward(self, x):
-        return x + 1, None
-
-
 X = torch.randn(2, 4)
 
 #: name -> (call, error class, rule id, words the message must contain)
@@ -99,12 +94,6 @@ CASES = {
         dynamo_onnx.CaptureError,
         "DO110",
         ["an int (2)", "torch.tensor"],
-    ),
-    "output holds None": (
-        lambda **r: dynamo_onnx.export(ReturnsNone(), (X,), **r),
-        dynamo_onnx.CaptureError,
-        "DO110",
-        ["Output 1", "NoneType"],
     ),
     "f is not a path": (
         lambda **r: dynamo_onnx.export(Linear(), (X,), [X], **r),

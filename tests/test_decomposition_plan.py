@@ -45,8 +45,8 @@ def test_in_place_operator_forces_the_retrace_and_says_so():
 class WithoutBatchNorm(dynamo_onnx.OnnxRegistry):
     """A registry that lacks the ONNX function for ``aten.batch_norm``."""
 
-    def supports(self, target):
-        return target_name(target) != "aten::batch_norm" and super().supports(target)
+    def supports(self, target, opset=None):
+        return target_name(target) != "aten::batch_norm" and super().supports(target, opset)
 
     def functions_for(self, name, opset=None):
         return [] if name == "aten::batch_norm" else super().functions_for(name, opset)

@@ -83,6 +83,18 @@ class ReturnsInt(torch.nn.Module):
         return x.shape[0]
 
 
+class EmitsCustomNode(torch.nn.Module):
+    def forward(self, x):
+        return torch.onnx.ops.symbolic(  # marker: DO310
+            "custom_domain::CustomOp", (x,), {"alpha": 2.0}, dtype=x.dtype, shape=x.shape
+        )
+
+
+class ReturnsNoneToo(torch.nn.Module):
+    def forward(self, x):
+        return x + 1, None  # marker: DO311
+
+
 class Mutates(torch.nn.Module):
     def forward(self, x):
         y = x.clone()
@@ -350,6 +362,8 @@ FIXTURES = {
     "DO307": (lambda t: dynamo_onnx.export(Conditional(), (X,)), "DO307"),
     "DO308": (lambda t: dynamo_onnx.export(Scans(), (X,)), "DO308"),
     "DO309": (lambda t: dynamo_onnx.export(quantizes, (X,)), "DO309"),
+    "DO310": (lambda t: dynamo_onnx.export(EmitsCustomNode(), (X,)), "DO310"),
+    "DO311": (lambda t: dynamo_onnx.export(ReturnsNoneToo(), (X,)), "DO311"),
     "DO401": (lambda t: dynamo_onnx.export(_nan_model(), (X,)), None),
     "DO402": (lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=11), "DO402"),
     "DO403": (_save_fake, None),

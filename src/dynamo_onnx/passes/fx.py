@@ -17,8 +17,10 @@ __all__ = [
     "graph_modules",
     "has_decomposition",
     "is_higher_order",
+    "is_none_output",
     "is_static",
     "meta_value",
+    "none_outputs",
     "random_outputs",
     "range_bounds",
     "static_size",
@@ -157,6 +159,23 @@ def _draws_random_inside(root: torch.nn.Module, node: torch.fx.Node) -> bool:
     return False
 
 
+def is_none_output(spec: Any) -> bool:
+    """Whether an output spec is a ``None`` the model returns (``return y, None``): torch.onnx
+    drops those from the ONNX outputs, and so does dynamo-onnx."""
+    arg = spec.arg
+    return isinstance(arg, torch.export.graph_signature.ConstantArgument) and arg.value is None
+
+
+def none_outputs(ep: torch.export.ExportedProgram) -> list[int]:
+    """The positions, among the flattened user outputs, of the ``None`` the model returns."""
+    user = [
+        spec
+        for spec in ep.graph_signature.output_specs
+        if spec.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT
+    ]
+    return [i for i, spec in enumerate(user) if is_none_output(spec)]
+
+
 def random_outputs(ep: torch.export.ExportedProgram) -> list[bool]:
     """For each user output of the program, whether its value depends on a node that draws
     random numbers (those outputs can only be compared with eager on their shapes)."""
@@ -169,7 +188,7 @@ def random_outputs(ep: torch.export.ExportedProgram) -> list[bool]:
     produced = {n.name: n for n in ep.graph.nodes}
     flags = []
     for spec in ep.graph_signature.output_specs:
-        if spec.kind != torch.export.graph_signature.OutputKind.USER_OUTPUT:
+        if spec.kind != torch.export.graph_signature.OutputKind.USER_OUTPUT or is_none_output(spec):
             continue
         node = produced.get(getattr(spec.arg, "name", ""))
         flags.append(node is not None and node in tainted)

@@ -3,8 +3,10 @@ Shared by the passes that read the model (validate, capture, dynamic shapes)."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import inspect
+import textwrap
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,7 +16,14 @@ import torch
 from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.io.caches import CacheInputs, output_parts
 
-__all__ = ["as_module", "code_location", "describe_value", "flat_forward", "forward_signature"]
+__all__ = [
+    "as_module",
+    "code_location",
+    "describe_value",
+    "flat_forward",
+    "forward_signature",
+    "return_location",
+]
 
 
 class _CallableModule(torch.nn.Module):
@@ -67,6 +76,37 @@ def code_location(model: Any) -> Location | None:
     except (TypeError, OSError, AttributeError):  # builtins, ScriptModules, no source
         return None
     return Location(path, line, getattr(code_owner, "__name__", None)) if path else None
+
+
+def return_location(model: Any) -> Location | None:
+    """The line of the model's ``return`` when its ``forward`` (or the function) has exactly
+    one; else where its code starts (:func:`code_location`)."""
+    start = code_location(model)
+    try:
+        code_owner = type(model).forward if isinstance(model, torch.nn.Module) else model
+        lines, first = inspect.getsourcelines(code_owner)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (TypeError, OSError, AttributeError, SyntaxError):
+        return start
+    if (
+        start is None
+        or not tree.body
+        or not isinstance(function := tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef))
+    ):
+        return start
+    returns = [node for node in _own_nodes(function) if isinstance(node, ast.Return)]
+    if len(returns) != 1:
+        return start
+    return Location(start.path, first + returns[0].lineno - 1, start.function)
+
+
+def _own_nodes(function: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function's body, not those of functions or classes defined in it."""
+    for child in ast.iter_child_nodes(function):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        yield child
+        yield from _own_nodes(child)
 
 
 def describe_value(value: Any) -> str:

@@ -212,21 +212,27 @@ class OnnxRegistry:
         entries = [e for e in self._functions.get(name, []) if e.opset_introduced <= limit]
         return sorted(entries, key=lambda e: (not e.is_custom, -e.opset_introduced))
 
-    def decomposition_table(self, also: Any = ()) -> Any:
-        """torch.export's default decompositions minus the operators this registry
-        translates, plus the operators in ``also`` (decomposed even though registered)."""
+    def decomposition_table(self, also: Any = (), opset: int | None = None) -> Any:
+        """torch.export's default decompositions, and torch's of the ONNX operators of
+        ``torch.onnx.ops`` (``Attention`` and ``RotaryEmbedding`` of opset 23), minus the
+        operators this registry translates at ``opset``, plus the operators in ``also``
+        (decomposed even though registered)."""
         import torch
 
         table = torch.export.default_decompositions()
+        table.update(torch.onnx.ops.aten_decompositions())
         forced = set(also)
         for op in list(table.keys()):
-            if op not in forced and self.supports(op):
+            if op not in forced and self.supports(op, opset):
                 table.pop(op)
         return table
 
-    def supports(self, target: Any) -> bool:
-        """Whether an FX node target has at least one ONNX function."""
-        return target_name(target) in self._functions
+    def supports(self, target: Any, opset: int | None = None) -> bool:
+        """Whether an FX node target has at least one ONNX function (one that exists at
+        ``opset``, when given: ``Attention`` has one from opset 23)."""
+        if opset is None:
+            return target_name(target) in self._functions
+        return bool(self.functions_for(target_name(target), opset))
 
     def __repr__(self) -> str:
         custom = sum(e.is_custom for v in self._functions.values() for e in v)

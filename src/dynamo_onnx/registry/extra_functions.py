@@ -18,6 +18,8 @@ are never chosen below the opset they need. What each group is for is said in it
 * ``functions.reductions``: torch_lib's ``all``/``any``/``amax``/``amin`` on 0-d inputs,
   ``scatter_reduce`` with ``mean``, circular ``pad``;
 * ``functions.random``: ``cauchy``, ``exponential``, ``geometric``, ``log_normal``;
+* ``functions.onnx_ops``: ``torch.onnx.ops``: the node ``symbolic``/``symbolic_multi_out``
+  name (any domain), ``RotaryEmbedding`` and ``Attention`` from opset 23;
 * ``functions.copies``: the ``*_copy`` forms of views, mapped to the views' functions by the
   registry (:data:`COPY_OF_VIEW`).
 """
@@ -31,6 +33,7 @@ from dynamo_onnx.registry.functions import (
     indexing,
     nn,
     numeric,
+    onnx_ops,
     pooling,
     random,
     reductions,
@@ -110,6 +113,10 @@ _BY_NAME: tuple[tuple[str, object, int], ...] = (
     ("aten::exponential", random.exponential, 18),
     ("aten::geometric", random.geometric, 18),
     ("aten::log_normal", random.log_normal, 18),
+    ("onnx_symbolic::_symbolic", onnx_ops.symbolic, 18),
+    ("onnx_symbolic::_symbolic_multi_out", onnx_ops.symbolic_multi_out, 18),
+    ("onnx::RotaryEmbedding.opset23", onnx_ops.rotary_embedding_23, 23),
+    ("onnx::Attention.opset23", onnx_ops.attention_23, 23),
 )
 
 #: (registry key, function, the opset its operators need)

@@ -29,6 +29,8 @@ from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import KnownCause, known_cause
 from dynamo_onnx.passes.capture.experts import traceable_experts
+from dynamo_onnx.passes.capture.onnx_export_flag import onnx_export_flag
+from dynamo_onnx.passes.fx import is_none_output
 from dynamo_onnx.passes.logs import (
     dropped,
     filtered,
@@ -194,9 +196,9 @@ class CapturePass:
         self.strategies = strategies
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        with (
-            torch_deprecations_ignored()
-        ):  # torch's deprecation warnings about its own tree specs are not the user's
+        # torch's deprecation warnings about its own tree specs are not the user's; the
+        # model sees torch.onnx.is_in_onnx_export() True, as under torch.onnx.export
+        with torch_deprecations_ignored(), onnx_export_flag():
             return self._run(ctx, state)
 
     def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
@@ -405,10 +407,11 @@ def _report_refined(
 def _check_outputs(
     ctx: DiagnosticContext, ep: torch.export.ExportedProgram, model_location: Location | None
 ) -> None:
-    """Every user output of the captured program is a tensor (or a symbolic integer)."""
+    """Every user output of the captured program is a tensor (or a symbolic integer); a
+    ``None`` is dropped from the ONNX outputs by translation (DO311), as torch.onnx does."""
     user = [s for s in ep.graph_signature.output_specs if s.kind == gs.OutputKind.USER_OUTPUT]
     for index, spec in enumerate(user):
-        if isinstance(spec.arg, gs.ConstantArgument):
+        if isinstance(spec.arg, gs.ConstantArgument) and not is_none_output(spec):
             ctx.fail(
                 "non-tensor-output",
                 CaptureError,

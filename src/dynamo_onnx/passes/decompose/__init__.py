@@ -42,14 +42,15 @@ def lower(
     registry: OnnxRegistry,
     also: Iterable[Any] = (),
     through: Mapping[Any, Callable[..., Any]] | None = None,
+    opset: int | None = None,
 ) -> tuple[torch.export.ExportedProgram, int, int]:
     """Decompose ``ep`` (and the operators in ``also``, even if registered; the custom
-    operators in ``through`` by their Python kernels).
+    operators in ``through`` by their Python kernels) for an export to ``opset``.
 
     Returns the program, the number of views rewritten and of casts inserted.
     """
     views = rewrite_views(ep)
-    table = registry.decomposition_table(also)
+    table = registry.decomposition_table(also, opset)
     table.update(through or {})
     ep = ep.run_decompositions(table)
     casts = sum(insert_type_promotion(gm) + cast_symbolic_operands(gm) for gm in graph_modules(ep))
@@ -70,11 +71,11 @@ class DecomposePass:
             return self._run(ctx, state)
 
     def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        ep, registry = state.exported_program, state.valid.registry
+        ep, registry, opset = state.exported_program, state.valid.registry, state.valid.opset
         assert ep is not None and registry is not None
         rewrite_aliases(ep)
         bypass_lifted_copies(ep)
-        reason = retrace_reason(ep, registry)
+        reason = retrace_reason(ep, registry, opset)
         ctx.record(
             "decomposition-plan",
             properties={"retraced": reason is not None},
@@ -91,7 +92,7 @@ class DecomposePass:
                 insert_type_promotion(gm) + cast_symbolic_operands(gm) for gm in graph_modules(ep)
             )
         else:
-            ep, views, casts = self._lower(ctx, ep, registry)
+            ep, views, casts = self._lower(ctx, ep, registry, opset)
         for gm in graph_modules(ep):
             static_reshape_sizes(gm)
         if views:
@@ -102,17 +103,20 @@ class DecomposePass:
 
     @staticmethod
     def _lower(
-        ctx: DiagnosticContext, ep: torch.export.ExportedProgram, registry: OnnxRegistry
+        ctx: DiagnosticContext,
+        ep: torch.export.ExportedProgram,
+        registry: OnnxRegistry,
+        opset: int | None,
     ) -> tuple[torch.export.ExportedProgram, int, int]:
         """Re-trace, running custom operators' Python kernels (DO204); when one of them
         cannot be traced (DO205), re-trace again keeping them as they are."""
         through = python_kernels(ctx, ep, registry)
         if not through:
-            return lower(ep, registry)
+            return lower(ep, registry, opset=opset)
         try:
-            lowered = lower(ep, registry, through=through.kernels)
+            lowered = lower(ep, registry, through=through.kernels, opset=opset)
         except Exception as exc:  # the kernel's own error: translation names the operator
             report_untraceable(ctx, through, exc)
-            return lower(ep, registry)
+            return lower(ep, registry, opset=opset)
         report_traced(ctx, through)
         return lowered

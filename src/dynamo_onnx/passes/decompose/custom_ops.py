@@ -9,7 +9,8 @@ Given to ``run_decompositions`` as the operator's decomposition, that kernel run
 tracer's tensors, so the torch calls in its body become ATen nodes the registry translates.
 
 Kernels registered from C++ are never traced through: they read tensor memory the tracer
-does not have. A registered ONNX function always wins: such operators are left alone.
+does not have. A registered ONNX function always wins: such operators are left alone. The
+operators of ``torch.onnx.ops`` are never traced through either: they name ONNX nodes.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ __all__ = [
 
 #: The namespaces of torch's own operators: never custom, decomposed by torch's table.
 _TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "higher_order", "_c10d_functional"})
+#: The namespaces of ``torch.onnx.ops``: their kernels are placeholders (``symbolic``'s zeros)
+#: or torch's reference for an ONNX operator, which the registry translates or the
+#: decomposition table lowers (``torch.onnx.ops.aten_decompositions()``): never traced.
+_ONNX_NAMESPACES = frozenset({"onnx", "onnx_symbolic"})
+_NEVER_TRACED = _TORCH_NAMESPACES | _ONNX_NAMESPACES
 #: How the dispatcher describes a kernel registered from Python.
 _PYTHON_KERNEL = re.compile(r"registered at .+\.py:\d+")
 
@@ -83,7 +89,7 @@ def python_kernels(
             namespace = getattr(op, "namespace", None)  # an OpOverload's, e.g. "mylib"
             if node.op != "call_function" or not isinstance(namespace, str):
                 continue
-            if op in rejected or namespace in _TORCH_NAMESPACES or is_higher_order(op):
+            if op in rejected or namespace in _NEVER_TRACED or is_higher_order(op):
                 continue
             if op not in kernels:
                 kernel = None

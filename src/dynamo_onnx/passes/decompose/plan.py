@@ -30,8 +30,11 @@ __all__ = ["MAX_NODE_FALLBACKS", "retrace_reason"]
 MAX_NODE_FALLBACKS = 4
 
 
-def retrace_reason(ep: torch.export.ExportedProgram, registry: OnnxRegistry) -> str | None:
-    """Why the program must be re-traced with decompositions, or None if it need not be."""
+def retrace_reason(
+    ep: torch.export.ExportedProgram, registry: OnnxRegistry, opset: int | None = None
+) -> str | None:
+    """Why the program must be re-traced with decompositions for an export to ``opset``, or
+    None if it need not be."""
     mutations = [
         spec.kind.name
         for spec in ep.graph_signature.output_specs
@@ -54,10 +57,11 @@ def retrace_reason(ep: torch.export.ExportedProgram, registry: OnnxRegistry) -> 
             schema = getattr(target, "_schema", None)
             if schema is not None and schema.is_mutable:
                 return f"it calls the in-place operator `{target_name(target)}`"
-            if registry.supports(target):
+            if registry.supports(target, opset):
                 continue
             if schema is None or not has_decomposition(target):
-                return f"`{target_name(target)}` has no ONNX function of its own"
+                at = f" at opset {opset}" if opset is not None and registry.supports(target) else ""
+                return f"`{target_name(target)}` has no ONNX function of its own{at}"
             if not is_static(node):
                 return f"`{target_name(target)}` has no ONNX function and dynamic shapes"
             fallbacks.add(node.name)

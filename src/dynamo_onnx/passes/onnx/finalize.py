@@ -21,6 +21,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, SerializationError
 from dynamo_onnx.io.spec_names import cache_suffix, leaf_paths, output_names
 from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.fx import none_outputs
 
 __all__ = [
     "AddOpsetImportsPass",
@@ -195,11 +196,14 @@ class FinalizePass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         model, registry, request = state.onnx_model, state.valid.registry, state.valid
         assert model is not None and registry is not None
-        for option, names, values in (
-            ("input_names", request.input_names, model.graph.inputs),
-            ("output_names", request.output_names, model.graph.outputs),
+        # A None the model returns has no ONNX output (DO311); as with torch.onnx, a name
+        # given for it is not an error: the names go to the outputs there are, in order.
+        dropped = len(none_outputs(state.exported_program)) if state.exported_program else 0
+        for option, names, values, spare in (
+            ("input_names", request.input_names, model.graph.inputs, 0),
+            ("output_names", request.output_names, model.graph.outputs, dropped),
         ):
-            if names is not None and len(names) > len(values):
+            if names is not None and len(names) > len(values) + spare:
                 ctx.fail(
                     "invalid-option",
                     InvalidOptionValueError,

@@ -5,7 +5,9 @@ A translation bug (two types bound to one type parameter, a subgraph reusing a v
 bias of the wrong shape) otherwise surfaces later, at load or run time, far from its cause.
 ONNX Runtime decides: a model the strict ONNX checker rejects but ONNX Runtime loads (a
 declared shape the checker's inference contradicts) is handed back with a DO410 warning naming the node and
-the checker's complaint. The check copies no weights: the session loads the model with its
+the checker's complaint. A model with nodes of a custom domain (``torch.onnx.ops.symbolic``,
+reported by translation as DO310) is checked by the ONNX checker only: ONNX Runtime refuses
+any node it has no kernel for, and the model is what the user asked for. The check copies no weights: the session loads the model with its
 weights as graph inputs (:func:`weights_as_inputs`), so fake weights and a 7B model are
 checked like any other.
 """
@@ -27,6 +29,7 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.domains import custom_domain_nodes
 from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE
 
 __all__ = ["LoadCheckPass", "weights_as_inputs"]
@@ -69,6 +72,9 @@ class LoadCheckPass:
             onnx.checker.check_model(proto, full_check=True)
         except Exception as exc:  # noqa: BLE001 - ONNX Runtime decides below
             complaint = exc
+        if custom_domain_nodes(model):
+            self._complain(ctx, model, complaint)  # ONNX Runtime would refuse the domain
+            return state
         options = quiet_session_options()
         # Loading is what is checked (types, shapes, a kernel for every node); ONNX
         # Runtime's graph optimizations would only cost time (a third of the check on
@@ -83,10 +89,15 @@ class LoadCheckPass:
             # ONNX Runtime's NOT_IMPLEMENTED: a valid model, with a kernel this runtime lacks.
             ctx.record("runtime-kernel-missing", locations=[location], **fields)
             return state
+        self._complain(ctx, model, complaint)
+        return state
+
+    @staticmethod
+    def _complain(ctx: DiagnosticContext, model: ir.Model, complaint: Exception | None) -> None:
+        """DO410 for what the strict checker said of a model that is handed back."""
         if complaint is not None:
             location, fields = _where(ctx, model, complaint)
             ctx.record("model-checker-complaint", locations=[location], **fields)
-        return state
 
 
 def _large_or_fake(value: ir.Value) -> bool:

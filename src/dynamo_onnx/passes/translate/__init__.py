@@ -16,10 +16,15 @@ import torch
 from torch.export import graph_signature as gs
 
 from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics.findings import Location, parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, TranslationError
+from dynamo_onnx.io.spec_names import leaf_paths
 from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.domains import custom_domain_nodes
+from dynamo_onnx.passes.fx import is_none_output, none_outputs
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
-from dynamo_onnx.passes.metadata import FX_NODE_NAME
+from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE
+from dynamo_onnx.passes.model import return_location
 from dynamo_onnx.passes.translate import problems
 from dynamo_onnx.passes.translate.builder import GraphBuilder
 from dynamo_onnx.passes.translate.dtypes import check_dtypes
@@ -30,7 +35,7 @@ from dynamo_onnx.versions import package_version
 
 __all__ = ["Decompose", "TranslatePass"]
 
-#: ``lower(ep, registry, also) -> (program, views, casts)`` of the decompose pass.
+#: ``lower(ep, registry, also, opset=...) -> (program, views, casts)`` of the decompose pass.
 Decompose = Callable[..., tuple[Any, int, int]]
 
 
@@ -73,7 +78,7 @@ class TranslatePass:
             decompose = self.decompose
 
             def lower(program: torch.export.ExportedProgram, ops: Sequence[Any]) -> Any:
-                return decompose(program, registry, ops)[0]
+                return decompose(program, registry, ops, opset=opset)[0]
 
         translator = Translator(
             ctx, registry, builder, opset=opset, tally=tally, lower=lower, module=ep.graph_module
@@ -85,7 +90,32 @@ class TranslatePass:
             ctx.record("operator-coverage", translated=translated, total=total)
         problems.raise_for_failures(ctx, tally)
         _bind_signature(ctx, ep, builder)
+        _report_none_outputs(ctx, ep, return_location(state.valid.model))
+        _report_custom_domains(ctx, model)
         return state.replace(onnx_model=model)
+
+
+def _report_custom_domains(ctx: DiagnosticContext, model: ir.Model) -> None:
+    """One DO310 note per custom-domain operator in the model (``torch.onnx.ops.symbolic``'s
+    nodes), at the user's line that asked for the first one, the others related."""
+    by_operator: dict[tuple[str, str], list[ir.Node]] = {}
+    for node in custom_domain_nodes(model):
+        by_operator.setdefault((node.domain, node.op_type), []).append(node)
+    for (domain, op_type), nodes in by_operator.items():
+        lines = [
+            ctx.user_frame(parse_stack_trace(n.metadata_props.get(STACK_TRACE, ""))) for n in nodes
+        ]
+        first = lines[0]
+        ctx.record(
+            "custom-domain-node",
+            locations=[first],
+            related=[line for line in lines[1:] if line is not None],
+            operator=f"{domain}::{op_type}",
+            domain=domain,
+            version=nodes[0].version if nodes[0].version is not None else 1,
+            count=len(nodes),
+            source=ctx.display(first) if first is not None else "the model",
+        )
 
 
 def _bind_signature(
@@ -115,6 +145,34 @@ def _bind_signature(
     outputs = [
         builder.value(spec.arg.name)
         for spec in ep.graph_signature.output_specs
-        if spec.kind == gs.OutputKind.USER_OUTPUT and hasattr(spec.arg, "name")
+        if spec.kind == gs.OutputKind.USER_OUTPUT
+        and hasattr(spec.arg, "name")
+        and not is_none_output(spec)
     ]
     builder.set_outputs(outputs)
+
+
+def _report_none_outputs(
+    ctx: DiagnosticContext, ep: torch.export.ExportedProgram, return_line: Location | None
+) -> None:
+    """DO311 when the model returns None somewhere: those outputs are not in the ONNX model."""
+    dropped_at = none_outputs(ep)
+    if not dropped_at:
+        return
+    spec = ep.call_spec.out_spec
+    paths = list(leaf_paths(spec)) if spec is not None else []
+    named = [
+        "output" + "".join(f"[{p!r}]" if not p.isdigit() else f"[{p}]" for p in paths[i])
+        if i < len(paths) and paths[i]
+        else f"output {i}"
+        for i in dropped_at
+    ]
+    kept = len(paths) - len(dropped_at) if paths else 0
+    ctx.record(
+        "none-output-dropped",
+        locations=[return_line],
+        properties={"positions": dropped_at},
+        positions=", ".join(named),
+        source=ctx.display(return_line) if return_line is not None else "the model's return",
+        count=kept,
+    )
