@@ -807,7 +807,11 @@ def _parser() -> argparse.ArgumentParser:
         help="SARIF paths are relative to this (default: the top of the git work tree "
         "holding the working directory, else the working directory)",
     )
-    export.add_argument("--quiet", action="store_true", help="print only the final summary")
+    export.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress: only the final summary (and the warnings, or what failed)",
+    )
     export.add_argument(
         "--verbose",
         action="store_true",
