@@ -3,7 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
-SARIF_TOOL = .sarif-tools/node_modules/@microsoft/sarif-multitool-linux/Sarif.Multitool
+# The SARIF consumers from npm the tests feed every log to (tests/sarif_tools.py); those from
+# PyPI (sarif-tools, sarif-pydantic) are in the test extra.
+SARIF_NPM  = @microsoft/sarif-multitool@5.7.0 sarif-junit@1.1.4 @security-alert/sarif-to-markdown@1.11.1
+SARIF_TOOLS = .sarif-tools/.installed
 
 .PHONY: demo test venv clean docs sarif-tools bench fuzz coverage
 
@@ -22,16 +25,19 @@ demo: $(STAMP)
 
 LINTED = src tests benchmarks examples
 
-test: $(STAMP) $(SARIF_TOOL)
+# Every tool is installed first: a check that finds its tool missing fails instead of skipping.
+test: $(STAMP) $(SARIF_TOOLS)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
+	SARIF_TOOLS_REQUIRED=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
 
-# The Microsoft SARIF multitool, used by the tests to check logs with GitHub's rules.
-$(SARIF_TOOL):
-	npm install --silent --no-audit --no-fund --prefix .sarif-tools @microsoft/sarif-multitool
+# The Microsoft SARIF multitool (GitHub's rules, with tests/sarif-consumers/github.config.xml),
+# sarif-junit and sarif-to-markdown, into .sarif-tools/.
+$(SARIF_TOOLS): Makefile
+	npm install --silent --no-audit --no-fund --prefix .sarif-tools $(SARIF_NPM)
+	touch $(SARIF_TOOLS)
 
-sarif-tools: $(SARIF_TOOL)
+sarif-tools: $(SARIF_TOOLS)
 
 # dynamo-onnx against torch.onnx.export(dynamo=True), fresh processes, ~20 min on 2 cores.
 # Writes benchmarks/results/results.{json,md}; docs/performance.md shows the latest table.

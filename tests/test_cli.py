@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pty
@@ -9,9 +10,10 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
-from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.reports.sarif import to_sarif
 from sarif_tools import multitool_errors
 
@@ -80,13 +82,73 @@ MODELS = textwrap.dedent(
         with torch.no_grad():
             model[0].weight[0, 0] = float("nan")
         return model, (torch.randn(2, 4),)
+
+
+    class ThreeWarnings(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+            self.drop = torch.nn.Dropout(0.5)
+            with torch.no_grad():
+                self.fc.weight[0, 0] = float("nan")
+
+        def forward(self, x):
+            x.add_(1)  # marker: mutates
+            return self.drop(self.fc(x))  # marker: dropout
+
+
+    def three_warnings():
+        return ThreeWarnings(), (torch.randn(3, 4),)
+
+
+    class Fixed(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[0] == 3:  # marker: fixes the batch
+                return x * 2
+            return x
+
+
+    def fixed():
+        return Fixed(), (torch.randn(3, 4),)
     """
 )
+
+#: A registry for models.py's dxcli::mystery, in the three forms --registry takes.
+OPS = textwrap.dedent(
+    """
+    import onnxscript
+    import torch
+    from onnxscript import opset18 as op
+
+    import dynamo_onnx
+    import models  # defines dxcli::mystery
+
+
+    @onnxscript.script()
+    def mystery_onnx(x):
+        return op.Identity(x)
+
+
+    def registry():
+        made = dynamo_onnx.OnnxRegistry()
+        made.register_op(mystery_onnx, "dxcli", "mystery")
+        return made
+
+
+    REGISTRY = registry()
+    TABLE = {torch.ops.dxcli.mystery.default: mystery_onnx}
+    """
+)
+
+
+def line_in_models(marker: str) -> int:
+    return next(i for i, text in enumerate(MODELS.splitlines(), 1) if f"marker: {marker}" in text)
 
 
 @pytest.fixture()
 def workdir(tmp_path):
     (tmp_path / "models.py").write_text(MODELS)
+    (tmp_path / "ops.py").write_text(OPS)
     return tmp_path
 
 
@@ -161,41 +223,118 @@ def test_exit_1_when_the_export_fails(workdir):
     assert "Traceback" not in proc.stderr
 
 
-#: docs/ci.md's exit-code table, end to end: arguments -> exit code, what stderr says, the
-#: files written and the files not written. No row prints a Python traceback.
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One row of docs/ci.md's exit-code table: the command, its environment and where its
+    standard output goes (``full``: /dev/full; ``closed``: a pipe nobody reads, as
+    ``| head`` leaves it), the exit code, what stderr says, the files written and not."""
+
+    args: list[str]
+    code: int
+    stderr: str
+    written: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
+    stdout: str = "pipe"
+
+
+#: docs/ci.md's exit-code table, end to end. No row prints a Python traceback.
 EXIT_TABLE = [
-    (["export", "models.py:build", "-o", "m.onnx", "--sarif", "m.sarif"], 0, "", ["m.onnx", "m.sarif"], []),
-    (["export", "models.py:mysterious", "--sarif", "x.sarif", "--report", "x.md"], 1, "[DO301 unsupported-operator]", ["x.sarif", "x.md"], ["model.onnx"]),
-    (["export", "models.py:build", "-o", "/nonexistent/d/x.onnx", "--sarif", "s.sarif"], 1, "[DO406 save-failed]", ["s.sarif"], []),
-    (["export", "models.py:build", "--sarif", "/nonexistent/d/x.sarif", "--report", "r.md"], 1, "could not write SARIF", ["model.onnx", "r.md"], []),
-    (["export", "models.py:build", "--opset", "99", "--sarif", "o.sarif"], 2, "[DO109 invalid-option] `opset_version` is 99", ["o.sarif"], ["model.onnx"]),
-    (["export", "models.py:bare", "--input", "wrongname=2x3:int64"], 2, "[DO103 inputs-do-not-match-forward]", [], ["model.onnx"]),
-    (["export", "models.py:broken", "--sarif", "b.sarif"], 2, "models.py:broken raised RuntimeError", ["b.sarif"], ["model.onnx"]),
-    (["export", "models.py:bare", "--sarif", "i.sarif", "--report", "i.md"], 2, "give example inputs", ["i.sarif", "i.md"], ["model.onnx"]),
-    (["export", "models.py:nothing"], 2, "has no attribute 'nothing'", [], ["model.onnx"]),
-    (["export", "missing.py:build"], 2, "no such file", [], []),
-    (["export", "models.py:bare", "--input", "x=3y4"], 2, "dimensions must be integers", [], []),
-    (["export", "models.py:bare", "--input", "x=3x4:floaty"], 2, "unknown dtype", [], []),
-    (["export", "models.py:build", "--verbosity", "loud"], 2, "invalid choice", [], []),
-    (["export", "models.py:nan_net", "--warnings-as-errors", "-o", "n.onnx", "--report", "n.md"], 3, "[DO401 non-finite-weights]", ["n.onnx", "n.md"], []),
-    (["rules", "DO999"], 2, "no rule 'DO999'", [], []),
-    (["gate", "missing.sarif"], 2, "cannot read the SARIF log", [], []),
-    (["report", "missing.sarif"], 2, "cannot read the SARIF log", [], []),
+    Row(["export", "models.py:build", "-o", "m.onnx", "--sarif", "m.sarif"], 0, "", ("m.onnx", "m.sarif")),
+    Row(["export", "models.py:mysterious", "--sarif", "x.sarif", "--report", "x.md"], 1, "[DO301 unsupported-operator]", ("x.sarif", "x.md"), ("model.onnx",)),
+    Row(["export", "models.py:build", "-o", "/nonexistent/d/x.onnx", "--sarif", "s.sarif"], 1, "[DO406 save-failed]", ("s.sarif",)),
+    Row(["export", "models.py:build", "--sarif", "/nonexistent/d/x.sarif", "--report", "r.md"], 1, "[DO902 output-not-written] Cannot write the SARIF log to /nonexistent/d/x.sarif", ("model.onnx", "r.md")),
+    Row(["export", "models.py:build", "--opset", "99", "--sarif", "o.sarif"], 2, "[DO109 invalid-option] `opset_version` is 99", ("o.sarif",), ("model.onnx",)),
+    Row(["export", "models.py:bare", "--input", "wrongname=2x3:int64"], 2, "[DO103 inputs-do-not-match-forward]", (), ("model.onnx",)),
+    Row(["export", "models.py:bare", "--input", "tensor_x=-1x8", "--sarif", "n.sarif"], 2, "[DO109 invalid-option] `tensor_x=-1x8` has a negative size -1", ("n.sarif",), ("model.onnx",)),
+    Row(["export", "models.py:bare", "--input", "x=99999999x99999999x99999999"], 2, "[DO109 invalid-option] `x=99999999x99999999x99999999` cannot be made", (), ("model.onnx",)),
+    Row(["export", "models.py:broken", "--sarif", "b.sarif"], 2, "[DO109 invalid-option] `models.py:broken` raised RuntimeError", ("b.sarif",), ("model.onnx",)),
+    Row(["export", "models.py:bare", "--sarif", "i.sarif", "--report", "i.md"], 2, "give example inputs", ("i.sarif", "i.md"), ("model.onnx",)),
+    Row(["export", "models.py:nothing"], 2, "has no attribute 'nothing'", (), ("model.onnx",)),
+    Row(["export", "missing.py:build"], 2, "no such file", ()),
+    Row(["export", "models.py:bare", "--input", "x=3y4"], 2, "dimensions that are not integers", ()),
+    Row(["export", "models.py:bare", "--input", "x=3x4:floaty"], 2, "unknown dtype", ()),
+    Row(["export", "models.py:build", "--dynamic-dim", "x=batch"], 2, "`x=batch` is not of the form INPUT:DIM=NAME", (), ("model.onnx",)),
+    Row(["export", "models.py:build", "--dynamic", "--dynamic-dim", "x:0=batch"], 2, "`--dynamic` and --dynamic-dim are both given", (), ("model.onnx",)),
+    Row(["export", "models.py:build", "--registry", "models.py:Net"], 2, "`models.py:Net` is a Net; --registry takes", (), ("model.onnx",)),
+    Row(["export", "models.py:build", "--registry", "models.py:broken"], 2, "`models.py:broken` raised RuntimeError", (), ("model.onnx",)),
+    Row(["export", "models.py:build", "--registry", "models.py:inputs"], 2, "`models.py:inputs` is a tuple", (), ("model.onnx",)),
+    Row(["export", "models.py:build", "--verbosity", "loud"], 2, "invalid choice", ()),
+    Row(["export", "models.py:nan_net", "--warnings-as-errors", "-o", "n.onnx", "--report", "n.md"], 3, "[DO401 non-finite-weights]", ("n.onnx", "n.md")),
+    Row(["gate", "warn.sarif"], 0, ""),
+    Row(["gate", "warn.sarif", "--fail-on", "warning", "--output", "g.sarif"], 1, "", ("g.sarif",)),
+    Row(["gate", "warn.sarif", "--output", "/nonexistent/d/g.sarif"], 2, "[DO902 output-not-written] Cannot write the gated SARIF log to /nonexistent/d/g.sarif: No such file or directory"),
+    Row(["gate", "warn.sarif", "--fail-on", "warning", "--output", "/nonexistent/d/g.sarif"], 1, "[DO902 output-not-written]"),
+    Row(["gate", "warn.sarif"], 2, "Cannot write the job summary (GITHUB_STEP_SUMMARY) to /nonexistent/s.md", env={"GITHUB_STEP_SUMMARY": "/nonexistent/s.md"}),
+    Row(["gate", "warn.sarif", "--output", "/nonexistent/d/g.sarif"], 2, "job summary (GITHUB_STEP_SUMMARY) to /nonexistent/s.md", env={"GITHUB_STEP_SUMMARY": "/nonexistent/s.md"}),
+    Row(["gate", "missing.sarif"], 2, "[DO903 unreadable-sarif-log] Cannot read the SARIF log missing.sarif"),
+    Row(["report", "missing.sarif"], 2, "[DO903 unreadable-sarif-log] Cannot read the SARIF log"),
+    Row(["report", "warn.sarif", "-o", "w.md"], 0, "", ("w.md",)),
+    Row(["report", "warn.sarif", "-o", "/nonexistent/x.md"], 1, "[DO902 output-not-written] Cannot write the markdown report to /nonexistent/x.md"),
+    Row(["report", "warn.sarif"], 1, "Cannot write the output to standard output: No space left on device", stdout="full"),
+    Row(["rules", "DO999"], 2, "[DO109 invalid-option] `DO999` is not a rule id or name"),
+    Row(["rules"], 1, "[DO902 output-not-written] Cannot write the output to standard output", stdout="full"),
+    Row(["rules", "DO301"], 1, "[DO902 output-not-written]", stdout="full"),
+    Row(["rules"], 0, "", stdout="closed"),
+    Row(["rules", "DO301"], 0, "", stdout="closed"),
+    Row(["gate", "warn.sarif", "--fail-on", "warning"], 1, "", stdout="closed"),
+    Row(["--version"], 1, "[DO902", stdout="full"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("args", "code", "stderr", "written", "absent"),
-    EXIT_TABLE,
-    ids=[f"{row[1]}-{'-'.join(a.split(':')[-1] for a in row[0][:2])}" for row in EXIT_TABLE],
-)
-def test_exit_code_table(workdir, args, code, stderr, written, absent):
-    proc = run(workdir, *args)
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    assert stderr in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert all((workdir / name).exists() for name in written), sorted(os.listdir(workdir))
-    assert not any((workdir / name).exists() for name in absent)
+def _row_id(row: Row) -> str:
+    words = "-".join(a.split(":")[-1].split("/")[-1] for a in row.args[:2])
+    extra = "-env" if row.env else "" if row.stdout == "pipe" else f"-{row.stdout}"
+    return f"{row.code}-{words}{extra}"
+
+
+def run_with_stdout(workdir, row: Row):
+    """Run the row's command with its standard output where the row says."""
+    argv = [sys.executable, "-m", "dynamo_onnx.cli", *row.args]
+    env = {**os.environ, **(row.env or {})}
+    if row.stdout == "pipe":
+        return run(workdir, *row.args, env=row.env)
+    if row.stdout == "full":
+        with open("/dev/full", "w") as full:
+            return subprocess.run(
+                argv, cwd=workdir, stdout=full, stderr=subprocess.PIPE, text=True, env=env,
+                timeout=300,
+            )  # fmt: skip
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line, as `| head -0`
+    try:
+        return subprocess.run(
+            argv, cwd=workdir, stdout=write_end, stderr=subprocess.PIPE, text=True, env=env,
+            timeout=300,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("row", EXIT_TABLE, ids=[_row_id(row) for row in EXIT_TABLE])
+def test_exit_code_table(workdir, row):
+    _write_warning_log(workdir / "warn.sarif")
+    proc = run_with_stdout(workdir, row)
+    assert proc.returncode == row.code, (proc.stdout or "") + proc.stderr
+    assert row.stderr in proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert all((workdir / name).exists() for name in row.written), sorted(os.listdir(workdir))
+    assert not any((workdir / name).exists() for name in row.absent)
+    if not row.stderr and row.code in (0, 1):
+        assert proc.stderr.strip() == ""
+
+
+def _write_warning_log(path):
+    """A SARIF log with one warning at models.py's factory line."""
+    ctx = DiagnosticContext(subject="M")
+    ctx.record(
+        "non-finite-weights",
+        locations=[Location(str(path.parent / "models.py"), 3, "build")],
+        name="fc.weight",
+        count=1,
+        total=8,
+    )
+    path.write_text(json.dumps(to_sarif(ctx)))
 
 
 def test_exit_3_when_warnings_are_errors_and_the_model_is_still_written(workdir):
@@ -461,3 +600,113 @@ def test_an_export_without_reports_loads_no_renderer():
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert proc.stdout.splitlines() == ["[]", "['sarif_om', 'jsonschema', 'jinja2']"], proc.stderr
+
+
+def _results(path):
+    return [
+        (r["ruleId"], r["locations"][0]["physicalLocation"]["region"]["startLine"], r["level"])
+        for r in json.loads(path.read_text())["runs"][0]["results"]
+        if r.get("locations")
+    ]
+
+
+def test_a_successful_export_lists_its_warnings(workdir):
+    proc = run(workdir, "export", "models.py:three_warnings", "-o", "t.onnx")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 error(s), 3 warning(s)" in proc.stdout
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 3, proc.stderr
+    expected = {
+        "DO120 input-mutated": f"models.py:{line_in_models('mutates')}",
+        "DO122 training-mode": f"models.py:{line_in_models('dropout')}",
+        "DO401 non-finite-weights": "models.py:",
+    }
+    for rule, where in expected.items():
+        (line,) = [x for x in lines if f"warning {rule} " in x]
+        assert f"{rule} {where}" in line, line
+    assert "Weight `fc.weight` has 1 non-finite value(s)" in proc.stderr
+    clean = run(workdir, "export", "models.py:build", "-o", "c.onnx")
+    assert clean.stderr == "", "a clean export prints nothing on stderr"
+
+
+def test_warnings_as_errors_names_every_rule_and_its_fix(workdir):
+    proc = run(
+        workdir, "export", "models.py:three_warnings", "--warnings-as-errors", "-o", "t.onnx"
+    )
+    assert proc.returncode == 3
+    headline = proc.stderr.splitlines()[0]
+    for tag in ("[DO120 input-mutated]", "[DO122 training-mode]", "[DO401 non-finite-weights]"):
+        assert tag in headline
+    for rule_id in ("DO120", "DO122", "DO401"):
+        assert f"Fix ({rule_id}): " in proc.stderr
+    assert "Call model.eval() before exporting" in proc.stderr
+
+
+@pytest.mark.parametrize("spelling", [["x:0=batch"], ["x:0"]])
+def test_dynamic_dim_names_one_dimension_and_warns_where_the_model_fixes_it(workdir, spelling):
+    args = [a for s in spelling for a in ("--dynamic-dim", s)]
+    proc = run(workdir, "export", "models.py:fixed", *args, "--sarif", "f.sarif", "-o", "f.onnx")
+    assert proc.returncode == 0, proc.stderr
+    line = line_in_models("fixes the batch")
+    assert ("DO106", line, "warning") in _results(workdir / "f.sarif")
+    assert f"warning DO106 dynamic-dim-specialized models.py:{line}" in proc.stderr
+    # a dimension the model leaves free is dynamic in the ONNX model, under its name
+    proc = run(workdir, "export", "models.py:build", "--dynamic-dim", "x:0=batch", "-o", "b.onnx")
+    assert proc.returncode == 0, proc.stderr
+    import onnx
+    import onnxruntime as ort
+
+    dims = onnx.load(str(workdir / "b.onnx")).graph.input[0].type.tensor_type.shape.dim
+    assert (dims[0].dim_param, dims[1].dim_value) == ("batch", 4)
+    session = ort.InferenceSession(str(workdir / "b.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (2, 9):
+        (out,) = session.run(None, {"x": np.ones((batch, 4), np.float32)})
+        assert out.shape == (batch, 2)
+
+
+def test_dynamic_notes_the_kept_dimensions_at_the_models_line(workdir):
+    proc = run(
+        workdir, "export", "models.py:fixed", "--dynamic", "--sarif", "d.sarif", "-o", "d.onnx"
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = line_in_models("fixes the batch")
+    (note,) = [r for r in _results(workdir / "d.sarif") if r[0] == "DO128"]
+    assert note == ("DO128", line, "note")
+    log = json.loads((workdir / "d.sarif").read_text())
+    (result,) = [r for r in log["runs"][0]["results"] if r["ruleId"] == "DO128"]
+    assert f"at models.py:{line}" in result["message"]["text"]  # the message and the location agree
+
+
+@pytest.mark.parametrize("spec", ["ops.py:REGISTRY", "ops.py:registry", "ops:TABLE"])
+def test_registry_follows_do301s_fix_from_the_command_line(workdir, spec):
+    failed = run(workdir, "export", "models.py:mysterious", "-o", "m.onnx")
+    assert failed.returncode == 1 and "[DO301 unsupported-operator]" in failed.stderr
+    proc = run(workdir, "export", "models.py:mysterious", "--registry", spec, "-o", "m.onnx")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 error(s), 0 warning(s)" in proc.stdout
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(workdir / "m.onnx"), providers=["CPUExecutionProvider"])
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (out,) = session.run(None, {session.get_inputs()[0].name: x})
+    np.testing.assert_allclose(out, x + 1)
+
+
+def test_rules_are_listed_in_id_order_and_version_names_the_tools(workdir):
+    listing = run(workdir, "rules").stdout.splitlines()
+    ids = [line.split()[0] for line in listing]
+    assert ids == sorted(ids, key=lambda i: int(i[2:])) and len(ids) > 50
+    proc = run(workdir, "--version")
+    assert proc.returncode == 0
+    from dynamo_onnx.versions import package_version, tool_versions
+
+    assert proc.stdout.startswith(f"dynamo-onnx {package_version()} (")
+    for name in ("torch", "onnx", "onnxscript", "onnxruntime"):
+        assert f"{name} {tool_versions()[name]}" in proc.stdout
+
+
+def test_verbose_into_a_file_has_no_terminal_control_characters(workdir):
+    proc = run(workdir, "export", "models.py:build", "-o", "v.onnx", "--verbose")
+    assert proc.returncode == 0, proc.stderr
+    assert "capture: done in " in proc.stderr
+    assert "\r" not in proc.stderr and "\x1b" not in proc.stderr

@@ -71,3 +71,60 @@ def test_exports_leave_only_our_lines_on_stderr(tmp_path):
     _, _, during = proc.stderr.partition("---EXPORTS---\n")
     foreign = [line for line in during.splitlines() if line.strip() and not _our_line(line)]
     assert foreign == [], "\n".join(foreign[:40])
+
+
+AFTER_EXPORT = textwrap.dedent(
+    """
+    import sys, warnings, torch, transformers
+    sys.path.insert(0, {tests!r})
+    import hf_models, dynamo_onnx
+
+    config = transformers.LlamaConfig(**{{**hf_models.DECODER, "use_cache": True}})
+    model = transformers.LlamaForCausalLM(config).eval()
+    cache = transformers.DynamicCache(config=config)
+    for layer in range(config.num_hidden_layers):
+        cache.update(torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8), layer)
+    inputs = {{
+        "input_ids": torch.randint(0, 100, (2, 3)),
+        "attention_mask": torch.ones(2, 7, dtype=torch.int64),
+        "position_ids": torch.arange(4, 7).expand(2, 3),
+        "past_key_values": cache,  # the parameter before transformers 5.24: deprecated after
+        "use_cache": True,
+    }}
+
+
+    class Reshape(torch.nn.Module):
+        def forward(self, x):
+            return x.reshape(-1, 4) * 2
+
+
+    filters = list(warnings.filters)
+    sys.stderr.write("---EXPORTS---\\n")
+    sys.stderr.flush()
+    program = dynamo_onnx.export(model, (), kwargs=inputs, verify=True)
+    print("LLM", len(program(**inputs)), [f.rule.id for f in program.diagnostics.findings if f.level >= 30])
+    reshape = dynamo_onnx.export(Reshape(), (torch.randn(2, 8),), dynamic_shapes={{"x": {{0: "b", 1: "f"}}}})
+    try:
+        reshape(torch.randn(3, 5))  # 15 values into rows of 4: the Reshape kernel fails
+    except Exception as error:
+        print("RAISED", type(error).__name__)
+    print("FILTERS", warnings.filters == filters)
+    """
+)
+
+
+def test_running_and_verifying_leave_only_our_lines_on_stderr(tmp_path):
+    """ONNX Runtime's ``[E:onnxruntime ... ExecuteKernel]`` when a call fails (the exception
+    says it), its load-time warnings, and transformers' "`past_key_values` is deprecated"
+    on every eager call of a capture and a verification stay off the terminal; the caller's
+    warnings filters are as they were."""
+    script = tmp_path / "after.py"
+    script.write_text(AFTER_EXPORT.format(tests=str(TESTS)))
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["LLM 5 []", "RAISED Fail", "FILTERS True"], proc.stdout
+    _, _, during = proc.stderr.partition("---EXPORTS---\n")
+    foreign = [line for line in during.splitlines() if line.strip() and not _our_line(line)]
+    assert foreign == [], "\n".join(foreign[:40])

@@ -392,6 +392,8 @@ NOT_FROM_A_FIXTURE = {
     "DO600": "ONNX Runtime failing to run a valid model; the pass's failure rule",
     "DO603": "needs a wrong registered function: test_verification",
     "DO900": "an internal error: test_diagnostic_context (a broken registry)",
+    "DO902": "a command-line write failure: test_cli::test_exit_code_table",
+    "DO903": "a command-line unreadable log: test_cli::test_exit_code_table",
 }
 
 

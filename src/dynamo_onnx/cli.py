@@ -3,14 +3,21 @@
 Exit codes (also in ``--help`` and docs/ci.md):
 
 * 0: success (exported; gate passed);
-* 1: the operation failed (the export failed; the gate found results at or above the level);
-* 2: usage error (bad options, a module or factory that cannot be found, an unreadable log);
+* 1: the operation failed (the export failed; the gate found results at or above the level;
+  a file or standard output could not be written: DO902);
+* 2: usage error (bad options or values: DO109; an unreadable log: DO903; a passed gate's
+  file that cannot be written: DO902, so that the gate's 1 always means findings);
 * 3: exported, but failed under ``--warnings-as-errors`` (the model is still written).
+
+Whatever a user can cause ends in a :class:`CommandError`, which :func:`main` prints as
+``dynamo-onnx COMMAND: [DOnnn name] message`` and ``Fix: ...`` and turns into its exit code:
+no traceback. A reader that stops early (``| head``) is not an error.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -22,10 +29,11 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dynamo_onnx.diagnostics.context import default_source_root
+from dynamo_onnx.errors import format_message
 from dynamo_onnx.reports import markdown
 from dynamo_onnx.reports.terminal import ProgressPrinter
 from dynamo_onnx.reports.writing import atomic_write_text
@@ -38,33 +46,111 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_WARNINGS = 0, 1, 2, 3
 EXIT_CODES_HELP = """\
 exit codes:
   0  success: exported, or the gate passed
-  1  failure: the export failed, a file could not be written, or the gate found
-     results at or above --fail-on
-  2  usage error: bad options or option values, MODULE:FACTORY not found or raising,
-     an unreadable SARIF log
+  1  failure: the export failed, a file or standard output could not be written
+     (DO902), or the gate found results at or above --fail-on
+  2  usage error: bad options or option values (DO109), MODULE:FACTORY not found or
+     raising, an unreadable SARIF log (DO903), a passed gate's --output or job
+     summary that cannot be written (DO902)
   3  exported, but failed under --warnings-as-errors (the model is still written)
 """
 
 _VERBOSITY = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
 
-class UsageError(Exception):
-    """The command line cannot be carried out as written (exit code 2)."""
+class CommandError(Exception):
+    """Something the user can cause, as its rule's message and the command's exit code.
+
+    :func:`main` is the one place that prints it (``[DOnnn name] message`` and the fix)
+    and returns its code; nothing a user can cause reaches them as a traceback."""
+
+    def __init__(self, rule_id: str, code: int, detail: str = "", **fields: object) -> None:
+        rule = catalog().get(rule_id)
+        self.rule, self.code, self.fields, self.detail = rule, code, fields, detail
+        super().__init__(
+            format_message(rule.id, rule.name, rule.format_message(**fields), rule.fix)
+        )
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}\n{self.detail}" if self.detail else text
+
+
+class UsageError(CommandError):
+    """A command-line value the command cannot take (DO109, exit code 2): ``option`` (the
+    option or the value given) ``problem``; ``allowed``."""
+
+    def __init__(self, option: str, problem: str, allowed: str, detail: str = "") -> None:
+        super().__init__(
+            "invalid-option", EXIT_USAGE, detail, option=option, problem=problem, allowed=allowed
+        )
+
+
+class UnreadableLogError(CommandError):
+    """A SARIF log ``gate`` or ``report`` cannot read (DO903, exit code 2)."""
+
+    def __init__(self, path: str, cause: str) -> None:
+        super().__init__("unreadable-sarif-log", EXIT_USAGE, path=path, cause=cause)
+
+
+def _cause(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def _writing(what: str, path: str) -> Iterator[None]:
+    """Turn an ``OSError`` while writing ``what`` to ``path`` into DO902 (exit code 1)."""
+    try:
+        yield
+    except OSError as exc:
+        raise CommandError(
+            "output-not-written", EXIT_FAILED, what=what, path=path, cause=_cause(exc)
+        ) from None
+
+
+def _stop_output() -> None:
+    """Send what is left of standard output nowhere (the reader is gone, or the device is
+    full), so the interpreter's last flush at exit cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _emit(text: str) -> None:
+    """Print ``text`` on standard output, line by line as it is produced. A reader that
+    stops early (``| head``) ends the output quietly; a failed write (a full device) is
+    DO902."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stop_output()
+    except OSError as exc:
+        _stop_output()
+        raise CommandError(
+            "output-not-written",
+            EXIT_FAILED,
+            what="output",
+            path="standard output",
+            cause=_cause(exc),
+        ) from None
 
 
 # -- export ----------------------------------------------------------------------------
+
+
+_MODULE_FORMS = "a .py path or a dotted module, a colon and a name (models.py:build)"
 
 
 def _load_attribute(spec: str) -> Any:
     """``pkg.module:name`` or ``path/to/file.py:name`` -> the object."""
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
-        raise UsageError(f"{spec!r} is not of the form MODULE:NAME (e.g. models.py:build)")
+        raise UsageError(spec, "is not of the form MODULE:NAME", _MODULE_FORMS)
     try:
         if module_name.endswith(".py") or os.sep in module_name:
             path = pathlib.Path(module_name).resolve()
             if not path.exists():
-                raise UsageError(f"no such file: {module_name}")
+                raise UsageError(spec, f"names {module_name}: no such file", _MODULE_FORMS)
             sys.path.insert(0, str(path.parent))
             loader_spec = importlib.util.spec_from_file_location(path.stem, path)
             assert loader_spec is not None and loader_spec.loader is not None
@@ -76,11 +162,16 @@ def _load_attribute(spec: str) -> Any:
             sys.path.insert(0, os.getcwd())
             module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"cannot import {module_name}: {exc}") from exc
+        raise UsageError(spec, f"cannot import {module_name}: {exc}", _MODULE_FORMS) from exc
     try:
         return getattr(module, attribute)
     except AttributeError:
-        raise UsageError(f"{module_name} has no attribute {attribute!r}") from None
+        raise UsageError(
+            spec, f"names {module_name}, which has no attribute {attribute!r}", _MODULE_FORMS
+        ) from None
+
+
+_INPUT_FORM = "--input takes NAME=2x3:float32 (sizes of 0 or more joined by x, a torch dtype)"
 
 
 def _tensor_from_spec(spec: str) -> tuple[str, Any]:
@@ -89,24 +180,30 @@ def _tensor_from_spec(spec: str) -> tuple[str, Any]:
 
     name, sep, rest = spec.partition("=")
     if not sep or not name.isidentifier():
-        raise UsageError(f"--input {spec!r} is not of the form NAME=2x3:float32")
+        raise UsageError(spec, "is not of the form NAME=2x3:float32", _INPUT_FORM)
     dims_text, _, dtype_name = rest.partition(":")
     dtype = getattr(torch, dtype_name or "float32", None)
     if not isinstance(dtype, torch.dtype):
-        raise UsageError(
-            f"--input {spec!r}: unknown dtype {dtype_name!r} (e.g. float32, int64, bool)"
-        )
+        raise UsageError(spec, f"has the unknown dtype {dtype_name!r}", _INPUT_FORM)
     try:
         shape = tuple(int(d) for d in dims_text.split("x")) if dims_text else ()
     except ValueError:
-        raise UsageError(f"--input {spec!r}: dimensions must be integers joined by x") from None
+        raise UsageError(
+            spec, "has dimensions that are not integers joined by x", _INPUT_FORM
+        ) from None
+    if any(d < 0 for d in shape):
+        raise UsageError(spec, f"has a negative size {min(shape)}", _INPUT_FORM)
     generator = torch.Generator().manual_seed(0)
-    if dtype.is_floating_point or dtype.is_complex:
-        tensor = torch.randn(shape, generator=generator).to(dtype)
-    elif dtype == torch.bool:
-        tensor = torch.rand(shape, generator=generator) > 0.5
-    else:
-        tensor = torch.randint(0, 10, shape, generator=generator).to(dtype)
+    try:
+        if dtype.is_floating_point or dtype.is_complex:
+            tensor = torch.randn(shape, generator=generator).to(dtype)
+        elif dtype == torch.bool:
+            tensor = torch.rand(shape, generator=generator) > 0.5
+        else:
+            tensor = torch.randint(0, 10, shape, generator=generator).to(dtype)
+    except (RuntimeError, MemoryError) as exc:  # too large to allocate, a dtype torch can't fill
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(spec, f"cannot be made: {cause}", _INPUT_FORM) from None
     return name, tensor
 
 
@@ -132,7 +229,7 @@ def _load_factory(args: argparse.Namespace) -> Any:
     """The factory ``MODULE:FACTORY`` names (its module is executed once, here)."""
     factory = _load_attribute(args.factory)
     if not callable(factory):
-        raise UsageError(f"{args.factory} is not callable")
+        raise UsageError(args.factory, "is not callable", _FACTORY_FORMS)
     return factory
 
 
@@ -161,9 +258,18 @@ def _factory_location(factory: Any) -> Any:
     )
 
 
+_FACTORY_FORMS = (
+    "a factory returns (model, example inputs), or a model when --inputs or --input gives "
+    "them (docs/ci.md)"
+)
+
+
 class UserCodeError(UsageError):
     """The user's factory or inputs function raised: a usage error (exit code 2) whose
     message is the cause and the traceback of the user's frames only."""
+
+    def __init__(self, what: str, cause: str, frames: str) -> None:
+        super().__init__(what, f"raised {cause}", _FACTORY_FORMS, detail=frames)
 
 
 def _call_user(function: Any, what: str) -> Any:
@@ -179,7 +285,7 @@ def _call_user(function: Any, what: str) -> Any:
         ]
         lines = "".join(traceback.format_list(frames)).rstrip()
         cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        raise UserCodeError(f"{what} raised {cause}\n{lines}") from None
+        raise UserCodeError(what, cause, lines) from None
 
 
 def _build(factory: Any, args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
@@ -190,9 +296,11 @@ def _build(factory: Any, args: argparse.Namespace) -> tuple[Any, tuple[Any, ...]
     else:
         model = produced
     if not callable(model):
-        raise UsageError(f"{args.factory} returned {type(model).__name__}, not a model")
+        raise UsageError(
+            args.factory, f"returned {type(model).__name__}, not a model", _FACTORY_FORMS
+        )
     if args.inputs and args.input:
-        raise UsageError("give example inputs with --inputs or --input, not both")
+        raise UsageError("--inputs", "and --input are both given", "give one of them")
     if args.inputs:
         inputs = _load_attribute(args.inputs)
         example = _call_user(inputs, args.inputs)
@@ -200,8 +308,9 @@ def _build(factory: Any, args: argparse.Namespace) -> tuple[Any, tuple[Any, ...]
         example = dict(_tensor_from_spec(spec) for spec in args.input)
     if example is None:
         raise UsageError(
-            f"{args.factory} returned only a model: give example inputs with "
-            "--inputs MODULE:FN or --input NAME=2x3:float32"
+            args.factory,
+            "returned only a model",
+            "give example inputs with --inputs MODULE:FN or --input NAME=2x3:float32",
         )
     positional, keywords = _split_inputs(example)
     return model, positional, keywords
@@ -222,41 +331,29 @@ def _report_usage_error(args: argparse.Namespace, exc: UsageError, location: Any
         arguments=["dynamo-onnx", *sys.argv[1:]],
         subject=args.factory.rpartition(":")[2] or args.factory,
     )
-    finding = ctx.record(
-        "invalid-option",
-        locations=[location],
-        option=args.factory,
-        problem=_usage_problem(args.factory, str(exc).splitlines()[0]),
-        allowed="a factory returns (model, example inputs), or a model when --inputs or "
-        "--input gives them (docs/ci.md)",
-    )
+    finding = ctx.record("invalid-option", locations=[location], **exc.fields)
     ctx.finish(ctx.error_for([finding], InvalidOptionValueError, finding.message))
     _, unwritten = _write_reports(ctx, args)
-    if unwritten:
-        print("could not write " + ", ".join(unwritten), file=sys.stderr)
+    for failure in unwritten:
+        print(failure, file=sys.stderr)
 
 
-def _usage_problem(factory: str, text: str) -> str:
-    """The usage error as a DO109 problem of ``factory``: "returned only a model: ..."."""
-    rest = text.removeprefix(factory).strip()
-    return rest if rest != text.strip() else f"cannot be used: {text}"
-
-
-def _write_reports(ctx: Any, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+def _write_reports(ctx: Any, args: argparse.Namespace) -> tuple[list[str], list[CommandError]]:
     """Write each report asked for; one that cannot be written does not stop the other.
-    Returns what was written and what failed (with the reason)."""
+    Returns what was written and why each of the others was not (DO902)."""
     ctx.all_rules = args.all_rules
     written, failed = [], []
-    for label, path, keyword in (
-        ("SARIF", args.sarif, "sarif_path"),
-        ("report", args.report, "markdown_path"),
+    for label, what, path, keyword in (
+        ("SARIF", "SARIF log", args.sarif, "sarif_path"),
+        ("report", "markdown report", args.report, "markdown_path"),
     ):
         if not path:
             continue
         try:
-            ctx.save_reports(**{keyword: path})
-        except OSError as exc:
-            failed.append(f"{label} {path} ({exc.strerror or exc})")
+            with _writing(what, path):
+                ctx.save_reports(**{keyword: path})
+        except CommandError as exc:
+            failed.append(exc)
         else:
             written.append(f"{label} {path}")
     return written, failed
@@ -283,6 +380,70 @@ def _summary(ctx: Any) -> str:
     return f"{levels['ERROR']} error(s), {levels['WARNING']} warning(s)"
 
 
+def _warning_lines(ctx: Any) -> list[str]:
+    """Each warning of a successful export on one line: rule, location, message (the
+    first line; the reports hold the rest and the fix)."""
+    fallback = ctx.call_site
+    lines = []
+    for finding in ctx.findings:
+        if ctx.effective_level(finding).name != "WARNING":
+            continue
+        where = ctx.display(finding.primary or fallback)
+        text = finding.message.splitlines()[0] if finding.message else ""
+        lines.append(f"  warning {finding.rule.id} {finding.rule.name} {where}: {text}")
+    return lines
+
+
+_DIM_FORM = "--dynamic-dim takes INPUT:DIM=NAME (x:0=batch), DIM an index, NAME an identifier"
+
+
+def _dynamic_shapes(args: argparse.Namespace) -> Any:
+    """``--dynamic`` (every dimension) or ``--dynamic-dim x:0=batch`` (named ones) as the
+    ``dynamic_shapes`` of the export: ``True``, ``{"x": {0: "batch"}}`` or None."""
+    if args.dynamic and args.dynamic_dim:
+        raise UsageError("--dynamic", "and --dynamic-dim are both given", "give one of them")
+    if args.dynamic:
+        return True
+    if not args.dynamic_dim:
+        return None
+    spec: dict[str, dict[int, str]] = {}
+    for text in args.dynamic_dim:
+        where, _, name = text.partition("=")
+        input_name, sep, dim_text = where.partition(":")
+        if not sep or not input_name.isidentifier() or not dim_text.isdigit():
+            raise UsageError(text, "is not of the form INPUT:DIM=NAME", _DIM_FORM)
+        name = name or f"{input_name}_dim{dim_text}"
+        if not name.isidentifier():
+            raise UsageError(text, f"names the dimension {name!r}, not an identifier", _DIM_FORM)
+        spec.setdefault(input_name, {})[int(dim_text)] = name
+    return spec
+
+
+_REGISTRY_FORMS = (
+    "--registry takes MODULE:NAME of an OnnxRegistry, a function returning one, or a "
+    "custom_translation_table dict {torch.ops.ns.op.default: onnxscript function}"
+)
+
+
+def _registry(args: argparse.Namespace) -> dict[str, Any]:
+    """``--registry MODULE:NAME`` as the export's ``registry=`` or
+    ``custom_translation_table=`` keyword (DO301's fix, from the command line)."""
+    if not args.registry:
+        return {}
+    from collections.abc import Mapping
+
+    from dynamo_onnx.registry import OnnxRegistry
+
+    found = _load_attribute(args.registry)
+    if not isinstance(found, (OnnxRegistry, Mapping)) and callable(found):
+        found = _call_user(found, args.registry)
+    if isinstance(found, OnnxRegistry):
+        return {"registry": found}
+    if isinstance(found, Mapping):
+        return {"custom_translation_table": found}
+    raise UsageError(args.registry, f"is a {type(found).__name__}", _REGISTRY_FORMS)
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     import dynamo_onnx
 
@@ -290,13 +451,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
     try:
         factory = _load_factory(args)
         model, positional, keywords = _model_and_inputs(factory, args)
+        dynamic = _dynamic_shapes(args)
+        translation = _registry(args)
     except UsageError as exc:
         _report_usage_error(args, exc, _factory_location(factory) if factory else None)
         raise
     # Findings without a line in the model's own code (an nn.Sequential, a library model)
     # point at the factory, not at the launcher that called us (exporter.CALL_SITE_LOCAL).
     __dynamo_onnx_call_site__ = _factory_location(factory)  # noqa: F841
-    dynamic = True if args.dynamic else None
     show_progress = not args.quiet and sys.stderr.isatty()
     options = dynamo_onnx.DiagnosticOptions(
         verbosity_level=_VERBOSITY[args.verbosity], warnings_as_errors=args.warnings_as_errors
@@ -305,7 +467,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     program = None
     code, failure = EXIT_OK, ""
     try:
-        # The command prints its own summary of the findings: no Python warning repeats it.
+        # The command prints its own list of the warnings: no Python warning repeats them.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", dynamo_onnx.DynamoOnnxWarning)
             program = dynamo_onnx.export(
@@ -318,6 +480,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 source_root=args.source_root or default_source_root(),
                 progress=ProgressPrinter(sys.stderr) if show_progress else None,
                 verbose=args.verbose,
+                **translation,
             )
         ctx = program.diagnostics
     except dynamo_onnx.WarningsAsErrorsError as error:
@@ -345,14 +508,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
     reports, unwritten = _write_reports(ctx, args)
     written += reports
     exported = code == EXIT_OK
+    unwritten_text = "\n".join(map(str, unwritten))
     if unwritten and exported:
-        code, failure = EXIT_FAILED, "could not write " + ", ".join(unwritten)
+        code, failure = EXIT_FAILED, unwritten_text
     elif unwritten:
-        failure += "\ncould not write " + ", ".join(unwritten)
+        failure += "\n" + unwritten_text
     elapsed = time.perf_counter() - start
     where = "; wrote " + ", ".join(written) if written else ""
     if code == EXIT_OK:
-        print(f"exported {ctx.subject} in {elapsed:.1f} s: {_summary(ctx)}{where}")
+        _emit(f"exported {ctx.subject} in {elapsed:.1f} s: {_summary(ctx)}{where}")
+        listing = _warning_lines(ctx)
+        if listing:
+            print(_bounded("\n".join(listing)), file=sys.stderr)
         return code
     if exported:
         headline = (
@@ -362,7 +529,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         headline = f"exported {ctx.subject}, but warnings are errors: {_summary(ctx)}{where}"
     else:
         headline = f"export of {ctx.subject} failed: {_summary(ctx)}{where}"
-    print(headline)
+    _emit(headline)
     print(_bounded(failure), file=sys.stderr)
     return code
 
@@ -370,22 +537,26 @@ def _cmd_export(args: argparse.Namespace) -> int:
 # -- rules, report -----------------------------------------------------------------------
 
 
+def _rule_order(rule: Any) -> tuple[int, str]:
+    """DO100 before DO1000: by the number of the id."""
+    digits = "".join(c for c in rule.id if c.isdigit())
+    return (int(digits) if digits else 0, rule.id)
+
+
 def _cmd_rules(args: argparse.Namespace) -> int:
     if args.rule is None:
-        for rule in catalog():
-            print(f"{rule.id}  {rule.name:<30} {rule.level:<8} {rule.short}")
+        for rule in sorted(catalog(), key=_rule_order):
+            _emit(f"{rule.id}  {rule.name:<30} {rule.level:<8} {rule.short}")
         return EXIT_OK
-    try:
-        rule = catalog().get(args.rule)
-    except KeyError:
-        try:  # `do301` is DO301
-            rule = catalog().get(args.rule.upper())
-        except KeyError:
-            raise UsageError(f"no rule {args.rule!r}; `dynamo-onnx rules` lists them") from None
-    print(f"{rule.id} {rule.name} ({rule.level}, pass {rule.pass_name})\n")
-    print(rule.short + "\n")
-    print(rule.full + "\n")
-    print(rule.help)
+    rules = catalog()
+    key = args.rule if args.rule in rules else args.rule.upper()  # `do301` is DO301
+    if key not in rules:
+        raise UsageError(args.rule, "is not a rule id or name", "`dynamo-onnx rules` lists them")
+    rule = rules.get(key)
+    _emit(f"{rule.id} {rule.name} ({rule.level}, pass {rule.pass_name})\n")
+    _emit(rule.short + "\n")
+    _emit(rule.full + "\n")
+    _emit(rule.help)
     return EXIT_OK
 
 
@@ -394,29 +565,30 @@ def _read_log(path: str) -> dict[str, Any]:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        raise UsageError(f"cannot read the SARIF log {path}: {exc.strerror or exc}") from exc
+        raise UnreadableLogError(path, _cause(exc)) from None
+    except UnicodeDecodeError:
+        raise UnreadableLogError(path, "not UTF-8 text") from None
     if not text.strip():
-        raise UsageError(f"cannot read the SARIF log {path}: the file is empty")
+        raise UnreadableLogError(path, "the file is empty")
     try:
         log = json.loads(text)
     except ValueError as exc:
-        raise UsageError(f"cannot read the SARIF log {path}: not JSON ({exc})") from exc
+        raise UnreadableLogError(path, f"not JSON ({exc})") from None
     try:
         log["runs"][0]["results"]  # noqa: B018 - the shape we need
     except (KeyError, IndexError, TypeError):
-        raise UsageError(
-            f"cannot read the SARIF log {path}: not a SARIF log (it has no runs[0].results)"
-        ) from None
+        raise UnreadableLogError(path, "not a SARIF log (it has no runs[0].results)") from None
     return log
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     text = markdown.render(_read_log(args.sarif))
     if args.output:
-        atomic_write_text(args.output, text)
-        print(f"wrote {args.output}")
+        with _writing("markdown report", args.output):
+            atomic_write_text(args.output, text)
+        _emit(f"wrote {args.output}")
     else:
-        sys.stdout.write(text)
+        _emit(text.rstrip("\n"))
     return EXIT_OK
 
 
@@ -449,9 +621,6 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         is_new = not args.baseline or result["baselineState"] == "new"
         if is_new and _RANK.get(result.get("level", "warning"), 2) >= threshold:
             failing.append(result)
-    if args.output:
-        sarif.validate(log)
-        atomic_write_text(args.output, json.dumps(log, indent=2) + "\n")
     scope = "new " if args.baseline else ""
     verdict = "failed" if failing else "passed"
     lines = [
@@ -459,23 +628,80 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     ]
     rules = run["tool"]["driver"].get("rules", [])
     for result in failing:
-        location = result["locations"][0]["physicalLocation"]
-        rule = rules[result["ruleIndex"]] if rules else {"name": ""}
         lines.append(
-            f"  {result['level']} {result['ruleId']} {rule.get('name', '')} "
-            f"{location['artifactLocation']['uri']}:{location['region']['startLine']}: "
-            f"{result['message']['text']}"
+            f"  {result.get('level', 'warning')} {result.get('ruleId', '')} "
+            f"{_rule_name(result, rules)} {_where(result)}: {result['message']['text']}"
         )
-    print("\n".join(lines))
+    _emit("\n".join(lines))
+    writes = []
+    if args.output:
+        try:
+            sarif.validate(log)
+        except ValueError as exc:
+            raise UnreadableLogError(args.sarif, str(exc)) from None
+        text = json.dumps(log, indent=2) + "\n"
+        writes.append(
+            ("gated SARIF log", args.output, lambda: atomic_write_text(args.output, text))
+        )
     summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_path:
-        _append_step_summary(summary_path, verdict, scope, args.fail_on, failing, rules)
+        summary = _step_summary(verdict, scope, args.fail_on, failing, rules)
+        writes.append(
+            (
+                "job summary (GITHUB_STEP_SUMMARY)",
+                summary_path,
+                lambda: _append(summary_path, summary),
+            )
+        )
+    try:
+        _write_each(writes)
+    except CommandError as exc:
+        # 1 keeps meaning "results at or above the level": a passed gate whose files
+        # cannot be written is a command that cannot be carried out as asked (2).
+        exc.code = EXIT_FAILED if failing else EXIT_USAGE
+        raise
     return EXIT_FAILED if failing else EXIT_OK
 
 
-def _append_step_summary(
-    path: str, verdict: str, scope: str, level: str, failing: list[dict[str, Any]], rules: list[Any]
-) -> None:
+def _rule_name(result: dict[str, Any], rules: list[Any]) -> str:
+    index = result.get("ruleIndex")
+    return rules[index].get("name", "") if isinstance(index, int) and index < len(rules) else ""
+
+
+def _where(result: dict[str, Any]) -> str:
+    """``uri:line`` of a result's first location (a log may have results without one)."""
+    try:
+        location = result["locations"][0]["physicalLocation"]
+        return f"{location['artifactLocation']['uri']}:{location['region']['startLine']}"
+    except (KeyError, IndexError, TypeError):
+        return "(no location)"
+
+
+def _write_each(writes: list[tuple[str, str, Any]]) -> None:
+    """Attempt every write; one that fails does not stop the others. The failures are
+    raised together as one DO902 (exit code 1)."""
+    failures: list[CommandError] = []
+    for what, path, write in writes:
+        try:
+            with _writing(what, path):
+                write()
+        except CommandError as exc:
+            failures.append(exc)
+    if failures:
+        first, *rest = failures
+        if rest:
+            first.detail = "\n".join(str(f).splitlines()[0] for f in rest)
+        raise first
+
+
+def _append(path: str, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _step_summary(
+    verdict: str, scope: str, level: str, failing: list[dict[str, Any]], rules: list[Any]
+) -> str:
     """A markdown table of the failing results for the GitHub Actions job summary."""
     icon = "❌" if failing else "✅"
     text = [
@@ -485,15 +711,13 @@ def _append_step_summary(
     if failing:
         text += ["| Level | Rule | Location | Message |", "| --- | --- | --- | --- |"]
         for result in failing:
-            location = result["locations"][0]["physicalLocation"]
-            name = rules[result["ruleIndex"]].get("name", "") if rules else ""
+            name = _rule_name(result, rules)
             message = " ".join(result["message"]["text"].split()).replace("|", "\\|")
             text.append(
-                f"| {result['level']} | {result['ruleId']} `{name}` | "
-                f"`{location['artifactLocation']['uri']}:{location['region']['startLine']}` | {message} |"
+                f"| {result.get('level', 'warning')} | {result.get('ruleId', '')} `{name}` | "
+                f"`{_where(result)}` | {message} |"
             )
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write("\n".join(text) + "\n\n")
+    return "\n".join(text) + "\n\n"
 
 
 # -- the parser --------------------------------------------------------------------------
@@ -506,7 +730,12 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--version",
+        action="store_true",
+        help="print the versions of dynamo-onnx, torch, onnx, onnxscript and onnxruntime",
+    )
+    commands = parser.add_subparsers(dest="command")
 
     export = commands.add_parser(
         "export",
@@ -543,6 +772,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--dynamic", action="store_true", help="make every input dimension dynamic")
     export.add_argument(
+        "--dynamic-dim",
+        action="append",
+        metavar="INPUT:DIM=NAME",
+        help="make one dimension of forward's INPUT dynamic under NAME (x:0=batch; "
+        "repeatable; a shared NAME makes dimensions equal); warns (DO106) where the model "
+        "fixes its size",
+    )
+    export.add_argument(
+        "--registry",
+        metavar="MODULE:NAME",
+        help="the ONNX functions to translate with: an OnnxRegistry, a function returning "
+        "one, or a custom_translation_table dict (DO301's fix)",
+    )
+    export.add_argument(
         "--fake",
         action="store_true",
         help="build the model in fake mode (meta device, no weight memory); the "
@@ -564,7 +807,11 @@ def _parser() -> argparse.ArgumentParser:
         help="SARIF paths are relative to this (default: the top of the git work tree "
         "holding the working directory, else the working directory)",
     )
-    export.add_argument("--quiet", action="store_true", help="print only the final summary")
+    export.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress: only the final summary (and the warnings, or what failed)",
+    )
     export.add_argument(
         "--verbose",
         action="store_true",
@@ -600,16 +847,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _versions() -> str:
+    from dynamo_onnx.versions import package_version, tool_versions
+
+    tools = ", ".join(f"{name} {version}" for name, version in tool_versions().items())
+    return f"dynamo-onnx {package_version()} ({tools})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit code."""
     # torch's own deprecation chatter is not the user's concern on a terminal.
     warnings.filterwarnings("ignore", category=FutureWarning)
-    args = _parser().parse_args(argv)  # exits 2 on bad options
+    parser = _parser()
+    args = parser.parse_args(argv)  # exits 2 on bad options
     try:
+        if args.version:
+            _emit(_versions())
+            return EXIT_OK
+        if args.command is None:
+            parser.error("give a command (export, rules, report, gate) or --version")
         return int(args.func(args))
-    except UsageError as exc:
-        print(f"dynamo-onnx {args.command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except CommandError as exc:
+        command = f"dynamo-onnx {args.command}" if args.command else "dynamo-onnx"
+        print(f"{command}: {exc}", file=sys.stderr)
+        return exc.code
 
 
 if __name__ == "__main__":

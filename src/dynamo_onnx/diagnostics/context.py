@@ -39,6 +39,9 @@ __all__ = [
     "mark_recorded",
 ]
 
+#: Rules an error names in its headline, each with its fix; the reports hold the rest.
+MAX_RULES_NAMED = 5
+
 #: Marks an exception whose findings are already in the context.
 RECORDED_ATTR = "_dynamo_onnx_recorded"
 
@@ -214,11 +217,21 @@ class DiagnosticContext:
     def error_for(
         self, findings: Sequence[Finding], error_type: type[OnnxExporterError], cause: str
     ) -> OnnxExporterError:
-        """The error :meth:`raise_for` raises: ``[ID name] cause`` and the rule's fix."""
-        rule = findings[0].rule
-        error = error_type(
-            format_message(rule.id, rule.name, cause, rule.fix), rule_id=rule.id, diagnostics=self
-        )
+        """The error :meth:`raise_for` raises: ``[ID name] cause`` and the rule's fix. When
+        the findings are of several rules (warnings made errors: DO401, DO122, DO120), the
+        headline names each and a fix follows for each, at most :data:`MAX_RULES_NAMED`
+        of them and a count of the rest; ``rule_id`` is the first's."""
+        rules = list(dict.fromkeys(f.rule for f in findings))
+        rule = rules[0]
+        if len(rules) == 1:
+            text = format_message(rule.id, rule.name, cause, rule.fix)
+        else:
+            shown, rest = rules[:MAX_RULES_NAMED], len(rules) - MAX_RULES_NAMED
+            more = f" (+{rest} more rule(s) in the reports)" if rest > 0 else ""
+            tags = " ".join(f"[{r.id} {r.name}]" for r in shown)
+            fixes = "\n".join(f"Fix ({r.id}): {r.fix}" for r in shown)
+            text = f"{tags}{more} {cause}\n{fixes}"
+        error = error_type(text, rule_id=rule.id, diagnostics=self)
         mark_recorded(error)
         return error
 

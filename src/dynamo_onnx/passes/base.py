@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import PassRecord
 from dynamo_onnx.errors import OnnxExporterError
+from dynamo_onnx.passes.logs import deprecations_ignored
 from dynamo_onnx.rules import catalog
 
 if TYPE_CHECKING:
@@ -225,9 +226,10 @@ def run_pipeline(ctx: DiagnosticContext, passes: Sequence[Pass[S]], state: S) ->
     step: Pass[S] | None = None
     record: PassRecord | None = None
     try:
-        for step in passes:
-            with ctx.pass_(step.name) as record:
-                state = step(ctx, state)
+        with deprecations_ignored():
+            for step in passes:
+                with ctx.pass_(step.name) as record:
+                    state = step(ctx, state)
     except OnnxExporterError as error:
         error.diagnostics = error.diagnostics or ctx
         if reopened:

@@ -91,6 +91,8 @@ def _report_specializations(
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     symbols, guards = _guards(ctx, state.shape_log)
     kept: list[str] = []
+    #: the model's lines that fix a kept dimension: the note is at the first, as it says
+    fixed_at: list[Location] = []
     for (input_name, dim), example in state.valid.requested_dims.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
@@ -111,6 +113,7 @@ def _report_specializations(
         if not declared:
             because = f", because of `{guard}` at {ctx.display(where)}" if where else ""
             kept.append(f"`{state.valid.label(input_name)}` dimension {dim} = {value}{because}")
+            fixed_at += [where] if where else []
             continue
         ctx.record(
             "dynamic-dim-specialized",
@@ -122,7 +125,12 @@ def _report_specializations(
             source=ctx.display(where) if where else "an unknown line",
         )
     if kept:
-        ctx.record("dynamic-dims-kept-static", count=len(kept), dims="; ".join(kept))
+        ctx.record(
+            "dynamic-dims-kept-static",
+            locations=fixed_at[:1],
+            count=len(kept),
+            dims="; ".join(kept),
+        )
 
 
 def _asked_range(spec: Any, input_name: str, dim: int) -> tuple[int, int | None]:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 __all__ = [
     "ONNX_IR_CHATTER",
+    "deprecations_ignored",
     "dropped",
     "filtered",
     "partial_graphs_dropped",
@@ -52,6 +53,19 @@ def dropped(*names: str) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         for name in names:
             stack.enter_context(filtered(logging.getLogger(name), _DropAll()))
+        yield
+
+
+@contextlib.contextmanager
+def deprecations_ignored() -> Iterator[None]:
+    """Deprecation warnings (``FutureWarning``, ``DeprecationWarning``) ignored while the
+    passes run: the passes call the model and the libraries as the user's inputs ask
+    (transformers' "`past_key_values` is deprecated, use `cache`" on every eager call of a
+    capture and a verification), which the user sees when they call the model themselves;
+    repeated by an export, they are noise. The caller's filters are put back afterwards."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
         yield
 
 

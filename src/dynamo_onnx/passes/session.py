@@ -18,6 +18,7 @@ import onnx_ir as ir
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.io import onnx_file
+from dynamo_onnx.io.runner import quiet_session_options
 from dynamo_onnx.options import ONNXRuntimeOptions
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.real_weights import require_real_weights
@@ -34,6 +35,8 @@ def default_session(model: str | bytes, options: ONNXRuntimeOptions | None = Non
     session_options = options.session_options
     if isinstance(session_options, Sequence):
         session_options = session_options[0] if session_options else None
+    if session_options is None:  # the caller's own options keep their logging
+        session_options = quiet_session_options()
     providers = options.execution_providers or ["CPUExecutionProvider"]
     return ort.InferenceSession(
         model,

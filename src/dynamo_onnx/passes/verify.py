@@ -24,7 +24,7 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.io.caches import cache_parts, copy_caches, is_cache
 from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
-from dynamo_onnx.io.runner import Runner
+from dynamo_onnx.io.runner import Runner, quiet_session_options
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.fx import random_outputs, range_bounds
 from dynamo_onnx.registry import target_name
@@ -379,10 +379,10 @@ def _first_divergence(
             probe.graph.outputs.append(value)
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # ONNX Runtime's load-time warnings are not ours
     session = ort.InferenceSession(
-        ir.to_proto(probe).SerializeToString(), options, providers=["CPUExecutionProvider"]
+        ir.to_proto(probe).SerializeToString(),
+        quiet_session_options(),
+        providers=["CPUExecutionProvider"],
     )
     feed_names = [i.name for i in session.get_inputs()]
     feed = {

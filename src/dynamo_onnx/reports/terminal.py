@@ -23,18 +23,29 @@ MAX_PYTHON_WARNINGS = 5
 
 
 class ProgressPrinter:
-    """Each pass as it runs, with its time, and a node counter during translation."""
+    """Each pass as it runs, with its time, and a node counter during translation.
+
+    On a terminal a pass's line is rewritten in place (``\\r`` and erase-to-end); into a
+    file or a pipe (``2> log``, CI) each pass is one plain line when it ends, with no
+    control characters."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
+        isatty = getattr(stream, "isatty", None)
+        self.live = bool(isatty()) if callable(isatty) else False
 
     def __call__(self, event: ProgressEvent) -> None:
+        mark = "done" if event.outcome == "ok" else event.outcome
+        if not self.live:
+            if event.kind == "end":
+                self.stream.write(f"  {event.pass_name}: {mark} in {event.duration_s:.2f} s\n")
+                self.stream.flush()
+            return
         if event.kind == "start":
             self.stream.write(f"  {event.pass_name} ...")
         elif event.kind == "progress":
             self.stream.write(f"\r  {event.pass_name} ... {event.done}/{event.total} nodes")
         else:
-            mark = "done" if event.outcome == "ok" else event.outcome
             self.stream.write(f"\r  {event.pass_name}: {mark} in {event.duration_s:.2f} s\033[K\n")
         self.stream.flush()
 

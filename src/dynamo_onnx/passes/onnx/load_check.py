@@ -28,6 +28,7 @@ from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.fake import is_fake
+from dynamo_onnx.io.runner import quiet_session_options
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.domains import custom_domain_nodes
 from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE
@@ -45,14 +46,6 @@ _NODE = re.compile(
     r"in '([\w./-]+) : ",
     re.IGNORECASE,
 )
-
-
-def quiet_session_options() -> ort.SessionOptions:
-    """A session of our own logs errors only: ONNX Runtime's warnings while it loads the
-    model ("can't constant fold CastLike") are its optimizer's business, not the user's."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return options
 
 
 class LoadCheckPass:
