@@ -41,7 +41,7 @@ def test_the_passes_of_an_export_are_named_for_what_they_do(tmp_path):
     program = dynamo_onnx.export(MLPModel(), (torch.randn(97, 8),))
     names = [p.name for p in program.diagnostics.passes]
     assert names == [
-        "validate", "capture", "dynamic-shapes", "semantics", "decomposition", "translation",
+        "validate", "capture", "dynamic-shapes", "decomposition", "semantics", "translation",
         "finalize", "opset-conversion", "module-functions", "weight-check", "load-check", "optimization",
     ]  # fmt: skip
     assert set(names) <= set(PassName.all())

@@ -11,7 +11,9 @@ import torch
 __all__ = [
     "TORCH_TO_ONNX_DTYPE",
     "DtypeNotInOnnx",
+    "TensorSubclassWeight",
     "has_onnx_dtype",
+    "is_wrapper_subclass",
     "onnx_dtype",
     "onnx_shape",
     "torch_tensor_to_ir",
@@ -69,6 +71,30 @@ class DtypeNotInOnnx(TypeError):
         self.dtype = dtype
 
 
+class TensorSubclassWeight(TypeError):
+    """A tensor subclass that wraps other tensors reached the ONNX model as a weight.
+
+    Such a tensor (``TwoTensor``, quantized and distributed tensors) has no storage of its
+    own: its bytes are those of the tensors it holds, and reading its data pointer reads
+    unrelated memory (a segmentation fault while serializing, before any report is
+    written). torch.export's decompositions take it apart into its plain tensors first.
+    """
+
+    def __init__(self, name: str, tensor: torch.Tensor) -> None:
+        super().__init__(
+            f"weight `{name}` is a {type(tensor).__name__}, a tensor subclass that holds "
+            "other tensors and has no data of its own"
+        )
+        self.name = name
+        self.type_name = type(tensor).__name__
+
+
+def is_wrapper_subclass(tensor: object) -> bool:
+    """Whether ``tensor`` is a tensor subclass that wraps other tensors: it implements
+    the ``__tensor_flatten__`` protocol torch.export uses to take it apart."""
+    return isinstance(tensor, torch.Tensor) and hasattr(tensor, "__tensor_flatten__")
+
+
 def has_onnx_dtype(dtype: torch.dtype) -> bool:
     """Whether a tensor of ``dtype`` can be an ONNX value; complex tensors are exported as
     their [..., 2] reals, so complex32 (which ONNX lacks) is [..., 2] float16."""
@@ -115,7 +141,13 @@ class _TorchTensor(ir.tensor_adapters.TorchTensor):
 
 
 def torch_tensor_to_ir(tensor: torch.Tensor, name: str) -> ir.TensorProtocol:
-    """Wrap a torch tensor for onnx_ir without copying; complex becomes [..., 2] floats."""
+    """Wrap a torch tensor for onnx_ir without copying; complex becomes [..., 2] floats.
+
+    A tensor subclass that wraps others is refused (:class:`TensorSubclassWeight`): its
+    data pointer is not its data, and serializing it would crash the process.
+    """
+    if is_wrapper_subclass(tensor):
+        raise TensorSubclassWeight(name, tensor)
     if tensor.is_complex():
         tensor = torch.view_as_real(tensor)
     return _TorchTensor(tensor.detach(), name=name)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import torch
+from conftest import line_of
 from helpers import program_state
 
 from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.passes.decompose import DecomposePass
 from dynamo_onnx.passes.semantics import SemanticsPass
 
 
@@ -43,7 +45,20 @@ def test_an_eval_mode_model_has_no_finding():
 
 
 def test_a_buffer_the_forward_updates_is_reported():
+    # The pass runs after decomposition: the program is functional and its signature
+    # names the buffer; the captured program gives the line.
     ctx = DiagnosticContext()
-    SemanticsPass()(ctx, program_state(Counts().eval(), (torch.randn(4),)))
+    state = DecomposePass()(ctx, program_state(Counts().eval(), (torch.randn(4),)))
+    assert state.captured_program is not None
+    SemanticsPass()(ctx, state)
     (finding,) = ctx.by_rule("buffer-mutated")
     assert "calls" in finding.message
+    assert finding.primary.line == line_of(Counts.forward, "add_")
+
+
+def test_a_captured_program_alone_has_no_mutation_in_its_signature():
+    # torch.export's captured graph keeps the in-place operator and an empty signature:
+    # what the pass decides from is the functional program's.
+    ctx = DiagnosticContext()
+    SemanticsPass()(ctx, program_state(Counts().eval(), (torch.randn(4),)))
+    assert not ctx.by_rule("buffer-mutated")

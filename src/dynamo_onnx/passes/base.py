@@ -44,8 +44,8 @@ class PassName:
     VALIDATE = "validate"
     CAPTURE = "capture"
     DYNAMIC_SHAPES = "dynamic-shapes"
-    SEMANTICS = "semantics"
     DECOMPOSITION = "decomposition"
+    SEMANTICS = "semantics"
     TRANSLATION = "translation"
     FINALIZE = "finalize"
     OPSET_CONVERSION = "opset-conversion"
@@ -174,6 +174,9 @@ class ExportState:
         request: the caller's arguments, as given: only the validate pass reads them.
         checked: the request as validation checked it, for every later pass.
         exported_program: the captured, then decomposed, program (never the caller's object).
+        captured_program: the program as captured, kept by decomposition: the user's
+            in-place operators as written (the semantics pass's lines for what the
+            decomposed program's signature says is written).
         shape_log: torch's symbolic-shape log records of the capture that succeeded.
         dim_names: torch's dimension symbols (``s17``) -> names in the ONNX model.
         onnx_model: the ONNX model, from translation on.
@@ -182,6 +185,7 @@ class ExportState:
     request: ExportRequest
     checked: CheckedRequest | None = None
     exported_program: torch.export.ExportedProgram | None = None
+    captured_program: torch.export.ExportedProgram | None = None
     shape_log: tuple[ShapeLogRecord, ...] = ()
     dim_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     onnx_model: ir.Model | None = None

@@ -28,6 +28,7 @@ from dynamo_onnx.io.runner import Runner, quiet_session_options
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.fx import random_outputs, range_bounds
 from dynamo_onnx.registry import target_name
+from dynamo_onnx.tensors import is_wrapper_subclass
 
 __all__ = ["Comparison", "VerifyPass", "VerifyRequest", "compare"]
 
@@ -51,6 +52,9 @@ class Comparison:
 
 
 def _leaves(value: Any) -> list[Any]:
+    if is_wrapper_subclass(value):  # its plain tensors, as torch.export flattens it
+        names, _ = value.__tensor_flatten__()
+        return [leaf for name in names for leaf in _leaves(getattr(value, name))]
     if isinstance(value, torch.Tensor):
         return [value]
     if is_cache(value):  # its tensors, as the export returns them

@@ -158,6 +158,7 @@ class _ShapeLog(logging.Filter):
 def copy_program(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """A program whose graph can be rewritten without touching ``ep`` (weights shared)."""
     gm = copy.deepcopy(ep.graph_module)
+    _keep_names(gm, ep.graph_module)
     return torch.export.ExportedProgram(
         root=gm,
         graph=gm.graph,
@@ -169,6 +170,34 @@ def copy_program(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgr
         constants=ep.constants,
         verifiers=ep.verifiers,
     )
+
+
+def _keep_names(copied: torch.fx.GraphModule, original: torch.fx.GraphModule) -> None:
+    """Give the copy's nodes the original's names, in every graph of the module.
+
+    Copying a graph renames a node named like a Python builtin (``input``, the parameter
+    of every ``torch.nn`` module's ``forward``, becomes ``input_1``), while the copied
+    signature keeps the original names: the program would no longer match its signature.
+    torch.export names its nodes directly (``node.name = node.target = ...``) and so
+    does this; the names were valid and unique in the original graph.
+    """
+    originals = dict(original.named_modules())
+    for path, module in copied.named_modules():
+        source = originals.get(path)
+        if not isinstance(module, torch.fx.GraphModule) or not isinstance(
+            source, torch.fx.GraphModule
+        ):
+            continue
+        renamed = False
+        for node, before in zip(module.graph.nodes, source.graph.nodes):
+            if node.name != before.name:
+                node.name = before.name
+                renamed = True
+            if node.op == "placeholder" and node.target != before.target:
+                node.target = before.target
+                renamed = True
+        if renamed:
+            module.recompile()
 
 
 def _frames(exc: BaseException) -> tuple[tuple[Location, ...], tuple[Location, ...]]:

@@ -99,7 +99,7 @@ class DecomposePass:
             ctx.record("view-rewritten-as-reshape", count=views)
         if casts:
             ctx.record("type-promotion-inserted", count=casts)
-        return state.replace(exported_program=ep)
+        return state.replace(exported_program=ep, captured_program=state.exported_program)
 
     @staticmethod
     def _lower(

@@ -2,7 +2,8 @@
 
 Re-tracing is the most expensive step of an export after capture (a second trace of the
 whole model: 3.4 s of GPT-2 124M's 9 s). It is skipped when the captured graph is already
-translatable: functional (no in-place operator, no mutated input or buffer), and every
+translatable: functional (no in-place operator, no mutated input or buffer), with plain
+tensors as weights (torch.export's decompositions take a tensor subclass apart), and every
 operator either has an ONNX function, is control flow we translate, or is one of at most a
 few statically shaped nodes that translation decomposes alone (DO306).
 """
@@ -22,6 +23,7 @@ from dynamo_onnx.passes.fx import (
     translated_higher_order,
 )
 from dynamo_onnx.registry import OnnxRegistry, target_name
+from dynamo_onnx.tensors import is_wrapper_subclass
 
 __all__ = ["MAX_NODE_FALLBACKS", "retrace_reason"]
 
@@ -42,6 +44,17 @@ def retrace_reason(
     ]
     if mutations:
         return f"the program mutates its inputs or buffers ({mutations[0]})"
+    subclass = next(
+        (
+            (name, tensor)
+            for name, tensor in (*ep.state_dict.items(), *ep.constants.items())
+            if is_wrapper_subclass(tensor)
+        ),
+        None,
+    )
+    if subclass is not None:  # the re-trace takes it apart into its plain tensors
+        name, tensor = subclass
+        return f"weight `{name}` is a tensor subclass ({type(tensor).__name__})"
     fallbacks: set[str] = set()
     for gm in graph_modules(ep):
         for node in gm.graph.nodes:

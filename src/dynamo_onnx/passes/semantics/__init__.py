@@ -3,8 +3,9 @@
 An export can succeed and still differ from eager PyTorch: an input changed in place, a
 buffer updated across calls, training-mode modules, random numbers. Each is a warning at the
 user's line that says what the ONNX model does instead and how to get eager's behavior.
-The pass reads the captured program (before decomposition, where in-place operators and
-their arguments are still as the user wrote them) and changes nothing.
+The pass runs after decomposition: the program is functional there, so its signature names
+every input and buffer forward writes, through any view; the captured program (in-place
+operators as the user wrote them) gives the lines. It changes nothing.
 """
 
 from __future__ import annotations
@@ -20,9 +21,17 @@ from dynamo_onnx.errors import OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.fx import draws_random
 from dynamo_onnx.passes.metadata import node_source
+from dynamo_onnx.passes.semantics.mutations import mutation_sites
 from dynamo_onnx.registry import target_name
 
 __all__ = ["TRAINING_BEHAVIOR", "SemanticsPass"]
+
+#: The outputs of a functional program that carry a write to one of its inputs.
+_WRITTEN = (
+    gs.OutputKind.BUFFER_MUTATION,
+    gs.OutputKind.PARAMETER_MUTATION,
+    gs.OutputKind.USER_INPUT_MUTATION,
+)
 
 #: Module types whose forward differs between training and evaluation, and how.
 TRAINING_BEHAVIOR: tuple[tuple[tuple[type[torch.nn.Module], ...], str], ...] = (
@@ -62,7 +71,7 @@ class SemanticsPass:
         training: frozenset[str] = frozenset()
         if isinstance(model, torch.nn.Module):
             training = _training_mode(ctx, program, model)
-        _mutations(ctx, program, training)
+        _mutations(ctx, state, training)
         _random_operators(ctx, program, training)
         return state
 
@@ -70,22 +79,6 @@ class SemanticsPass:
 def _where(ctx: DiagnosticContext, node: torch.fx.Node) -> tuple[Any, str]:
     source = node_source(ctx, node)
     return source, ctx.display(source.primary)
-
-
-def _written_arguments(node: torch.fx.Node) -> list[Any]:
-    """The arguments an in-place operator writes to (``self`` of ``add_``, ``out``...)."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None or not schema.is_mutable:
-        return []
-    written = []
-    for index, argument in enumerate(schema.arguments):
-        if argument.alias_info is None or not argument.alias_info.is_write:
-            continue
-        if index < len(node.args):
-            written.append(node.args[index])
-        elif argument.name in node.kwargs:
-            written.append(node.kwargs[argument.name])
-    return written
 
 
 def _in_modules(path: str, modules: frozenset[str]) -> bool:
@@ -98,42 +91,43 @@ def _called_in(node: torch.fx.Node, modules: frozenset[str]) -> bool:
     return any(_in_modules(path, modules) for path, _ in stack.values())
 
 
-def _mutations(
-    ctx: DiagnosticContext, program: torch.export.ExportedProgram, training: frozenset[str]
-) -> None:
-    kinds = {}
-    for spec in program.graph_signature.input_specs:
-        if isinstance(spec.arg, gs.TensorArgument):
-            kinds[spec.arg.name] = (spec.kind, spec.target)
-    reported: set[str] = set()
-    for node in program.graph.nodes:
-        if node.op != "call_function":
+def _mutations(ctx: DiagnosticContext, state: ExportState, training: frozenset[str]) -> None:
+    """DO120/DO121 for every input, buffer or parameter that forward writes.
+
+    Decided from the decomposed program's signature: functionalization records every
+    write there (``buffers_to_mutate``, ``user_inputs_to_mutate``), through any view
+    (``self.cache[:, :n] = x``, ``x[0].add_(1)``, ``buf.narrow(...).copy_(y)``). Each is
+    located at the user's lines that write it (``mutation_sites``).
+    """
+    program = state.exported_program
+    assert program is not None
+    sites = mutation_sites(state.captured_program or program, program)
+    for spec in program.graph_signature.output_specs:
+        if spec.kind not in _WRITTEN or spec.target is None:
             continue
-        for arg in _written_arguments(node):
-            if (
-                not isinstance(arg, torch.fx.Node)
-                or arg.op != "placeholder"
-                or arg.name in reported
-            ):
-                continue
-            kind, target = kinds.get(arg.name, (None, None))
-            source, where = _where(ctx, node)
-            common = {
-                "locations": [source.primary],
-                "stack": source.frames,
-                "source": where,
-                "op": target_name(node.target),
-            }
-            if kind == gs.InputKind.USER_INPUT:
-                ctx.record("input-mutated", input=arg.name, **common)
-            elif kind == gs.InputKind.BUFFER:
-                owner = str(target).rpartition(".")[0]
-                if owner and _in_modules(owner, training):
-                    continue  # a training-mode module's statistics: DO122 says it
-                ctx.record("buffer-mutated", buffer=target, **common)
-            else:
-                continue
-            reported.add(arg.name)
+        target = spec.target
+        if spec.kind != gs.OutputKind.USER_INPUT_MUTATION:
+            owner = target.rpartition(".")[0]
+            if owner and _in_modules(owner, training):
+                continue  # a training-mode module's statistics: DO122 says it
+        writes = sites.get(target, [])
+        sources = [node_source(ctx, node) for node, _ in writes]
+        located = [s.primary for s in sources if s.primary is not None]
+        primary = located[0] if located else state.valid.model_location
+        frames = next((s.frames for s in sources if s.primary is not None), ())
+        related = list(dict.fromkeys(loc for loc in located[1:] if loc != primary))
+        common: dict[str, Any] = {
+            "locations": [primary],
+            "stack": frames,
+            "related": related,
+            "properties": {"writes": len(writes)},
+            "source": ctx.display(primary) if primary is not None else "an unknown line",
+            "op": writes[0][1] if writes else "an in-place write",
+        }
+        if spec.kind == gs.OutputKind.USER_INPUT_MUTATION:
+            ctx.record("input-mutated", input=state.valid.label(target), **common)
+        else:
+            ctx.record("buffer-mutated", buffer=target, **common)
 
 
 def _random_operators(
