@@ -291,6 +291,12 @@ def _external_data_to_a_buffer(tmp_path):
     return program
 
 
+def _optimize_module_functions(tmp_path):
+    program = dynamo_onnx.export(Lin(), (X,), module_functions=True)
+    program.optimize()  # inlines the layer functions
+    return program
+
+
 def _optimize(tmp_path):
     program = dynamo_onnx.export(Lin(), (X,))
     program.optimize()
@@ -373,6 +379,7 @@ FIXTURES = {
     "DO406": (_save_to_directory, None),
     "DO411": (_save_without_weights, None),
     "DO412": (_external_data_to_a_buffer, None),
+    "DO413": (_optimize_module_functions, None),
     "DO500": (_broken_optimizer, None),
     "DO501": (_optimize, None),
     "DO601": (_verify(1.0), None),
