@@ -20,6 +20,8 @@ LAYERS = {
     "versions": 0,
     "fake": 0,
     "tensors": 0,
+    "files": 0,
+    "torch_onnx_names": 0,
     "rules": 1,
     "options": 2,
     "diagnostics": 3,

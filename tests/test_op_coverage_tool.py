@@ -47,3 +47,24 @@ def test_the_report_has_the_figures_and_a_row_per_operator(results):
     assert "| float32 operators matching eager (of 2) | **2** |" in text
     assert "| `sub` | ✅ match |" in text
     assert "| `rand_like` | ✅ shape/dtype |" in text
+
+
+def test_the_readme_quotes_the_figures_of_docs_coverage_json():
+    """coverage.json (written by `make coverage`) is the source; README quotes it."""
+    import json
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    summary = json.loads((root / "docs" / "coverage.json").read_text())["summary"]
+    readme = " ".join((root / "README.md").read_text().split())
+    found = re.search(
+        r"of torch's (\d+) OpInfo operators with a float32 sample, (\d+) match eager through "
+        r"ONNX Runtime here and (\d+) with `torch.onnx.export\(dynamo=True\)`",
+        readme,
+    )
+    assert found, "README no longer states the coverage figures"
+    good = summary["float32_good"]
+    expected = (summary["operators_tested"], good["dynamo_onnx"], good["torch_onnx"])
+    assert tuple(int(g) for g in found.groups()) == expected
+    table = (root / "docs" / "coverage.md").read_text()
+    assert f"| float32 operators matching eager (of {expected[0]}) | **{expected[1]}** |" in table

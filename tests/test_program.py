@@ -74,11 +74,9 @@ def test_save_external_data_and_initializer_layouts(program, tmp_path):
     assert [i.name for i in program.model.graph.inputs] == ["tensor_x"]
 
 
-def test_save_rejects_non_path_destinations(program):
-    import io
-
-    with pytest.raises(TypeError, match="external_data=True"):
-        program.save(io.BytesIO(), external_data=True)
+def test_save_rejects_what_is_neither_a_path_nor_a_file_object(program):
+    with pytest.raises(TypeError, match="file path or a binary file object"):
+        program.save(42)
 
 
 def test_model_proto_and_session_lifecycle(program):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import onnx
 import onnxscript
 import pytest
 import torch
@@ -51,8 +52,7 @@ def test_custom_operator_exports_and_matches_eager(function):
     registry = dynamo_onnx.OnnxRegistry()
     registry.register_op(function, "dxreg", "scaled_gelu")
     model, x = UsesCustomOp(), torch.randn(3, 4)
-    # opset 18: converting to another opset inlines functions, as optimizing does
-    program = dynamo_onnx.export(model, (x,), registry=registry, opset_version=18, optimize=False)
+    program = dynamo_onnx.export(model, (x,), registry=registry, optimize=False)
     torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
     if function is ScaledGelu:
         assert ("com.example", "ScaledGelu", "") in program.model.functions
@@ -65,6 +65,49 @@ def test_custom_operator_exports_and_matches_eager(function):
         if f.properties["op"] == "dxreg::scaled_gelu"
     ]
     assert dispatched.properties["reason"] == "perfect match (custom function)"
+
+
+@pytest.mark.parametrize("opset", [18, 20, 23])
+def test_a_script_function_stays_a_local_function_at_every_opset(opset):
+    registry = dynamo_onnx.OnnxRegistry()
+    registry.register_op(ScaledGelu, "dxreg", "scaled_gelu")
+    model = UsesCustomOp()
+    program = dynamo_onnx.export(
+        model,
+        (torch.randn(3, 4),),
+        registry=registry,
+        optimize=False,
+        opset_version=opset,
+        dynamic_shapes={"x": {0: "batch"}},
+    )
+    function = program.model.functions[("com.example", "ScaledGelu", "")]
+    assert function.opset_imports[""] == opset == program.model.opset_imports[""]
+    assert [n.op_type for n in program.model.graph][0] == "ScaledGelu"
+    assert any(a.is_ref() for n in function for a in n.attributes.values())  # scale: float
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    for batch in (3, 11):
+        x = torch.randn(batch, 4)
+        torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
+    assert not program.diagnostics.by_rule("local-functions-inlined")
+
+
+@pytest.mark.parametrize(
+    ("call", "reason"),
+    [
+        ({"optimize": False, "opset_version": 17}, "cannot take a function's body to opset 17"),
+        ({}, "the optimizer inlines functions"),  # export()'s defaults: optimize=True
+    ],
+)
+def test_a_script_function_inlined_is_a_note_naming_it(call, reason):
+    registry = dynamo_onnx.OnnxRegistry()
+    registry.register_op(ScaledGelu, "dxreg", "scaled_gelu")
+    model, x = UsesCustomOp(), torch.randn(3, 4)
+    program = dynamo_onnx.export(model, (x,), registry=registry, **call)
+    assert not program.model.functions
+    (note,) = program.diagnostics.by_rule("local-functions-inlined")
+    assert note.message.startswith("Inlined 1 local function(s) (com.example::ScaledGelu): ")
+    assert reason in note.message
+    torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
 
 
 def test_custom_function_via_export_options():

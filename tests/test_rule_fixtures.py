@@ -5,6 +5,7 @@ its own. Every rule of the catalog is here, or in NOT_FROM_A_FIXTURE with the re
 from __future__ import annotations
 
 import inspect
+import io
 import pathlib
 
 import numpy
@@ -291,6 +292,23 @@ def _save_to_directory(tmp_path):
     return program
 
 
+def _save_without_weights(tmp_path):
+    return dynamo_onnx.export(Lin(), (X,), tmp_path / "m.onnx", export_params=False)
+
+
+def _external_data_to_a_buffer(tmp_path):
+    program = dynamo_onnx.export(Lin(), (X,))
+    with pytest.raises(dynamo_onnx.SaveError):
+        program.save(io.BytesIO(), external_data=True)
+    return program
+
+
+def _optimize_module_functions(tmp_path):
+    program = dynamo_onnx.export(Lin(), (X,), module_functions=True)
+    program.optimize()  # inlines the layer functions
+    return program
+
+
 def _optimize(tmp_path):
     program = dynamo_onnx.export(Lin(), (X,))
     program.optimize()
@@ -373,6 +391,9 @@ FIXTURES = {
     "DO404": (_apply_wrong_weights, None),
     "DO405": (lambda t: dynamo_onnx.export(Lin(), (X,), module_functions=True), None),
     "DO406": (_save_to_directory, None),
+    "DO411": (_save_without_weights, None),
+    "DO412": (_external_data_to_a_buffer, None),
+    "DO413": (_optimize_module_functions, None),
     "DO500": (_broken_optimizer, None),
     "DO501": (_optimize, None),
     "DO601": (_verify(1.0), None),

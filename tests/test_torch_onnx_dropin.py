@@ -7,7 +7,9 @@ and run in ONNX Runtime at two batch sizes against eager PyTorch.
 from __future__ import annotations
 
 import inspect
+import io
 import logging
+import os
 import pathlib
 
 import onnx
@@ -20,6 +22,7 @@ from onnxscript import opset18 as op
 
 import dynamo_onnx
 from conftest import MLPModel, line_of
+from dynamo_onnx.io import onnx_file
 
 
 class SumModule(torch.nn.Module):
@@ -91,7 +94,10 @@ def test_external_data_and_input_names_like_torch_onnx(tmp_path):
     }
     dynamo_onnx.export(model, (torch.randn(97, 8),), ours, **call)
     torch.onnx.export(model, (torch.randn(97, 8),), theirs, **call)
-    assert (tmp_path / "ours.onnx.data").exists()  # weights beside the model, as torch.onnx
+    # Every weight of this MLP is at most 256 bytes: ir.save keeps them all inline, and
+    # where torch.onnx leaves an empty ours.onnx.data beside the model, there is none.
+    assert os.path.getsize(tmp_path / "theirs.onnx.data") == 0
+    assert not (tmp_path / "ours.onnx.data").exists()
     assert _io(ours) == _io(theirs)  # the same names and dims
     assert onnx.load(str(ours)).opset_import[0].version == 20  # torch.onnx's default opset
     for batch in (3, 64):
@@ -253,3 +259,165 @@ def test_names_that_do_not_fit_are_an_option_error():
 def test_the_older_positional_kwargs_still_works():
     program = dynamo_onnx.export(torch.nn.Linear(2, 2), (), {"input": torch.randn(3, 2)})
     assert [v.name for v in program.model.graph.inputs] == ["input"]
+
+
+# -- the names and behaviors beside export that torch.onnx code relies on -------------------
+
+
+def _ort_outputs(data: bytes, x: torch.Tensor) -> list:
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x.numpy()})
+
+
+def test_a_file_object_as_f_or_save_destination_holds_the_whole_model(tmp_path):
+    model = MLPModel().eval()
+    batch = {"tensor_x": {0: "batch"}}
+    by_position, by_keyword = io.BytesIO(), io.BytesIO()
+    program = dynamo_onnx.export(model, (torch.randn(4, 8),), by_position, dynamic_shapes=batch)
+    dynamo_onnx.export(model, (torch.randn(4, 8),), f=by_keyword, dynamic_shapes=batch)
+    saved = io.BytesIO()
+    program.save(saved)
+    with open(tmp_path / "opened.onnx", "wb") as handle:
+        program.save(handle)
+    program.save(tmp_path / "path.onnx")
+    files = [
+        by_position.getvalue(),
+        by_keyword.getvalue(),
+        saved.getvalue(),
+        (tmp_path / "opened.onnx").read_bytes(),
+    ]
+    assert all(data == (tmp_path / "path.onnx").read_bytes() for data in files)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["opened.onnx", "path.onnx"]
+    onnx.checker.check_model(onnx.load_from_string(files[0]), full_check=True)
+    for size in (3, 17):
+        x = torch.randn(size, 8)
+        (got,) = _ort_outputs(files[0], x)
+        torch.testing.assert_close(torch.from_numpy(got), model(x), rtol=1e-5, atol=1e-6)
+    assert not program.diagnostics.by_rule("argument-ignored")
+
+
+def test_a_file_object_cannot_hold_external_data(monkeypatch):
+    model, x = MLPModel().eval(), torch.randn(4, 8)
+    buffer = io.BytesIO()
+    with pytest.raises(dynamo_onnx.SaveError) as info:
+        dynamo_onnx.export(model, (x,), buffer, external_data=True)  # written out: honored
+    assert str(info.value).startswith(
+        "[DO412 file-object-cannot-hold-model] Cannot write the model to a BytesIO: "
+        "external_data=True asks for a second file."
+    )
+    assert 'program.save("model.onnx")' in str(info.value)
+    assert buffer.getvalue() == b""
+    program = dynamo_onnx.export(model, (x,))
+    monkeypatch.setattr(onnx_file, "TWO_GB", 400)  # these 496 bytes of weights: "too large"
+    with pytest.raises(dynamo_onnx.SaveError, match="exceed protobuf's 2 GiB limit"):
+        program.save(buffer)
+    assert buffer.getvalue() == b""
+    program.save(buffer, include_initializers=False)  # the graph alone fits
+    assert buffer.getvalue()
+
+
+def test_calling_the_program_returns_a_tuple_as_torch_onnx_does():
+    model, x = MLPModel().eval(), torch.randn(4, 8)
+    ours = dynamo_onnx.export(model, (x,))(x)
+    theirs = torch.onnx.export(model, (x,), dynamo=True, verbose=False)(x)
+    assert type(ours) is type(theirs) is tuple
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_dir_lists_the_public_names_and_submodules_only():
+    listed = dir(dynamo_onnx)
+    assert set(dynamo_onnx.__all__) <= set(listed)
+    for leaked in ("Any", "TYPE_CHECKING", "annotations", "importlib", "types"):
+        assert leaked not in listed
+    extra = set(listed) - set(dynamo_onnx.__all__) - {"__version__"}
+    assert extra and all(
+        getattr(dynamo_onnx, name).__name__ == f"dynamo_onnx.{name}" for name in extra
+    )
+    for name in listed:
+        getattr(dynamo_onnx, name)
+
+
+def test_torch_onnx_names_are_the_same_objects_and_export_takes_them(tmp_path):
+    assert dynamo_onnx.TrainingMode is torch.onnx.TrainingMode
+    assert dynamo_onnx.OperatorExportTypes is torch.onnx.OperatorExportTypes
+    assert dynamo_onnx.is_in_onnx_export() is False  # outside an export
+    from dynamo_onnx import OperatorExportTypes, TrainingMode  # as code for torch.onnx does
+
+    for training in (TrainingMode.EVAL, TrainingMode.PRESERVE):
+        program = dynamo_onnx.export(
+            MLPModel().eval(),
+            (torch.randn(4, 8),),
+            training=training,
+            operator_export_type=OperatorExportTypes.ONNX,
+        )
+        assert not program.diagnostics.by_rule("argument-ignored")
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="DO112"):
+        dynamo_onnx.export(
+            MLPModel(), (torch.randn(4, 8),), operator_export_type=OperatorExportTypes.ONNX_ATEN
+        )
+
+
+def test_is_in_onnx_export_is_torch_onnx_s(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.onnx, "is_in_onnx_export", lambda: calls.append(1) or True)
+    assert dynamo_onnx.is_in_onnx_export() is True
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("spelling", ["lone tensor", "tuple", "list"])
+def test_verify_reads_its_inputs_as_export_does(spelling):
+    model = MLPModel().eval()
+    program = dynamo_onnx.export(
+        model, torch.randn(4, 8), dynamic_shapes={"tensor_x": {0: "batch"}}
+    )
+    x = torch.randn(6, 8)
+    call = {
+        "lone tensor": lambda: program.verify(x),
+        "tuple": lambda: program.verify((x,)),
+        "list": lambda: program.verify([x]),
+    }[spelling]
+    comparisons = call()
+    assert [c.ok for c in comparisons] == [True]
+    assert program.diagnostics.by_rule("outputs-match")
+    assert not program.diagnostics.by_rule("verification-failed")
+
+
+@pytest.mark.parametrize("as_inputs", [False, True])
+def test_export_params_false_writes_no_data_file_and_says_where_the_weights_are(
+    tmp_path, as_inputs
+):
+    model, x = MLPModel().eval(), torch.randn(4, 8)
+    path = tmp_path / "graph.onnx"
+    program = dynamo_onnx.export(
+        model, (x,), path, export_params=False, keep_initializers_as_inputs=as_inputs
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["graph.onnx"]  # no (empty) .data file
+    saved = onnx.load(str(path))
+    assert not saved.graph.initializer  # as torch.onnx: the weights are left out
+    (note,) = program.diagnostics.by_rule("weights-not-saved")
+    assert note.level == logging.INFO
+    assert note.message.startswith(f"Saved {path} without its 8 weight(s): ")
+    weights = dict(model.state_dict())
+    if as_inputs:
+        assert "graph inputs of the same names" in note.message
+        onnx.checker.check_model(saved, full_check=True)
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feeds = {name: tensor.numpy() for name, tensor in weights.items()}
+        (got,) = session.run(None, {"tensor_x": x.numpy(), **feeds})
+        torch.testing.assert_close(torch.from_numpy(got), model(x), rtol=1e-5, atol=1e-6)
+    else:
+        assert "onnx.checker and ONNX Runtime reject the file" in note.message
+        with pytest.raises(onnx.checker.ValidationError):
+            onnx.checker.check_model(saved)
+
+
+def test_the_optimize_note_needs_optimize_written_out():
+    model, x = MLPModel().eval(), torch.randn(4, 8)
+    default = dynamo_onnx.export(model, (x,), module_functions=True)
+    assert not default.diagnostics.by_rule("argument-ignored")
+    for written in ({"optimize": True}, {"export_modules_as_functions": True, "optimize": True}):
+        program = dynamo_onnx.export(model, (x,), module_functions=True, **written)
+        (note,) = program.diagnostics.by_rule("argument-ignored")
+        assert note.message.startswith("`optimize=True` has no effect here")
+    positional = dynamo_onnx.export(model, (x,), None, export_modules_as_functions=True)
+    assert not positional.diagnostics.by_rule("argument-ignored")

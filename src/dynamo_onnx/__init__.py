@@ -14,6 +14,7 @@ so that importing it can never replace the ``export`` function with a module.
 from __future__ import annotations
 
 import importlib
+import types
 from typing import TYPE_CHECKING, Any
 
 from dynamo_onnx.errors import (
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
     from dynamo_onnx.passes.validate.caches import cache_dynamic_shapes
     from dynamo_onnx.program import ONNXProgram
     from dynamo_onnx.registry import OnnxRegistry
+    from dynamo_onnx.torch_onnx_names import (
+        OperatorExportTypes,
+        TrainingMode,
+        is_in_onnx_export,
+    )
 
 __version__ = package_version()
 
@@ -53,6 +59,9 @@ _LAZY = {
     "cache_dynamic_shapes": "dynamo_onnx.passes.validate.caches",
     "ONNXProgram": "dynamo_onnx.program",
     "OnnxRegistry": "dynamo_onnx.registry",
+    "OperatorExportTypes": "dynamo_onnx.torch_onnx_names",
+    "TrainingMode": "dynamo_onnx.torch_onnx_names",
+    "is_in_onnx_export": "dynamo_onnx.torch_onnx_names",
 }
 
 
@@ -66,7 +75,14 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    """The public names and the submodules loaded so far: not what this module imports to
+    work (``importlib``, ``Any``...), which ``dir()`` would otherwise list as if public."""
+    submodules = [
+        name
+        for name, value in globals().items()
+        if isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}"
+    ]
+    return sorted({*__all__, "__version__", *submodules})
 
 
 __all__ = [
@@ -82,9 +98,11 @@ __all__ = [
     "ONNXRuntimeOptions",
     "OnnxExporterError",
     "OnnxRegistry",
+    "OperatorExportTypes",
     "OptimizationError",
     "SaveError",
     "SerializationError",
+    "TrainingMode",
     "TranslationError",
     "UnsupportedOperatorError",
     "VerificationError",
@@ -94,4 +112,5 @@ __all__ = [
     "dynamo_export",
     "enable_fake_mode",
     "export",
+    "is_in_onnx_export",
 ]

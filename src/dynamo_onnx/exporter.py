@@ -3,16 +3,19 @@ the reports. An export is a list of passes run in one diagnostic context."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import IO, Any, TypeVar
 
 import torch
 
 from dynamo_onnx.diagnostics import Level, Location
 from dynamo_onnx.diagnostics.context import ProgressEvent, default_library_prefixes
 from dynamo_onnx.errors import OnnxExporterError, WarningsAsErrorsError
+from dynamo_onnx.io import onnx_file
 from dynamo_onnx.options import DiagnosticOptions, ExportOptions
 from dynamo_onnx.passes.base import ExportRequest, ExportState, Pass, run_pipeline
 from dynamo_onnx.passes.capture import CapturePass
@@ -33,9 +36,12 @@ from dynamo_onnx.program import ONNXProgram
 from dynamo_onnx.registry import OnnxRegistry
 from dynamo_onnx.reports import ReportingContext
 from dynamo_onnx.reports.terminal import ProgressPrinter, issue_warnings
+from dynamo_onnx.torch_onnx_names import OperatorExportTypes, TrainingMode
 from dynamo_onnx.versions import package_version, tool_versions
 
 __all__ = ["dynamo_export", "export", "export_passes"]
+
+R = TypeVar("R")
 
 #: torch.onnx.export's opset when none is given (dynamo_export keeps the seed's, 18).
 TORCH_ONNX_OPSET = 20
@@ -203,10 +209,34 @@ def _run(
     return program
 
 
+def _records_passed_arguments(function: Callable[..., R]) -> Callable[..., R]:
+    """Give ``function`` the names of the arguments its caller passed (``passed=``), and
+    show its signature without that parameter.
+
+    ``export`` keeps torch.onnx.export's defaults, so a value alone cannot say whether the
+    caller asked for it: ``optimize=True`` with ``module_functions=True`` is a note only
+    when the caller wrote it, and ``external_data=True`` with a file object an error only
+    then (it is the default).
+    """
+    signature = inspect.signature(function)
+    public = signature.replace(
+        parameters=[p for p in signature.parameters.values() if p.name != "passed"]
+    )
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> R:
+        passed = frozenset(public.bind(*args, **kwargs).arguments)
+        return function(*args, passed=passed, **kwargs)
+
+    wrapper.__signature__ = public  # type: ignore[attr-defined]
+    return wrapper
+
+
+@_records_passed_arguments
 def export(
     model: torch.nn.Module | Callable[..., Any] | torch.export.ExportedProgram,
     args: tuple[Any, ...] = (),
-    f: str | os.PathLike[str] | None = None,
+    f: str | os.PathLike[str] | IO[bytes] | None = None,
     *,
     kwargs: Mapping[str, Any] | None = None,
     verbose: bool | None = None,
@@ -226,8 +256,8 @@ def export(
     export_params: bool = True,
     keep_initializers_as_inputs: bool = False,
     dynamic_axes: Mapping[str, Any] | None = None,
-    training: Any = torch.onnx.TrainingMode.EVAL,
-    operator_export_type: Any = torch.onnx.OperatorExportTypes.ONNX,
+    training: Any = TrainingMode.EVAL,
+    operator_export_type: Any = OperatorExportTypes.ONNX,
     do_constant_folding: bool = True,
     custom_opsets: Mapping[str, int] | None = None,
     export_modules_as_functions: Any = False,
@@ -237,6 +267,7 @@ def export(
     module_functions: bool = False,
     source_root: str | os.PathLike[str] | None = None,
     progress: Callable[[ProgressEvent], None] | None = None,
+    passed: frozenset[str] = frozenset(),
 ) -> ONNXProgram:
     """Export a PyTorch model to an :class:`ONNXProgram`, as ``torch.onnx.export`` does.
 
@@ -250,8 +281,9 @@ def export(
         model: an ``nn.Module``, a callable, or a ``torch.export.ExportedProgram`` (which is
             copied, never changed).
         args: positional example inputs.
-        f: where to save the model (also returned); weights go to ``<f>.data`` when
-            ``external_data`` is True.
+        f: where to save the model (also returned): a file path, whose weights go to
+            ``<f>.data`` when ``external_data`` is True, or a binary file object such as
+            ``io.BytesIO`` (weights inline; ``external_data=True`` written out is DO412).
         kwargs: keyword example inputs.
         input_names, output_names: names of the graph's inputs and outputs, in order.
         opset_version: the ONNX opset of the result; default 20, as torch.onnx.
@@ -306,6 +338,7 @@ def export(
         optimize=optimize,
         autograd_inlining=autograd_inlining,
         export_modules_as_functions=export_modules_as_functions,
+        passed=passed,
     )
     request = ExportRequest(
         model,
@@ -329,7 +362,10 @@ def export(
             "destination": f,
             "include_initializers": export_params,
             "keep_initializers_as_inputs": keep_initializers_as_inputs,
-            "external_data": external_data,
+            # A file object holds the weights inline unless the caller asked otherwise.
+            "external_data": external_data
+            if not onnx_file.is_file_object(f) or "external_data" in passed
+            else None,
         }
     return _run(
         request,

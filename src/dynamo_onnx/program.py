@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import onnx
 import onnx_ir as ir
@@ -19,6 +19,7 @@ from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.errors import OnnxExporterError
 from dynamo_onnx.io import genai, onnx_file
 from dynamo_onnx.io.caches import CacheInputs
+from dynamo_onnx.io.inputs import call_arguments
 from dynamo_onnx.io.runner import OrtRunner
 from dynamo_onnx.options import ONNXRuntimeOptions
 from dynamo_onnx.passes.base import Pass, run_pipeline
@@ -136,29 +137,32 @@ class ONNXProgram:
 
     def save(
         self,
-        destination: str | os.PathLike[str],
+        destination: str | os.PathLike[str] | IO[bytes],
         *,
         include_initializers: bool = True,
         keep_initializers_as_inputs: bool = False,
         external_data: bool | None = None,
     ) -> None:
-        """Save the ONNX model to ``destination``, atomically.
+        """Save the ONNX model to ``destination``: a file path (written atomically) or a
+        binary file object such as ``io.BytesIO`` (weights inline), as torch.onnx does.
 
         When ``external_data`` is True, or the weights exceed 2 GB, tensors larger than 256
-        bytes are saved in ``<destination>.data`` beside the model (smaller ones stay inline).
+        bytes are saved in ``<destination>.data`` beside the model (smaller ones stay
+        inline); a file object cannot hold that second file (DO412). Without the weights
+        (``include_initializers=False``) a ``weights-not-saved`` note says where they are.
 
         Raises:
-            TypeError: if the destination is not a file path.
+            TypeError: if the destination is neither a file path nor a file object.
             SaveError: if it cannot be written (also an ``OSError``).
             FakeWeightsError: if the weights are fake and ``include_initializers`` is True.
         """
-        if not isinstance(destination, (str, os.PathLike)):
-            if external_data:
-                raise TypeError(
-                    "external_data=True needs a file path destination, "
-                    f"got {type(destination).__name__}"
-                )
-            raise TypeError(f"destination must be a file path, got {type(destination).__name__}")
+        if not isinstance(destination, (str, os.PathLike)) and not onnx_file.is_file_object(
+            destination
+        ):
+            raise TypeError(
+                "destination must be a file path or a binary file object, "
+                f"got {type(destination).__name__}"
+            )
         request = SaveRequest(
             self.model,
             destination,
@@ -166,7 +170,7 @@ class ONNXProgram:
             keep_initializers_as_inputs,
             external_data,
             self.model_location,
-            self._beside(destination),
+            self._beside(destination) if isinstance(destination, (str, os.PathLike)) else {},
         )
         self._run([SavePass()], request)
 
@@ -181,7 +185,7 @@ class ONNXProgram:
 
     def verify(
         self,
-        args: Sequence[Any] = (),
+        args: Sequence[Any] | torch.Tensor = (),
         kwargs: Mapping[str, Any] | None = None,
         *,
         atol: float = DEFAULT_ATOL,
@@ -203,8 +207,10 @@ class ONNXProgram:
         (random inputs of the same dtypes and value range), so a size baked into the graph
         is a mismatch, not a silent success. An output computed from random numbers is
         compared on shape only, and the ``outputs-match`` note counts and names it; every
-        other output is compared on values.
+        other output is compared on values. ``args`` is read as ``export`` reads it: a lone
+        tensor is the one positional input.
         """
+        args, kwargs = call_arguments(args, kwargs)
         request = VerifyRequest(
             self.model,
             self.exported_program,
@@ -265,6 +271,7 @@ class ONNXProgram:
         """Release the inference session and the memory it holds."""
         self._runner = None
 
-    def __call__(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        """Run the model in ONNX Runtime with torch tensors; returns the outputs as tensors."""
-        return self._session_runner()(*args, **kwargs)
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        """Run the model in ONNX Runtime with torch tensors; returns the outputs as a tuple
+        of tensors, as torch.onnx's ``ONNXProgram.__call__`` does."""
+        return tuple(self._session_runner()(*args, **kwargs))

@@ -9,13 +9,11 @@ onnxruntime-genai uses (``past_key_values.%d.key``, ``present.%d.key``).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from typing import Any
 
 import onnx_ir as ir
 
-__all__ = ["FILENAME", "dumps", "genai_config", "write_atomically"]
+__all__ = ["FILENAME", "dumps", "genai_config"]
 
 FILENAME = "genai_config.json"
 
@@ -98,20 +96,6 @@ def genai_config(model: ir.Model, config: Any, filename: str) -> dict[str, Any] 
             "top_p": 1.0,
         },
     }
-
-
-def write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, staged = tempfile.mkstemp(prefix=".genai_", dir=directory)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(staged, path)
-    except BaseException:
-        if os.path.exists(staged):
-            os.remove(staged)
-        raise
 
 
 def dumps(config: dict[str, Any]) -> str:

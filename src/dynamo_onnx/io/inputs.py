@@ -9,7 +9,23 @@ import torch
 from torch.export import graph_signature as gs
 from torch.export import pytree
 
-__all__ = ["complex_outputs", "flatten", "onnx_input_tensors", "user_input_leaves"]
+__all__ = [
+    "call_arguments",
+    "complex_outputs",
+    "flatten",
+    "onnx_input_tensors",
+    "user_input_leaves",
+]
+
+
+def call_arguments(args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """The caller's ``args`` and ``kwargs`` as every entry point takes them: a lone tensor is
+    the one positional input (``export(model, x)``, ``verify(x)``, as torch.onnx.export
+    reads it) and no ``kwargs`` is an empty dict. Anything else comes back as it was given,
+    for the caller to check (a tensor must never be iterated as a sequence of its rows)."""
+    if isinstance(args, torch.Tensor):
+        args = (args,)
+    return args, {} if kwargs is None else kwargs
 
 
 def flatten(obj: Any) -> list[Any]:

@@ -1,29 +1,46 @@
-"""Atomic saves of an ONNX model: a ModelProto, or a file written to a temporary name in the
-destination's directory and renamed only when complete, so a failed or interrupted save
-never leaves a half-written file and never destroys an earlier one."""
+"""Saves of an ONNX model: to a path, atomically (through ``dynamo_onnx.files``, so a failed
+or interrupted save never leaves a half-written file and never destroys an earlier one), or
+to a binary file object; and the ModelProto."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import pathlib
-import tempfile
 from collections.abc import Iterator
 
 import onnx
 import onnx_ir as ir
 
 from dynamo_onnx.fake import is_fake
+from dynamo_onnx.files import staging
 from dynamo_onnx.io import protowriter
 from dynamo_onnx.io.direct_file import open_direct
 
-__all__ = ["TWO_GB", "initializers_layout", "save", "to_proto", "unwritable", "weights_nbytes"]
+__all__ = [
+    "TWO_GB",
+    "initializers_layout",
+    "is_file_object",
+    "save",
+    "to_proto",
+    "unwritable",
+    "weights_nbytes",
+    "write",
+]
 
 #: Protobuf cannot hold more than this; larger models must use external data.
 TWO_GB = 2**31
 #: Inline weights from this size up are written past the page cache (``direct_file``):
 #: below it the cache is cheap, and a small model's file is likely read again at once.
 DIRECT_BYTES = 64 * 2**20
+
+
+def is_file_object(destination: object) -> bool:
+    """Whether ``destination`` is a writable file object (``io.BytesIO``, an open file)
+    rather than a path: ``torch.onnx`` accepts both."""
+    return not isinstance(destination, (str, os.PathLike)) and callable(
+        getattr(destination, "write", None)
+    )
 
 
 def weights_nbytes(model: ir.Model) -> int:
@@ -72,14 +89,14 @@ def save(
     keep_initializers_as_inputs: bool = False,
     external_data: bool | None = None,
 ) -> None:
-    """Write the model to ``destination`` atomically.
+    """Write the model to ``destination`` atomically (``dynamo_onnx.files``).
 
     With external data (asked for, or automatic above 2 GB of weights) the weights go to
-    ``<destination>.data`` beside it, written and renamed the same way. Raises
-    ``OSError`` as the file system does; check :func:`unwritable` first for a clear cause.
+    ``<destination>.data`` beside it, written and renamed the same way, before the model.
+    A model with no weights to write has no ``.data`` file. Raises ``OSError`` as the file
+    system does; check :func:`unwritable` first for a clear cause.
     """
     destination = pathlib.Path(os.fspath(destination))
-    directory = destination.parent
     if external_data is None:
         external_data = include_initializers and weights_nbytes(model) >= TWO_GB
     with (
@@ -88,20 +105,45 @@ def save(
             include_initializers=include_initializers,
             keep_initializers_as_inputs=keep_initializers_as_inputs,
         ),
-        tempfile.TemporaryDirectory(dir=directory, prefix=f".{destination.name}.") as tmp,
+        staging(destination.parent, destination.name) as stage,
     ):
-        staged = pathlib.Path(tmp) / destination.name
-        if external_data:
+        staged = stage.path(destination.name)
+        if external_data and model.graph.initializers:
             data_name = f"{destination.name}.data"
             ir.save(model, staged, external_data=data_name)
-            os.replace(pathlib.Path(tmp) / data_name, directory / data_name)
-        elif all(protowriter.streamable(v) for v in model.graph.initializers.values()):
+            data = stage.path(data_name)
+            # Tensors under ir.save's threshold stay inline: no weights outside, no file.
+            if data.exists() and data.stat().st_size:
+                stage.commit(data_name)
+            stage.commit(destination.name)
+            return
+        if all(protowriter.streamable(v) for v in model.graph.initializers.values()):
             direct = open_direct(staged) if weights_nbytes(model) >= DIRECT_BYTES else None
             with direct if direct is not None else open(staged, "wb") as file:
                 protowriter.write_model(model, file)
         else:
             ir.save(model, staged)
-        os.replace(staged, destination)
+        stage.commit(destination.name)
+
+
+def write(
+    model: ir.Model,
+    file: protowriter.Writable,
+    *,
+    include_initializers: bool = True,
+    keep_initializers_as_inputs: bool = False,
+) -> None:
+    """Write the model, weights inline, to a binary file object (``io.BytesIO``, an open
+    file) as ``torch.onnx`` does; the caller has checked that the weights fit (< 2 GB)."""
+    with initializers_layout(
+        model,
+        include_initializers=include_initializers,
+        keep_initializers_as_inputs=keep_initializers_as_inputs,
+    ):
+        if all(protowriter.streamable(v) for v in model.graph.initializers.values()):
+            protowriter.write_model(model, file)
+        else:
+            file.write(ir.to_proto(model).SerializeToString())
 
 
 def unwritable(destination: str | os.PathLike[str]) -> str | None:

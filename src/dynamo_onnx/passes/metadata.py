@@ -8,6 +8,9 @@ operators that block an opset conversion read them. The keys are defined here on
 from __future__ import annotations
 
 import dataclasses
+import os
+import pathlib
+import re
 
 import torch
 import torch.fx
@@ -29,6 +32,8 @@ __all__ = [
     "control_flow_source",
     "node_source",
     "origin_props",
+    "portable_stack_trace",
+    "stack_frames",
 ]
 
 #: Prefix of the metadata_props keys that record each ONNX node's origin.
@@ -59,10 +64,47 @@ class NodeSource:
     module_classes: tuple[str, ...] = ()
 
 
+#: A frame's file in a Python traceback text: `  File "/path/x.py", line 12, in forward`.
+_FILE = re.compile(r'^(\s*File ")([^"]+)(", line \d+)', re.MULTILINE)
+
+
+def portable_stack_trace(trace: str, root: str) -> str:
+    """``trace`` with the paths under ``root`` (the source root, the top of the work tree
+    the SARIF log's paths are relative to) written relative to it, POSIX-style, so the
+    same model exported from two checkouts gives the same ONNX file and the file does not
+    carry the layout of the machine it was made on. Paths outside the root (installed
+    libraries) stay as they are: they are the same wherever the environment is."""
+    prefix = root.rstrip(os.sep) + os.sep
+
+    def relative(match: re.Match[str]) -> str:
+        path = match[2]
+        if not path.startswith(prefix):
+            return match[0]
+        posix = pathlib.PurePath(os.path.relpath(path, root)).as_posix()
+        return f"{match[1]}{posix}{match[3]}"
+
+    return _FILE.sub(relative, trace)
+
+
+def stack_frames(ctx: DiagnosticContext, trace: str) -> tuple[Location, ...]:
+    """The frames of a stack trace an ONNX node carries (``STACK_TRACE``), innermost first,
+    with the paths :func:`portable_stack_trace` made relative resolved against the source
+    root again, so findings about the ONNX model point at the user's files."""
+    root = ctx.source_root
+    return tuple(
+        frame
+        if frame.path.startswith("<") or os.path.isabs(frame.path)
+        else dataclasses.replace(frame, path=os.path.join(root, *frame.path.split("/")))
+        for frame in parse_stack_trace(trace)
+    )
+
+
 def node_source(ctx: DiagnosticContext, node: torch.fx.Node) -> NodeSource:
-    """The node's stack (from ``meta["stack_trace"]``), user frame and module path."""
-    trace = node.meta.get("stack_trace") or ""
-    frames = parse_stack_trace(trace)
+    """The node's stack (from ``meta["stack_trace"]``), user frame and module path; the
+    stack text as the ONNX node keeps it (:func:`portable_stack_trace`)."""
+    raw = node.meta.get("stack_trace") or ""
+    frames = parse_stack_trace(raw)
+    trace = portable_stack_trace(raw, ctx.source_root)
     stack = node.meta.get("nn_module_stack") or {}
     entries = [(path, cls) for path, cls in stack.values() if path]
     chain = tuple(path for path, _ in entries)

@@ -25,13 +25,12 @@ import onnxruntime as ort
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary
-from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.io.runner import quiet_session_options
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.domains import custom_domain_nodes
-from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE
+from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE, stack_frames
 
 __all__ = ["LoadCheckPass", "weights_as_inputs"]
 
@@ -136,7 +135,7 @@ def _where(
     named = next((m for m in candidates if m in nodes), None)
     node = nodes.get(named) if named else None
     trace = node.metadata_props.get(STACK_TRACE, "") if node is not None else ""
-    frames = parse_stack_trace(trace)
+    frames = stack_frames(ctx, trace)
     where = ctx.user_frame(frames)
     types = (
         ", ".join(str(v.dtype.name).lower() if v and v.dtype else "?" for v in node.inputs)

@@ -8,6 +8,7 @@ first one's line in the model.
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import onnx
@@ -18,13 +19,12 @@ import onnxscript.version_converter
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import exception_summary
-from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.logs import dropped
-from dynamo_onnx.passes.metadata import STACK_TRACE
+from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
 from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
-from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden
+from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden, report_inlined
 
 __all__ = ["OpsetConversionPass"]
 
@@ -46,6 +46,12 @@ class OpsetConversionPass:
         return state
 
 
+def _converter_text(text: str) -> str:
+    """The converter's message as a sentence: its C++ formats numbers with a stray ``$``
+    ("No Adapter From Version $13 for Gemm")."""
+    return re.sub(r"\$(\d+)", r"\1", text)
+
+
 def _try_convert(model: ir.Model, target: int) -> str | None:
     """Convert in place; None when it happened, else why not. The converter logs its
     fallback and the C API's traceback: the finding reports the cause, the log is dropped."""
@@ -54,11 +60,93 @@ def _try_convert(model: ir.Model, target: int) -> str | None:
         with dropped(_CONVERTER_LOGGER):
             onnxscript.version_converter.convert_version(model, target, fallback=True)
     except Exception as exc:  # noqa: BLE001 - reported as the finding's cause
-        cause = exception_summary(exc)
+        cause = _converter_text(exception_summary(exc))
     return None if model.opset_imports.get("") == target else cause
 
 
+#: A stand-in value per attribute type, for a function's attribute parameters while its body
+#: is converted (the converter refuses references; no adapter from 18 up reads these).
+_STAND_INS: dict[ir.AttributeType, object] = {
+    ir.AttributeType.FLOAT: 0.0,
+    ir.AttributeType.INT: 0,
+    ir.AttributeType.STRING: "",
+    ir.AttributeType.FLOATS: [],
+    ir.AttributeType.INTS: [],
+    ir.AttributeType.STRINGS: [],
+}
+
+
+def _convert_body(function: ir.Function, target: int, ir_version: int) -> bool:
+    """Convert ``function``'s body in place to ``target``; False when it cannot be.
+
+    The body (an ``ir.Graph`` with the function's opset imports) is converted as the graph
+    of a model of its own. Its references to the function's attribute parameters
+    (``scale: float`` -> ``value_float=@scale``) are stand-in values meanwhile, put back
+    after; a node the conversion replaced or whose attribute it changed means the
+    parameter mattered to an adapter, and the function is not kept.
+    """
+    references = [
+        (node, name, attr)
+        for node in function
+        for name, attr in node.attributes.items()
+        if attr.is_ref()
+    ]
+    if any(attr.type not in _STAND_INS for _, _, attr in references):
+        return False
+    stand_ins = []
+    for node, name, attr in references:
+        stand_in = ir.Attr(name, attr.type, _STAND_INS[attr.type])
+        node.attributes[name] = stand_in
+        stand_ins.append(stand_in)
+    _try_convert(ir.Model(function.graph, ir_version=ir_version), target)
+    # (the C API's fallback, below 18, converts a copy: the body itself is then unchanged)
+    converted = function.opset_imports.get("") == target
+    kept = {id(node) for node in function}
+    for (node, name, attr), stand_in in zip(references, stand_ins):
+        if id(node) not in kept or node.attributes.get(name) is not stand_in:
+            return False
+        node.attributes[name] = attr
+    return converted
+
+
+def _converted_functions(model: ir.Model, target: int) -> list[ir.Function] | None:
+    """Copies of the model's local functions with their bodies converted to ``target``, or
+    None when the converter cannot convert one (below opset 18, or an adapter that needs an
+    attribute parameter's value): onnxscript's ``convert_version`` inlines every function
+    before converting a model, although its converter converts a function's body as it
+    converts a graph."""
+    copies = [
+        ir.serde.deserialize_function(ir.serde.serialize_function(f))
+        for f in model.functions.values()
+    ]
+    if all(_convert_body(f, target, model.ir_version) for f in copies):
+        return copies
+    return None
+
+
 def _convert_opset(ctx: DiagnosticContext, model: ir.Model, target: int) -> None:
+    """Convert to ``target`` with the model's local functions kept (DO413 where they
+    cannot be: below opset 18)."""
+    functions = _converted_functions(model, target) if model.functions else []
+    if functions is None:
+        before = set(model.functions)
+        _convert_graph(ctx, model, target)
+        report_inlined(
+            ctx,
+            before,
+            model,
+            f"ONNX's version converter cannot take a function's body to opset {target}",
+        )
+        return
+    model.functions.clear()
+    try:
+        _convert_graph(ctx, model, target)
+    finally:
+        for function in functions:
+            model.functions[function.identifier()] = function
+
+
+def _convert_graph(ctx: DiagnosticContext, model: ir.Model, target: int) -> None:
     """Convert to ``target`` and check it happened: the converter may leave the model as is.
 
     Going down past opset 18, operators whose axes became inputs (ReduceMean, ReduceMax...)
@@ -83,7 +171,7 @@ def _convert_opset(ctx: DiagnosticContext, model: ir.Model, target: int) -> None
             for op_type, (count, reason, _) in blockers.items()
         )
     first = next(iter(blockers.values()), None)
-    frames = parse_stack_trace(first[2]) if first else ()
+    frames = stack_frames(ctx, first[2]) if first else ()
     ctx.fail(
         "opset-conversion-failed",
         SerializationError,
@@ -152,7 +240,7 @@ def _blocking_nodes(model: ir.Model, source: int, target: int) -> dict[str, tupl
             onnx.version_converter.convert_version(_probe_model(node, source), target)
         except Exception as exc:  # noqa: BLE001 - the reason is the finding
             reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            reason = reason.split("failed: ", 1)[-1]
+            reason = _converter_text(reason.split("failed: ", 1)[-1])
             trace = node.metadata_props.get(STACK_TRACE, "")
             blockers[op_type] = (1, reason, trace)
     return blockers

@@ -21,12 +21,23 @@ from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
 from dynamo_onnx.passes.onnx.optimizer_pipeline import optimize
 
-__all__ = ["OptimizePass", "count_nodes", "fake_weights_hidden"]
+__all__ = ["OptimizePass", "count_nodes", "fake_weights_hidden", "report_inlined"]
 
 
 def count_nodes(model: ir.Model) -> int:
     """Nodes of the main graph and of every function."""
     return len(model.graph) + sum(len(f) for f in model.functions.values())
+
+
+def report_inlined(
+    ctx: DiagnosticContext, before: set[ir.OperatorIdentifier], model: ir.Model, reason: str
+) -> None:
+    """DO413 for the local functions in ``before`` that ``model`` no longer has."""
+    gone = sorted(before - set(model.functions))
+    if gone:
+        names = [f"{domain}::{name}" for domain, name, _ in gone]
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        ctx.record("local-functions-inlined", count=len(gone), functions=shown, reason=reason)
 
 
 @contextlib.contextmanager
@@ -61,8 +72,16 @@ class OptimizePass:
 
     def _run(self, ctx: DiagnosticContext, model: ir.Model) -> ir.Model:
         before = count_nodes(model)
+        functions = set(model.functions)
         with fake_weights_hidden(model):
             optimize(model)
         drop_newer_attributes(model, model.opset_imports.get("", 18))  # its Split at opset 17
         ctx.record("model-optimized", before=before, after=count_nodes(model))
+        report_inlined(
+            ctx,
+            functions,
+            model,
+            "the optimizer inlines functions to fold and rewrite across calls; "
+            "export with optimize=False to keep them",
+        )
         return model

@@ -24,6 +24,7 @@ from dynamo_onnx.errors import (
     OnnxExporterError,
 )
 from dynamo_onnx.io.caches import CACHE_PARAMETERS, CacheInputs, is_cache, spread
+from dynamo_onnx.io.inputs import call_arguments
 from dynamo_onnx.options import (
     DEFAULT_OPSET,
     ExportOptions,
@@ -240,8 +241,7 @@ def _check_arguments(
     ctx: DiagnosticContext, args: Any, kwargs: Any
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``args`` as a tuple (a lone tensor becomes one), ``kwargs`` as a dict, leaves checked."""
-    if isinstance(args, torch.Tensor):
-        args = (args,)
+    args, kwargs = call_arguments(args, kwargs)
     if not isinstance(args, tuple):
         ctx.fail(
             "invalid-arguments",
@@ -249,8 +249,6 @@ def _check_arguments(
             problem=f"`args` must be a tuple of the model's positional inputs, got "
             f"{describe_value(args)}; for one input write `(x,)`",
         )
-    if kwargs is None:
-        kwargs = {}
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
         ctx.fail(
             "invalid-arguments",

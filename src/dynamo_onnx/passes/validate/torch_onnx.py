@@ -17,7 +17,9 @@ import torch
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Level
 from dynamo_onnx.errors import InvalidExportOptionsError, InvalidOptionTypeError
+from dynamo_onnx.io.onnx_file import is_file_object
 from dynamo_onnx.registry import OnnxRegistry, target_name
+from dynamo_onnx.torch_onnx_names import OperatorExportTypes, TrainingMode
 
 __all__ = [
     "IGNORED_WITHOUT_EFFECT",
@@ -39,12 +41,15 @@ class TorchOnnxArguments:
     dump_exported_program: bool = False
     export_params: bool = True
     keep_initializers_as_inputs: bool = False
-    training: Any = torch.onnx.TrainingMode.EVAL
-    operator_export_type: Any = torch.onnx.OperatorExportTypes.ONNX
+    training: Any = TrainingMode.EVAL
+    operator_export_type: Any = OperatorExportTypes.ONNX
     do_constant_folding: bool = True
     optimize: bool = True
     autograd_inlining: bool = True
     export_modules_as_functions: Any = False
+    #: The names of the arguments the caller wrote (a value equal to the default can be
+    #: the caller's or the default: only the caller's is reported).
+    passed: frozenset[str] = frozenset()
 
 
 #: argument -> (its value with no effect here, why, what to use instead), for the note.
@@ -78,14 +83,19 @@ def report_arguments(
 ) -> None:
     """A note for every argument given a value that has no effect, an error for one that
     cannot be honored without changing the model."""
-    if given.f is not None and not isinstance(given.f, (str, os.PathLike)):
+    if (
+        given.f is not None
+        and not isinstance(given.f, (str, os.PathLike))
+        and not is_file_object(given.f)
+    ):
         ctx.fail(
             "invalid-option",
             InvalidOptionTypeError,
             option="f",
             problem=f"is a {type(given.f).__name__}",
-            allowed="it takes a file path such as model.onnx, or None (then save with "
-            "program.save(path)); keyword inputs go in kwargs={...}",
+            allowed="it takes a file path such as model.onnx, a binary file object such as "
+            "io.BytesIO(), or None (then save with program.save(path)); keyword inputs go "
+            "in kwargs={...}",
         )
     if not given.dynamo:
         _ignored(
@@ -108,7 +118,7 @@ def report_arguments(
                 repr(value),
                 reason,
             )
-    if given.optimize and module_functions:
+    if given.optimize and module_functions and "optimize" in given.passed:
         _ignored(
             ctx,
             "optimize",
@@ -137,7 +147,7 @@ def report_arguments(
                     f"{'include_initializers' if name == 'export_params' else name}="
                     f"{value!r})",
                 )
-    if given.operator_export_type != torch.onnx.OperatorExportTypes.ONNX:
+    if given.operator_export_type != OperatorExportTypes.ONNX:
         ctx.fail(
             "argument-unsupported",
             InvalidExportOptionsError,
@@ -146,7 +156,7 @@ def report_arguments(
             reason="dynamo-onnx exports standard ONNX operators only (OperatorExportTypes.ONNX); "
             "ATen fallback operators do not exist in this exporter",
         )
-    wants_training = given.training == torch.onnx.TrainingMode.TRAINING
+    wants_training = given.training == TrainingMode.TRAINING
     if wants_training and isinstance(model, torch.nn.Module) and not model.training:
         ctx.fail(
             "argument-unsupported",

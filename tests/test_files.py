@@ -1,0 +1,154 @@
+"""Every file the project writes: one atomic writer with the user's permissions, and an ONNX
+file that is the same bytes whichever checkout it was exported from."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import stat
+import subprocess
+import sys
+import textwrap
+
+import onnx
+import pytest
+
+from dynamo_onnx import files
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
+
+
+def _run(code: str, cwd: pathlib.Path, umask: int = 0o022) -> None:
+    """Run ``code`` in a fresh interpreter (the umask is the child's own, never ours)."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=lambda: os.umask(umask),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def _mode(path: pathlib.Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_every_file_written_gets_the_umask_s_permissions(tmp_path, umask):
+    _run(
+        """
+        import torch, dynamo_onnx
+        from dynamo_onnx.diagnostics import DiagnosticContext
+        from dynamo_onnx.passes.save import SavePass, SaveRequest
+        model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU()).eval()
+        program = dynamo_onnx.export(model, (torch.randn(2, 64),), "model.onnx",
+                                     report=True, artifacts_dir="reports")
+        program.save_diagnostics("again.sarif")
+        program.diagnostics.save_markdown("again.md")
+        # what a causal LM's save writes beside the model
+        import os; os.makedirs("llm")
+        SavePass()(DiagnosticContext(), SaveRequest(program.model, "llm/model.onnx",
+                   external_data=True, beside={"genai_config.json": "{}"}))
+        """.replace("reports", str(tmp_path / "reports")).replace('"llm', f'"{tmp_path}/llm'),
+        tmp_path,
+        umask,
+    )
+    written = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    names = [p.relative_to(tmp_path).as_posix() for p in written]
+    assert names == [
+        "again.md",
+        "again.sarif",
+        "llm/genai_config.json",
+        "llm/model.onnx",
+        "llm/model.onnx.data",
+        "model.onnx",
+        "model.onnx.data",
+        "reports/Sequential.md",
+        "reports/Sequential.sarif",
+    ]
+    assert {p.name: oct(_mode(p)) for p in written} == {
+        p.name: oct(0o666 & ~umask) for p in written
+    }
+    # nothing staged is left behind
+    assert not [p for p in tmp_path.rglob(".*")]
+
+
+def test_the_atomic_writer_keeps_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "report.md"
+    files.atomic_write_text(target, "old\n")
+
+    class Unencodable(str):
+        def encode(self, *args, **kwargs):
+            raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        files.atomic_write_text(target, Unencodable("new"))
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
+    with pytest.raises(FileNotFoundError):
+        files.atomic_write_bytes(tmp_path / "missing" / "x.bin", b"x")
+
+
+MODEL_SCRIPT = """
+import torch
+import dynamo_onnx
+
+
+class Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y.view(-1) * 2  # DO201 note: a view, at this line
+
+
+program = dynamo_onnx.export(
+    Scale().eval(), (torch.randn(3, 8),), "model.onnx", dynamic_shapes={"x": {0: "batch"}},
+    report=True, artifacts_dir="reports",
+)
+"""
+
+
+def _checkout(root: pathlib.Path) -> pathlib.Path:
+    (root / "models").mkdir(parents=True)
+    (root / "models" / "scale.py").write_text(MODEL_SCRIPT)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return root
+
+
+def _results(sarif: pathlib.Path) -> list:
+    log = json.loads(sarif.read_text())
+    return log["runs"][0]["results"]
+
+
+def test_the_same_model_from_two_checkouts_is_the_same_file(tmp_path):
+    first = _checkout(tmp_path / "alice" / "project")
+    second = _checkout(tmp_path / "ci" / "build" / "checkout")
+    for root in (first, second):
+        _run("import runpy; runpy.run_path('models/scale.py')", root)
+    a, b = (root / "model.onnx" for root in (first, second))
+    assert a.read_bytes() == b.read_bytes()
+    model = onnx.load(str(a))
+    traces = [
+        p.value
+        for node in model.graph.node
+        for p in node.metadata_props
+        if p.key == "pkg.dynamo_onnx.stack_trace"
+    ]
+    assert traces and all('File "models/scale.py", line ' in t for t in traces)
+    assert str(tmp_path) not in a.read_bytes().decode("latin-1")
+    results = [_results(root / "reports" / "Scale.sarif") for root in (first, second)]
+    assert results[0] == results[1]
+    assert any(
+        r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "models/scale.py"
+        for r in results[0]
+    )
