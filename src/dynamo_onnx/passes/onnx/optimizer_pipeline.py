@@ -19,6 +19,8 @@ import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
 import onnxscript.rewriter
 
+from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
+
 __all__ = ["optimize", "split_halves"]
 
 _QUADRATIC_RULE = "SlicesSplit"
@@ -32,6 +34,7 @@ def optimize(model: ir.Model) -> None:
     )
     if rules is None or folding is None or not any(_rule_name(r) == _QUADRATIC_RULE for r in rules):
         onnxscript.optimizer.optimize_ir(model)
+        ModelWideNamesPass()(model)
         return
     kept = [rule for rule in rules if _rule_name(rule) != _QUADRATIC_RULE]
     steps = ir.passes.PassManager(
@@ -60,6 +63,7 @@ def optimize(model: ir.Model) -> None:
         common_passes.CommonSubexpressionEliminationPass(),
         common_passes.OutputFixPass(),
         common_passes.NameFixPass(),
+        ModelWideNamesPass(),
     )(model)
 
 
