@@ -149,3 +149,69 @@ def test_unsupported_higher_order_operator_is_a_finding_with_its_line(tmp_path):
     report = (tmp_path / "Prefix.md").read_text()
     assert "DO308" in report and f"test_control_flow.py:{line}" in report
     assert not list(tmp_path.glob("*.onnx"))
+
+
+class LoopsOverLinear(torch.nn.Module):
+    """A while_loop whose body runs another while_loop through a Linear, indexes the input
+    by its counter, and a Linear after the loop: the bodies and the main graph each name
+    their intermediate values (``val_6``...) and ONNX Runtime refused the repeated names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Linear(3, 3)
+        self.outer = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        x = self.outer(x).softmax(-1)
+
+        def body(i, acc):
+            def inner_body(j, y):
+                return j + 1, self.inner(y).relu()
+
+            start = torch.zeros((), dtype=torch.int64)
+            _, y = torch.while_loop(lambda j, y: j < 2, inner_body, (start, acc))
+            row = x.index_select(0, i.reshape(1))[0]
+            return i + 1, y + self.inner(row).softmax(-1)
+
+        start = torch.zeros((), dtype=torch.int64)
+        _, acc = torch.while_loop(lambda i, acc: i < x.shape[0], body, (start, x[0]))
+        return self.outer(acc).softmax(-1)
+
+
+@pytest.mark.parametrize(
+    ("dynamic", "optimize", "module_functions"),
+    [(False, False, False), (True, False, False), (False, True, False), (True, True, False)]
+    + [(True, True, True)],
+    ids=["static", "dynamic", "static-optimized", "dynamic-optimized", "module-functions"],
+)
+def test_loop_bodies_name_their_values_apart_from_the_main_graph(
+    tmp_path, dynamic, optimize, module_functions
+):
+    import onnxruntime as ort
+
+    model = LoopsOverLinear().eval()
+    spec = ({0: "n"},) if dynamic else None
+    program = dynamo_onnx.export(
+        model,
+        (torch.randn(4, 3),),
+        dynamic_shapes=spec,
+        optimize=optimize,
+        module_functions=module_functions,
+    )
+    graphs = [program.model.graph]
+    names = []
+    while graphs:
+        graph = graphs.pop()
+        names += [v.name for v in (*graph.inputs, *graph.initializers.values())]
+        for node in graph:
+            names += [v.name for v in node.outputs]
+            graphs += [
+                a.value for a in node.attributes.values() if a.type == onnx.AttributeProto.GRAPH
+            ]
+    assert len(names) == len(set(names)), "a name is used once in the whole model"
+    path = tmp_path / "loops.onnx"
+    program.save(path)
+    ort.InferenceSession(str(path))  # ONNX Runtime loads it (was: not in SSA form)
+    for rows in (4, 6) if dynamic else (4,):
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(program(x)[0], model(x))

@@ -155,6 +155,47 @@ def test_a_view_of_a_dimension_of_size_zero_stays_dynamic_beside_it():
         assert got.shape == (0, 2)
 
 
+class ViewsBesideAnEmptyDim(torch.nn.Module):
+    """Views and reshapes of a tensor with a dimension of size 0 next to a dynamic one."""
+
+    def __init__(self, spelling: str) -> None:
+        super().__init__()
+        self.spelling = spelling
+
+    def forward(self, x):
+        n = x.shape[0]
+        if self.spelling == "view(n, -1, 2)":
+            return x.view(n, -1, 2)
+        if self.spelling == "view(n, 0, 2)":
+            return x.view(n, 0, 2)
+        if self.spelling == "view(n, -1)":
+            return x.view(n, -1)
+        if self.spelling == "reshape(-1, 2)":
+            return x.reshape(-1, 2)
+        return x.reshape(n, 2, -1)
+
+
+@pytest.mark.parametrize("optimize", [False, True], ids=["plain", "optimized"])
+@pytest.mark.parametrize(
+    "spelling",
+    ["view(n, -1, 2)", "view(n, 0, 2)", "view(n, -1)", "reshape(-1, 2)", "reshape(n, 2, -1)"],
+)
+def test_views_beside_a_dimension_of_size_zero_equal_eager(spelling, optimize):
+    """A reshape to a static (0, 2) was Reshape(allowzero=0), so its 0 copied n; the
+    optimizer wrote a -1 beside a static 0, a shape ONNX forbids (ONNX Runtime refused it).
+    The same spellings with no empty dimension (where torch allows them) still match."""
+    model = ViewsBesideAnEmptyDim(spelling)
+    rests = [(0, 2), (2, 0)] + ([] if spelling == "view(n, 0, 2)" else [(4, 2)])
+    for rest in rests:
+        program = dynamo_onnx.export(
+            model, (torch.rand(3, *rest),), dynamic_shapes=({0: "n"},), optimize=optimize
+        )
+        for n in (3, 5):
+            x = torch.rand(n, *rest)
+            (got,) = program(x)
+            torch.testing.assert_close(got, model(x))
+
+
 class TimeConv(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -129,3 +129,57 @@ def test_the_optimizer_folds_the_constants_and_records_the_counts():
     assert count_nodes(model) == 2  # Relu, ReduceMean with constant axes
     (note,) = ctx.by_rule("DO501")
     assert (note.properties["before"], note.properties["after"]) == (5, 2)
+
+
+def _loop_reading_an_outer_value() -> ir.Model:
+    """A Loop whose body reads ``x`` from the main graph and names its own values ``val_0``
+    and ``val_1`` (as each graph's onnx_ir counter does), and a main graph that names two
+    values after the Loop the same."""
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([3]))
+    body_inputs = [
+        ir.Value(name="i", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([])),
+        ir.Value(name="c", type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([])),
+        ir.Value(name="y", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([3])),
+    ]
+    add = ir.node("Add", [body_inputs[2], x], name="add")
+    neg = ir.node("Neg", [add.outputs[0]], name="neg")
+    keep = ir.node("Identity", [body_inputs[1]], name="keep")
+    outputs = [keep.outputs[0], neg.outputs[0]]
+    body = ir.Graph(body_inputs, outputs, nodes=[add, neg, keep], name="body")
+    add.outputs[0].name, neg.outputs[0].name = "val_0", "val_1"
+    go = ir.node("Constant", [], {"value": ir.tensor(True)}, name="go")
+    trips = ir.node("Constant", [], {"value": ir.tensor(3, dtype=ir.DataType.INT64)}, name="n")
+    go.outputs[0].name, trips.outputs[0].name = "go", "trips"
+    loop = ir.node("Loop", [trips.outputs[0], go.outputs[0], x], {"body": body}, name="loop")
+    loop.outputs[0].name = "looped"
+    after = ir.node("Neg", [loop.outputs[0]], name="after")
+    again = ir.node("Neg", [after.outputs[0]], name="again")
+    after.outputs[0].name, again.outputs[0].name = "val_0", "val_1"
+    nodes = [go, trips, loop, after, again]
+    graph = ir.Graph([x], [again.outputs[0]], nodes=nodes, opset_imports={"": 20})
+    return ir.Model(graph, ir_version=10)
+
+
+def test_model_wide_names_make_a_loop_body_and_the_graph_after_it_apart():
+    import onnxruntime as ort
+
+    from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
+
+    def names() -> list[str | None]:
+        return [v.name for n in ir.traversal.RecursiveGraphIterator(model.graph) for v in n.outputs]
+
+    model = _loop_reading_an_outer_value()
+    ir.passes.common.NameFixPass()(model)  # onnx_ir's pass leaves the clash (scoped names)
+    assert names().count("val_0") == 2
+    result = ModelWideNamesPass()(model)
+    assert result.modified
+    assert len(names()) == len(set(names()))
+    assert [v.name for v in model.graph.inputs] == ["x"]  # the caller's names stay
+    assert [v.name for v in model.graph.outputs] == ["val_1"]
+    session = ort.InferenceSession(ir.to_proto(model).SerializeToString())
+    x = torch.arange(3, dtype=torch.float32)
+    y = x
+    for _ in range(3):
+        y = -(y + x)
+    (got,) = session.run(None, {"x": x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), y)

@@ -14,7 +14,7 @@ are never chosen below the opset they need. What each group is for is said in it
   ``uniform``, RReLU;
 * ``functions.indexing``: ``sort``, ``kthvalue``, ``searchsorted``/``bucketize``,
   ``take``/``put``, ``scatter`` with ``reduce``, ``nonzero_static``, ``squeeze.dims``,
-  ``empty_permuted``;
+  ``empty_permuted``, ``reshape`` (a size of 0 is empty, as in ``view``);
 * ``functions.reductions``: torch_lib's ``all``/``any``/``amax``/``amin`` on 0-d inputs,
   ``scatter_reduce`` with ``mean``, circular ``pad``;
 * ``functions.random``: ``cauchy``, ``exponential``, ``geometric``, ``log_normal``;
@@ -100,6 +100,7 @@ _BY_NAME: tuple[tuple[str, object, int], ...] = (
     ("aten::nonzero_static", indexing.nonzero_static, 18),
     ("aten::squeeze.dims", indexing.squeeze_dims, 18),
     ("aten::empty_permuted", indexing.empty_permuted, 18),
+    ("aten::reshape", indexing.reshape, 18),
     ("aten::uniform", elementwise.uniform, 18),
     ("aten::all.dim", reductions.all_dim, 18),
     ("aten::all.dims", reductions.all_dims, 18),

@@ -2,7 +2,8 @@
 
 onnx_ir passes where onnx_ir has them: unused nodes removed (constants a function did not
 use), graph inputs used as outputs and repeated outputs given an ``Identity``
-(``OutputFixPass``), unique names (``NameFixPass``); and two of our own, each an onnx_ir
+(``OutputFixPass``), unique names (``NameFixPass``, then ``ModelWideNamesPass``: unique
+across subgraphs too); and two of our own, each an onnx_ir
 pass too: torch's dimension symbols renamed to the user's names, and the opset imports of
 every domain the nodes and functions use.
 """
@@ -22,6 +23,7 @@ from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, Seria
 from dynamo_onnx.io.spec_names import cache_suffix, leaf_paths, output_names
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.fx import none_outputs
+from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
 
 __all__ = [
     "AddOpsetImportsPass",
@@ -224,6 +226,7 @@ class FinalizePass:
             ),
             AddOpsetImportsPass(registry.opset_version, request.custom_opsets),
             ir.passes.common.NameFixPass(),
+            ModelWideNamesPass(),
         )
         passes(model)
         return state

@@ -79,6 +79,26 @@ def group_modules(model: ir.Model) -> list[str]:
     return skipped
 
 
+def _with_nested(nodes: list[ir.Node]) -> list[ir.Node]:
+    """``nodes`` and every node of their subgraphs, at any depth."""
+    found: list[ir.Node] = []
+    for node in nodes:
+        found.append(node)
+        for attribute in node.attributes.values():
+            if isinstance(attribute, ir.Attr) and attribute.type == ir.AttributeType.GRAPH:
+                found.extend(ir.traversal.RecursiveGraphIterator(attribute.value))
+            elif isinstance(attribute, ir.Attr) and attribute.type == ir.AttributeType.GRAPHS:
+                for sub in attribute.value:
+                    found.extend(ir.traversal.RecursiveGraphIterator(sub))
+    return found
+
+
+def _of_graph(value: ir.Value, graph: ir.Graph) -> bool:
+    """Whether ``value`` belongs to ``graph`` itself (not to one of its subgraphs)."""
+    producer = value.producer()
+    return producer.graph is graph if producer is not None else value.graph is graph
+
+
 def _group(model: ir.Model, path: str) -> bool:
     graph = model.graph
     order = {id(node): i for i, node in enumerate(graph)}
@@ -93,12 +113,19 @@ def _group(model: ir.Model, path: str) -> bool:
             v is not None and id(v) in produced for v in node.inputs
         ):
             return False
-    # Inputs: values used inside and made outside (graph inputs and weights included).
+    # Inputs: values used inside and made outside (graph inputs and weights included),
+    # also those a member's subgraph (a Loop body, an If branch) reads from the graph: a
+    # function sees only its own inputs.
     inputs: list[ir.Value] = []
     seen: set[int] = set()
-    for node in members:
+    for node in _with_nested(members):
         for value in node.inputs:
-            if value is not None and id(value) not in produced and id(value) not in seen:
+            if (
+                value is not None
+                and id(value) not in produced
+                and id(value) not in seen
+                and _of_graph(value, graph)
+            ):
                 seen.add(id(value))
                 inputs.append(value)
     graph_outputs = {id(v) for v in graph.outputs}
@@ -126,6 +153,7 @@ def _group(model: ir.Model, path: str) -> bool:
     graph.insert_after(members[-1], call)
     for node in members:
         graph.remove(node)
+    for node in _with_nested(members):
         for index, value in enumerate(node.inputs):
             if value is not None and id(value) in mapping:
                 node.replace_input_with(index, mapping[id(value)])

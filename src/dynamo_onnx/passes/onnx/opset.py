@@ -23,6 +23,7 @@ from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.logs import dropped
 from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
+from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
 from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
 from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden, report_inlined
 
@@ -43,6 +44,7 @@ class OpsetConversionPass:
         assert model is not None
         if target is not None and target != model.opset_imports.get(""):
             _convert_opset(ctx, model, target)
+            ModelWideNamesPass()(model)  # the converter's new nodes are named per graph
         return state
 
 

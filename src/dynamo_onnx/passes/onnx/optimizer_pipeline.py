@@ -8,6 +8,11 @@ that is 1.9 million steps, about 1 s of the optimizer's 1.1 s. Here the same rew
 by walking the uses of each sliced value once, and the rule is left out of the rule set;
 every other step is onnxscript's own pass, in ``optimize_ir``'s order. If onnxscript's
 layout changes (the rule set or the folding pass moves), ``optimize_ir`` runs as it is.
+
+One rule is corrected: ``MaterializeReshapeShape`` writes a reshape's inferred result shape
+as a constant with ``allowzero=1``, a symbolic dimension as ``-1``; beside a dimension of
+static size 0 that is a shape ONNX forbids ("product of 0 in combination with -1": a view
+of an (n, 0, 2) tensor failed in ONNX Runtime). Here the rule leaves such a reshape as it is.
 """
 
 from __future__ import annotations
@@ -19,9 +24,39 @@ import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
 import onnxscript.rewriter
 
+from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
+
 __all__ = ["optimize", "split_halves"]
 
 _QUADRATIC_RULE = "SlicesSplit"
+_RESHAPE_RULE = "MaterializeReshapeShape"
+
+
+class _MaterializeReshapeShape(onnxscript.rewriter.RewriteRuleClassBase):
+    """onnxscript's ``MaterializeReshapeShape``, except where the shape would have a 0
+    beside a -1 (invalid with ``allowzero=1``, ambiguous without it)."""
+
+    def __init__(self) -> None:
+        super().__init__(_RESHAPE_RULE)
+        self._dims: list[int] = []
+
+    def pattern(self, op: Any, data: ir.Value, shape: ir.Value) -> Any:
+        return op.Reshape(data, shape)
+
+    def check(self, context: Any, data: ir.Value, shape: ir.Value) -> Any:
+        result = onnxscript.rewriter.MatchResult()
+        output = context.output_values[0]
+        if ir.convenience.get_const_tensor(shape) is not None or output.shape is None:
+            return result.fail("The shape is a constant, or the result's shape is unknown.")
+        dims = [d if isinstance(d, int) else -1 for d in output.shape]
+        if dims.count(-1) > 1 or (-1 in dims and 0 in dims):
+            return result.fail("The shape would need two -1, or a -1 beside a 0.")
+        self._dims = dims
+        return result
+
+    def rewrite(self, op: Any, data: ir.Value, shape: ir.Value) -> Any:
+        constant = op.Constant(value=ir.tensor(self._dims, dtype=ir.DataType.INT64))
+        return op.Reshape(data, constant, allowzero=1)
 
 
 def optimize(model: ir.Model) -> None:
@@ -32,8 +67,13 @@ def optimize(model: ir.Model) -> None:
     )
     if rules is None or folding is None or not any(_rule_name(r) == _QUADRATIC_RULE for r in rules):
         onnxscript.optimizer.optimize_ir(model)
+        ModelWideNamesPass()(model)
         return
-    kept = [rule for rule in rules if _rule_name(rule) != _QUADRATIC_RULE]
+    kept = [
+        _MaterializeReshapeShape.rule() if _rule_name(rule) == _RESHAPE_RULE else rule
+        for rule in rules
+        if _rule_name(rule) != _QUADRATIC_RULE
+    ]
     steps = ir.passes.PassManager(
         [
             folding(
@@ -60,6 +100,7 @@ def optimize(model: ir.Model) -> None:
         common_passes.CommonSubexpressionEliminationPass(),
         common_passes.OutputFixPass(),
         common_passes.NameFixPass(),
+        ModelWideNamesPass(),
     )(model)
 
 

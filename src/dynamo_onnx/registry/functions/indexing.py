@@ -8,6 +8,11 @@
   ``ScatterElements`` with a reduction; ``nonzero_static`` pads ``NonZero`` to its size;
   ``squeeze.dims`` squeezes the listed dimensions that have size one; ``empty_permuted``
   is zeros (its memory layout means nothing in ONNX).
+* ``reshape`` is ``Reshape`` with ``allowzero=1``, as torch_lib's ``view`` is: a size of 0
+  in torch is an empty dimension, never ONNX's "copy the input's dimension" (torch_lib's
+  ``reshape`` made ``x.reshape(-1, 2)`` of an (n, 0, 2) tensor, whose static result
+  shape (0, 2) the decompose pass writes in, a Reshape to (n, 2)). torch refuses a 0
+  beside a -1, as ONNX does with ``allowzero``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Sequence
 import onnx_ir as ir
 from onnxscript import BOOL, INT32, INT64
 from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.ops import common as common_ops
 from onnxscript.function_libs.torch_lib.ops.core import aten_empty
 from onnxscript.function_libs.torch_lib.tensor_typing import TReal, TTensor
 
@@ -26,6 +32,7 @@ __all__ = [
     "kthvalue",
     "nonzero_static",
     "put",
+    "reshape",
     "scatter_reduce_two",
     "scatter_value_reduce",
     "searchsorted",
@@ -188,3 +195,8 @@ def empty_permuted(
     """empty_permuted(SymInt[] size, int[] physical_layout, *, ScalarType? dtype=None, ...)"""
     del physical_layout, layout, device, pin_memory
     return aten_empty(size, dtype)
+
+
+def reshape(self: TTensor, shape: Sequence[INT64]) -> TTensor:
+    """reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a), a 0 being a 0."""
+    return op.Reshape(self, common_ops.merge_dims(shape), allowzero=True)
