@@ -340,6 +340,14 @@ def _unwritable_reports(tmp_path):
         return dynamo_onnx.export(Lin(), (X,), report=True, artifacts_dir=blocker / "sub")
 
 
+def _mismatched_spec(tmp_path):
+    return dynamo_onnx.export(Lin(), (X,), dynamic_shapes={"x": [{0: "b"}]})  # marker: DO131
+
+
+def _unknown_axes_key(tmp_path):
+    return dynamo_onnx.export(Lin(), (X,), dynamic_axes={"xx": [0]})  # marker: DO132
+
+
 #: rule id -> (call(tmp_path[, monkeypatch]), line marker or None)
 FIXTURES = {
     "DO100": (lambda t: dynamo_onnx.export(Refuses(), (X,)), "DO100"),
@@ -368,6 +376,8 @@ FIXTURES = {
     "DO126": (lambda t: dynamo_onnx.export(CallsKernel(), (X,)), "DO126"),
     "DO128": (lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_shapes=True), None),
     "DO129": (_size_one_widened, "DO129"),
+    "DO131": (_mismatched_spec, "DO131"),
+    "DO132": (_unknown_axes_key, "DO132"),
     "DO127": (lambda t: dynamo_onnx.export(WantsEight(), (X,)), "DO127"),
     "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
     "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
@@ -517,6 +527,8 @@ FIXED = {
     ),
     "DO125": _refined_spec,
     "DO127": lambda t: dynamo_onnx.export(WantsEight(), (torch.randn(2, 8),)),
+    "DO131": lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_shapes={"x": {0: "b"}}),
+    "DO132": lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_axes={"x": [0]}),
     "DO402": lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=18),
 }
 

@@ -35,7 +35,7 @@ from dynamo_onnx.options import (
 )
 from dynamo_onnx.passes.base import CheckedRequest, ExportState, PassName
 from dynamo_onnx.passes.model import code_location, describe_value, forward_signature
-from dynamo_onnx.passes.validate import torch_onnx
+from dynamo_onnx.passes.validate import spec_forms, torch_onnx
 from dynamo_onnx.passes.validate.caches import flat_spec, widen_decoding_example
 from dynamo_onnx.registry import OnnxRegistry
 
@@ -111,22 +111,31 @@ class ValidatePass:
             custom_opsets=dict(request.custom_opsets or {}),
             verbose=bool(getattr(request.torch_onnx, "verbose", False)),
         )
+        if request.dynamic_axes is not None and request.dynamic_shapes is not None:
+            ctx.fail(
+                "invalid-option",
+                InvalidOptionValueError,
+                option="dynamic_axes",
+                problem="is given together with dynamic_shapes",
+                allowed="give one of them: dynamic_shapes (preferred) or dynamic_axes",
+            )
         if isinstance(request.model, torch.export.ExportedProgram):
+            _report_spec_of_program(ctx, request)
             return state.replace(checked=checked)
         signature = forward_signature(request.model)
         bound = _check_inputs(ctx, signature, args, kwargs, request.torch_onnx is not None)
-        spec = request.dynamic_shapes
-        cache_inputs = None
         spread_out = spread(signature, bound) if signature is not None else bound
+        spec = _checked_spec(ctx, request, signature, bound, spread_out)
+        cache_inputs = None
         if signature is not None and (
             any(is_cache(v) for v in spread_out.values())
             or _returns_cache(request.model, signature)
         ):
-            bound = spread_out
-            cache_inputs = _cache_inputs(ctx, signature, bound)
+            flat_from = spread_out
+            cache_inputs = _cache_inputs(ctx, signature, flat_from)
             if spec is not True and request.dynamic_axes is None:
-                spec = flat_spec(spec, bound, cache_inputs)
-            bound = cache_inputs.flat(bound)
+                spec = flat_spec(spec_forms.named(spec, signature, bound), flat_from, cache_inputs)
+            bound = cache_inputs.flat(flat_from)
             if isinstance(spec, dict):
                 bound, widened = widen_decoding_example(bound, cache_inputs.names, spec)
                 for input_name, dim in widened:
@@ -142,20 +151,12 @@ class ValidatePass:
                 input_names=checked.input_names or tuple(cache_inputs.names.values()),
             )
         if request.dynamic_axes is not None:
-            if spec is not None:
-                ctx.fail(
-                    "invalid-option",
-                    InvalidOptionValueError,
-                    option="dynamic_axes",
-                    problem="is given together with dynamic_shapes",
-                    allowed="give one of them: dynamic_shapes (preferred) or dynamic_axes",
-                )
             spec = torch_onnx.dynamic_axes_to_shapes(
                 ctx,
                 request.dynamic_axes,
                 request.input_names,
-                list(signature.parameters) if signature is not None else [],
-                list(bound),
+                request.output_names,
+                _axes_keys(bound, request.input_names, cache_inputs),
             )
         options = request.export_options
         # Two spellings of one request: every dimension dynamic where the model allows it.
@@ -194,6 +195,144 @@ class ValidatePass:
             input_labels=labels,
         )
         return state.replace(checked=checked)
+
+
+def _checked_spec(
+    ctx: DiagnosticContext,
+    request: Any,
+    signature: inspect.Signature | None,
+    bound: Mapping[str, Any],
+    spread_out: Mapping[str, Any],
+) -> Any:
+    """``dynamic_shapes`` checked against the inputs before anything is captured: an entry
+    that fits no form of its input is a ``dynamic-spec-mismatch`` error, a key that names
+    no input a ``dynamic-spec-unknown-name`` error (torch.export would fail later, and
+    the failure would read as the model's)."""
+    spec = request.dynamic_shapes
+    try:
+        checked = spec_forms.spec_by_parameter(
+            spec, signature, bound, spread_out, request.input_names
+        )
+    except spec_forms.SpecMismatch as problem:
+        ctx.fail(
+            "dynamic-spec-mismatch",
+            InvalidExportOptionsError,
+            properties={"parameter": problem.parameter},
+            entry=problem.entry,
+            given=problem.given,
+            expected=problem.expected,
+            spec=problem.spec,
+        )
+    except spec_forms.UnknownSpecName as problem:
+        _unknown_name(ctx, "dynamic_shapes", problem, "input of this call")
+    if (
+        isinstance(spec, Mapping)
+        and isinstance(checked, dict)
+        and not any(is_cache(v) for v in spread_out.values())
+    ):
+        # torch.export wants the given inputs' names only: an entry of None for a
+        # parameter given no input says nothing (a cache's spec is read by its own names)
+        return {k: v for k, v in spec.items() if k in bound or v is not None}
+    return checked if isinstance(spec, Mapping) else spec
+
+
+def _unknown_name(
+    ctx: DiagnosticContext, option: str, problem: spec_forms.UnknownSpecName, what: str
+) -> None:
+    shown = problem.valid[:12] + (["..."] if len(problem.valid) > 12 else [])
+    ctx.fail(
+        "dynamic-spec-unknown-name",
+        InvalidExportOptionsError,
+        option=option,
+        name=problem.name,
+        what=what,
+        suggestion=problem.hint,
+        valid=", ".join(f"`{n}`" if n != "..." else n for n in shown) or "none",
+    )
+
+
+def _axes_keys(
+    bound: Mapping[str, Any], input_names: Any, cache_inputs: CacheInputs | None
+) -> dict[str, list[str]]:
+    """Every name ``dynamic_axes`` may key an input by -> the export's inputs it stands
+    for: an ``input_names`` entry (by position), a parameter given an input, a cache
+    tensor's ONNX name (``past_key_values.0.key``), a cache parameter (all its tensors)."""
+    keys: dict[str, list[str]] = {}
+    flat = list(bound)
+    if cache_inputs is not None:
+        for key, onnx_name in cache_inputs.names.items():
+            keys.setdefault(onnx_name, [key])
+            prefix = onnx_name.split(".", 1)[0]
+            if "." in onnx_name:
+                for parameter, cache_prefix in cache_inputs.prefixes.items():
+                    if cache_prefix == prefix:
+                        keys.setdefault(parameter, []).append(key)
+    else:
+        keys.update({name: [name] for name in flat})
+    for position, name in enumerate(input_names or ()):
+        if position < len(flat):
+            keys[str(name)] = [flat[position]]
+    return keys
+
+
+def _report_spec_of_program(ctx: DiagnosticContext, request: Any) -> None:
+    """``dynamic_shapes``/``dynamic_axes`` beside an ExportedProgram: its dims were fixed
+    when it was captured, so the argument changes nothing. A warning where it asks for a
+    dim the program has static (the ONNX model will not take other sizes there), else a
+    note."""
+    for argument in ("dynamic_shapes", "dynamic_axes"):
+        value = getattr(request, argument)
+        if value is None:
+            continue
+        static = _static_in_program(
+            request.model, value, request.input_names, axes=argument == "dynamic_axes"
+        )
+        reason = (
+            "the ExportedProgram's dims were fixed when torch.export.export captured it"
+            + (f", and it has {', '.join(static)} static" if static else "")
+            + "; to change them, pass dynamic_shapes to torch.export.export when capturing "
+            "it, or pass the model itself to dynamo_onnx.export"
+        )
+        torch_onnx.ignored(ctx, argument, _short_repr(value), reason, warning=bool(static))
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _asked_axes(dims: Any, axes: bool) -> list[int]:
+    """The dims one entry asks to be dynamic: ``dynamic_axes``' axes (dict keys or a list),
+    or a ``dynamic_shapes`` entry's non-static dims (dict or list by index)."""
+    if isinstance(dims, Mapping):
+        return [int(k) for k, v in dims.items() if isinstance(k, int) and v is not None]
+    if isinstance(dims, (list, tuple)):
+        if axes:
+            return [int(a) for a in dims if isinstance(a, int)]
+        return [i for i, d in enumerate(dims) if d is not None and not isinstance(d, int)]
+    return []
+
+
+def _static_in_program(program: Any, spec: Any, input_names: Any, axes: bool) -> list[str]:
+    """```x` dim N`` for each dim ``spec`` asks to be dynamic that ``program`` has static,
+    among its top-level tensor inputs (by name, ``input_names`` or position)."""
+    user_inputs = list(program.graph_signature.user_inputs)
+    values = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
+    if isinstance(spec, (list, tuple)):
+        spec = dict(zip(user_inputs, spec))
+    if not isinstance(spec, Mapping):
+        return []
+    names = [str(n) for n in input_names or ()]
+    static: list[str] = []
+    for key, dims in spec.items():
+        name = user_inputs[names.index(key)] if key in names[: len(user_inputs)] else key
+        val = values.get(name)
+        if not isinstance(val, torch.Tensor):
+            continue  # not a top-level tensor: nothing to compare here
+        for axis in _asked_axes(dims, axes):
+            if axis < val.dim() and isinstance(val.shape[axis], int):
+                static.append(f"`{key}` dim {axis}")
+    return static
 
 
 def _returns_cache(model: Any, signature: inspect.Signature) -> bool:

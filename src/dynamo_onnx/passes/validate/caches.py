@@ -1,8 +1,9 @@
 """The dynamic-shape spec of a model that takes transformers caches, in the flat inputs the
 export takes (``past_key_values_0_key``...).
 
-The caller spells the spec by ``forward``'s parameters; a cache's entry is one spec for
-every tensor of it (``{0: "batch", 2: "past"}``) or one per tensor, in layer order. With no
+The caller spells the spec by ``forward``'s parameters; a cache's entry is in any of the
+forms :func:`~dynamo_onnx.passes.validate.spec_forms.cache_specs` reads (one spec for every
+tensor, transformers' keys-then-values nesting, one per tensor in layer order). With no
 spec, the dims get the names onnxruntime-genai and Optimum use: ``batch_size``,
 ``sequence_length``, ``total_sequence_length`` (the attention mask),
 ``past_sequence_length`` and, for the cross-attention of an encoder-decoder cache,
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from dynamo_onnx.io.caches import CacheInputs, cache_parts, is_cache
+from dynamo_onnx.passes.validate.spec_forms import cache_specs
 
 __all__ = ["cache_dynamic_shapes", "flat_spec"]
 
@@ -56,7 +58,8 @@ def _default(name: str, value: torch.Tensor) -> dict[int, str] | None:
 
 
 def flat_spec(spec: Any, bound: Mapping[str, Any], inputs: CacheInputs) -> dict[str, Any]:
-    """The caller's spec (or the default names) by the export's flat inputs."""
+    """The caller's spec (by parameter name, already checked; or None for the default
+    names) by the export's flat inputs."""
     given = spec if isinstance(spec, Mapping) else {}
     per_cache: dict[str, list[Any]] = {}
     flat: dict[str, Any] = {}
@@ -65,12 +68,11 @@ def flat_spec(spec: Any, bound: Mapping[str, Any], inputs: CacheInputs) -> dict[
         entry = given.get(parameter)
         if is_cache(value):
             if parameter not in per_cache:
-                if spec is None:
-                    per_cache[parameter] = cache_dynamic_shapes(value)
-                elif isinstance(entry, (list, tuple)):
-                    per_cache[parameter] = list(entry)
-                else:  # one entry for every tensor of the cache
-                    per_cache[parameter] = [entry] * len(cache_parts(value))
+                per_cache[parameter] = (
+                    cache_dynamic_shapes(value)
+                    if spec is None
+                    else cache_specs(entry, value, parameter)
+                )
             entries = per_cache[parameter]
             one = entries[position] if position < len(entries) else None
         elif spec is None:

@@ -18,6 +18,7 @@ import torch
 from dynamo_onnx.diagnostics import DiagnosticContext, Level
 from dynamo_onnx.errors import InvalidExportOptionsError, InvalidOptionTypeError
 from dynamo_onnx.io.onnx_file import is_file_object
+from dynamo_onnx.passes.validate.spec_forms import did_you_mean
 from dynamo_onnx.registry import OnnxRegistry, target_name
 from dynamo_onnx.torch_onnx_names import OperatorExportTypes, TrainingMode
 
@@ -25,6 +26,7 @@ __all__ = [
     "IGNORED_WITHOUT_EFFECT",
     "TorchOnnxArguments",
     "dynamic_axes_to_shapes",
+    "ignored",
     "register_translations",
     "report_arguments",
 ]
@@ -64,7 +66,7 @@ IGNORED_WITHOUT_EFFECT: dict[str, str] = {
 }
 
 
-def _ignored(
+def ignored(
     ctx: DiagnosticContext, argument: str, value: str, reason: str, warning: bool = False
 ) -> None:
     """DO111 at the export call: the argument had no effect, and why."""
@@ -98,7 +100,7 @@ def report_arguments(
             "in kwargs={...}",
         )
     if not given.dynamo:
-        _ignored(
+        ignored(
             ctx,
             "dynamo",
             "False",
@@ -112,14 +114,14 @@ def report_arguments(
         if name == "do_constant_folding" and (value or not given.optimize):
             continue
         if value != getattr(defaults, name):
-            _ignored(
+            ignored(
                 ctx,
                 name,
                 repr(value),
                 reason,
             )
     if given.optimize and module_functions and "optimize" in given.passed:
-        _ignored(
+        ignored(
             ctx,
             "optimize",
             "True",
@@ -128,7 +130,7 @@ def report_arguments(
         )
     grouping = given.export_modules_as_functions
     if not isinstance(grouping, bool):
-        _ignored(
+        ignored(
             ctx,
             "export_modules_as_functions",
             repr(grouping),
@@ -139,7 +141,7 @@ def report_arguments(
         for name in ("export_params", "keep_initializers_as_inputs"):
             value = getattr(given, name)
             if value != getattr(defaults, name):
-                _ignored(
+                ignored(
                     ctx,
                     name,
                     repr(value),
@@ -196,13 +198,16 @@ def dynamic_axes_to_shapes(
     ctx: DiagnosticContext,
     dynamic_axes: Mapping[str, Any],
     input_names: Sequence[str] | None,
-    params: Sequence[str],
-    bound: Sequence[str],
+    output_names: Sequence[str] | None,
+    inputs: Mapping[str, Sequence[str]],
 ) -> dict[str, dict[int, str]]:
-    """``dynamic_axes`` (by ONNX input name) as dynamic shapes by ``forward`` parameter name.
+    """``dynamic_axes`` (by ONNX input name) as dynamic shapes by the export's inputs.
 
-    Axes given as a list are named ``<input>_dim_<axis>``; keys that name outputs are left
-    out (an output's dimensions follow from the inputs') with a note.
+    ``inputs`` maps every name a key may give an input by (an ``input_names`` entry, a
+    parameter, a cache tensor's ONNX name) to the export's inputs it stands for. Axes given
+    as a list are named ``<input>_dim_<axis>``; keys that name outputs are left out (an
+    output's dimensions follow from the inputs') with a note; a key that is neither is a
+    ``dynamic-spec-unknown-name`` error, as torch.onnx fails on it.
     """
     if not isinstance(dynamic_axes, Mapping):
         ctx.fail(
@@ -212,29 +217,55 @@ def dynamic_axes_to_shapes(
             problem=f"is a {type(dynamic_axes).__name__}",
             allowed='it takes a dict like {"x": {0: "batch"}} or {"x": [0]}',
         )
+    outputs = [str(n) for n in output_names or ()]
     spec: dict[str, dict[int, str]] = {}
-    outputs: list[str] = []
+    output_keys: list[str] = []
     for key, axes in dynamic_axes.items():
-        if input_names and key in input_names and input_names.index(key) < len(bound):
-            param = bound[input_names.index(key)]
-        elif key in params:
-            param = key
-        else:
-            outputs.append(key)
-            continue
+        if key not in inputs:
+            if key in outputs:
+                output_keys.append(key)
+                continue
+            _unknown_axes_key(ctx, str(key), input_names, list(inputs), outputs)
         if isinstance(axes, Mapping):
             named = {int(axis): str(name) for axis, name in axes.items()}
         else:
             named = {int(axis): f"{key}_dim_{int(axis)}" for axis in axes}
-        spec[param] = named
-    if outputs:
-        _ignored(
+        for target in inputs[key]:
+            spec[target] = named
+    if output_keys:
+        ignored(
             ctx,
             "dynamic_axes",
-            ", ".join(repr(o) for o in outputs),
-            "these keys are not inputs; an output's dimensions follow from the inputs'",
+            ", ".join(repr(o) for o in output_keys),
+            "these keys are outputs; an output's dimensions follow from the inputs'",
         )
     return spec
+
+
+def _unknown_axes_key(
+    ctx: DiagnosticContext,
+    key: str,
+    input_names: Sequence[str] | None,
+    accepted: Sequence[str],
+    outputs: Sequence[str],
+) -> None:
+    """A ``dynamic_axes`` key that is no input or output name: an error naming the names
+    it takes (the caller's ``input_names`` first), the closest one if any is close."""
+    names = [str(n) for n in input_names or ()] or list(accepted)
+    valid = names + [n for n in outputs if n not in names]
+    hint = did_you_mean(key, valid + [n for n in accepted if n not in valid])
+    if not hint and not outputs:
+        hint = " (output_names is not given, so no key names an output)"
+    shown = valid[:12] + (["..."] if len(valid) > 12 else [])
+    ctx.fail(
+        "dynamic-spec-unknown-name",
+        InvalidExportOptionsError,
+        option="dynamic_axes",
+        name=key,
+        what="input or output name",
+        suggestion=hint,
+        valid=", ".join(n if n == "..." else f"`{n}`" for n in shown) or "none",
+    )
 
 
 def register_translations(registry: OnnxRegistry, table: Mapping[Any, Any]) -> OnnxRegistry:
