@@ -227,3 +227,17 @@ def test_a_symbolic_node_of_a_domain_onnx_runtime_runs_is_loaded_and_runs():
     for rows in (3, 6):
         x = torch.randn(rows, 4)
         torch.testing.assert_close(program(x)[0], RuntimeGelu()(x), atol=1e-5, rtol=1e-4)
+
+
+def test_a_none_input_between_others_is_an_empty_input_as_torch_onnx_writes_it():
+    class MiddleNone(torch.nn.Module):
+        def forward(self, x):
+            return torch.onnx.ops.symbolic(
+                "d::Op", (x, None, x), dtype=x.dtype, shape=x.shape, version=4
+            )
+
+    proto = dynamo_onnx.export(MiddleNone(), (X,)).model_proto
+    (node,) = proto.graph.node
+    name = proto.graph.input[0].name
+    assert list(node.input) == [name, "", name]
+    assert ("d", 4) in {(o.domain, o.version) for o in proto.opset_import}
