@@ -241,3 +241,17 @@ def test_a_none_input_between_others_is_an_empty_input_as_torch_onnx_writes_it()
     name = proto.graph.input[0].name
     assert list(node.input) == [name, "", name]
     assert ("d", 4) in {(o.domain, o.version) for o in proto.opset_import}
+
+
+def test_a_standard_operator_named_without_version_is_written_at_the_models_opset():
+    class Reshapes(torch.nn.Module):
+        def forward(self, x, shape):
+            return torch.onnx.ops.symbolic("Reshape", (x, shape), dtype=x.dtype, shape=[12])
+
+    shape = torch.tensor([12])
+    program = dynamo_onnx.export(Reshapes(), (X, shape), optimize=False)
+    proto = program.model_proto
+    assert _nodes(proto) == [("", "Reshape")]
+    assert {(o.domain, o.version) for o in proto.opset_import} == {("", 20)}
+    assert not program.diagnostics.by_rule("custom-domain-node")
+    torch.testing.assert_close(program(X, shape)[0], X.reshape(12))
