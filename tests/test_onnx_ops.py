@@ -117,6 +117,14 @@ class Attends(torch.nn.Module):
         return y
 
 
+class GroupedAttends3d(torch.nn.Module):
+    """[batch, seq, heads * size] inputs, 4 query heads sharing 2 key/value heads."""
+
+    def forward(self, q, k, v):
+        y, _, _, _ = torch.onnx.ops.attention(q, k, v, q_num_heads=4, kv_num_heads=2, scale=0.3)
+        return y
+
+
 def _rotary_inputs(seq: int):
     x = torch.randn(2, 4, seq, 8)
     pos = torch.arange(seq).expand(2, seq).contiguous()
@@ -125,6 +133,10 @@ def _rotary_inputs(seq: int):
 
 def _attention_inputs(seq: int):
     return tuple(torch.randn(2, 4, seq, 8) for _ in range(3))
+
+
+def _grouped_inputs(seq: int):
+    return torch.randn(2, seq, 32), torch.randn(2, seq, 16), torch.randn(2, seq, 16)
 
 
 SEQ = {0: "batch", 2: "seq"}
@@ -141,9 +153,16 @@ SEQ = {0: "batch", 2: "seq"}
             "GatherND",
         ),
         (Attends(), _attention_inputs, (SEQ, SEQ, SEQ), "Attention", "Softmax"),
+        (
+            GroupedAttends3d(),
+            _grouped_inputs,
+            ({0: "batch", 1: "seq"},) * 3,
+            "Attention",
+            "Softmax",
+        ),
     ],
 )
-@pytest.mark.parametrize("opset", [18, 20, 23])
+@pytest.mark.parametrize("opset", [18, 20, 23, 25])
 def test_standard_onnx_ops_are_their_node_at_23_and_decomposed_below(
     model, inputs, spec, onnx_op, decomposed_op, opset
 ):

@@ -224,7 +224,7 @@ def rotary_embedding_23(
         sin_cache,
         position_ids,
         interleaved=int(interleaved),
-        num_heads=num_heads,
+        num_heads=num_heads or None,  # 0 is torch's "not given" (4-D inputs carry it)
         rotary_embedding_dim=rotary_embedding_dim,
     )
 
@@ -255,8 +255,10 @@ def attention_23(
         past_key,
         past_value,
         is_causal=int(is_causal),
-        kv_num_heads=kv_num_heads,
-        q_num_heads=q_num_heads,
+        # 0 is torch's "not given": ONNX wants the head counts for 3-D inputs only, and
+        # refuses them (even 0) on 4-D ones from opset 24's shape inference on
+        kv_num_heads=kv_num_heads or None,
+        q_num_heads=q_num_heads or None,
         qk_matmul_output_mode=qk_matmul_output_mode,
         scale=scale,
         softcap=softcap,
