@@ -117,6 +117,14 @@ class Attends(torch.nn.Module):
         return y
 
 
+class GroupedAttends3d(torch.nn.Module):
+    """[batch, seq, heads * size] inputs, 4 query heads sharing 2 key/value heads."""
+
+    def forward(self, q, k, v):
+        y, _, _, _ = torch.onnx.ops.attention(q, k, v, q_num_heads=4, kv_num_heads=2, scale=0.3)
+        return y
+
+
 def _rotary_inputs(seq: int):
     x = torch.randn(2, 4, seq, 8)
     pos = torch.arange(seq).expand(2, seq).contiguous()
@@ -125,6 +133,10 @@ def _rotary_inputs(seq: int):
 
 def _attention_inputs(seq: int):
     return tuple(torch.randn(2, 4, seq, 8) for _ in range(3))
+
+
+def _grouped_inputs(seq: int):
+    return torch.randn(2, seq, 32), torch.randn(2, seq, 16), torch.randn(2, seq, 16)
 
 
 SEQ = {0: "batch", 2: "seq"}
@@ -141,9 +153,16 @@ SEQ = {0: "batch", 2: "seq"}
             "GatherND",
         ),
         (Attends(), _attention_inputs, (SEQ, SEQ, SEQ), "Attention", "Softmax"),
+        (
+            GroupedAttends3d(),
+            _grouped_inputs,
+            ({0: "batch", 1: "seq"},) * 3,
+            "Attention",
+            "Softmax",
+        ),
     ],
 )
-@pytest.mark.parametrize("opset", [18, 20, 23])
+@pytest.mark.parametrize("opset", [18, 20, 23, 25])
 def test_standard_onnx_ops_are_their_node_at_23_and_decomposed_below(
     model, inputs, spec, onnx_op, decomposed_op, opset
 ):
@@ -227,3 +246,31 @@ def test_a_symbolic_node_of_a_domain_onnx_runtime_runs_is_loaded_and_runs():
     for rows in (3, 6):
         x = torch.randn(rows, 4)
         torch.testing.assert_close(program(x)[0], RuntimeGelu()(x), atol=1e-5, rtol=1e-4)
+
+
+def test_a_none_input_between_others_is_an_empty_input_as_torch_onnx_writes_it():
+    class MiddleNone(torch.nn.Module):
+        def forward(self, x):
+            return torch.onnx.ops.symbolic(
+                "d::Op", (x, None, x), dtype=x.dtype, shape=x.shape, version=4
+            )
+
+    proto = dynamo_onnx.export(MiddleNone(), (X,)).model_proto
+    (node,) = proto.graph.node
+    name = proto.graph.input[0].name
+    assert list(node.input) == [name, "", name]
+    assert ("d", 4) in {(o.domain, o.version) for o in proto.opset_import}
+
+
+def test_a_standard_operator_named_without_version_is_written_at_the_models_opset():
+    class Reshapes(torch.nn.Module):
+        def forward(self, x, shape):
+            return torch.onnx.ops.symbolic("Reshape", (x, shape), dtype=x.dtype, shape=[12])
+
+    shape = torch.tensor([12])
+    program = dynamo_onnx.export(Reshapes(), (X, shape), optimize=False)
+    proto = program.model_proto
+    assert _nodes(proto) == [("", "Reshape")]
+    assert {(o.domain, o.version) for o in proto.opset_import} == {("", 20)}
+    assert not program.diagnostics.by_rule("custom-domain-node")
+    torch.testing.assert_close(program(X, shape)[0], X.reshape(12))

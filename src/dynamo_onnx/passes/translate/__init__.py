@@ -114,7 +114,7 @@ def _report_custom_domains(ctx: DiagnosticContext, model: ir.Model) -> None:
             domain=domain,
             version=nodes[0].version if nodes[0].version is not None else 1,
             count=len(nodes),
-            source=ctx.display(first) if first is not None else "the model",
+            source=ctx.display(first) if first is not None else "an unknown line",
         )
 
 

@@ -28,8 +28,9 @@ from onnxscript import INT64, opset23
 from onnxscript import values as onnxscript_values
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat, TTensor
 
+from dynamo_onnx.options import DEFAULT_OPSET
+
 __all__ = [
-    "SYMBOLIC_OPS",
     "attention_23",
     "decode_attributes",
     "rotary_embedding_23",
@@ -37,8 +38,10 @@ __all__ = [
     "symbolic_multi_out",
 ]
 
-#: The operators of ``torch.onnx.ops.symbolic*``: placeholders for a node, never traced.
-SYMBOLIC_OPS = ("onnx_symbolic::_symbolic", "onnx_symbolic::_symbolic_multi_out")
+#: The opset translation writes the default domain at (torch_lib's, converted to the target
+#: afterwards): a standard operator named without a version is recorded with its schema there.
+_DEFAULT_DOMAIN_OPSET = DEFAULT_OPSET
+_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 _SCALAR_KINDS = {"i": int, "f": float, "s": str}
 _LIST_KINDS = {"is": int, "fs": float, "ss": str}
@@ -111,8 +114,12 @@ def _operator(
         ir.schemas.Parameter(f"output_{i}", any_tensor(f"O{i}"), required=True, variadic=False)
         for i in range(outputs)
     ]
-    # The opset only names the domain (no schema is looked up for a version of 1 either);
-    # the node's version is the call's, None included, and becomes the domain's import.
+    # A standard operator (``"Reshape"``, domain "") is recorded with ONNX's schema at the
+    # opset: the call's, or translation's when it gives none (as torch.onnx leaves it to the
+    # model's). Any other has the signature above; its node keeps the call's version, None
+    # included, which becomes the domain's import (1 for None).
+    if version is None and domain in _DEFAULT_DOMAINS:
+        version = _DEFAULT_DOMAIN_OPSET
     op = onnxscript_values.Op(onnxscript_values.Opset(domain, version or 1), op_type)
     op.op_signature = ir.schemas.OpSignature(
         domain,
@@ -217,7 +224,7 @@ def rotary_embedding_23(
         sin_cache,
         position_ids,
         interleaved=int(interleaved),
-        num_heads=num_heads,
+        num_heads=num_heads or None,  # 0 is torch's "not given" (4-D inputs carry it)
         rotary_embedding_dim=rotary_embedding_dim,
     )
 
@@ -248,8 +255,10 @@ def attention_23(
         past_key,
         past_value,
         is_causal=int(is_causal),
-        kv_num_heads=kv_num_heads,
-        q_num_heads=q_num_heads,
+        # 0 is torch's "not given": ONNX wants the head counts for 3-D inputs only, and
+        # refuses them (even 0) on 4-D ones from opset 24's shape inference on
+        kv_num_heads=kv_num_heads or None,
+        q_num_heads=q_num_heads or None,
         qk_matmul_output_mode=qk_matmul_output_mode,
         scale=scale,
         softcap=softcap,
