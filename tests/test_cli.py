@@ -217,7 +217,7 @@ def test_exit_1_when_the_export_fails(workdir):
     assert log["runs"][0]["invocations"][0]["executionSuccessful"] is False
     proc = run(workdir, "export", "models.py:broken")
     assert proc.returncode == 2  # the user's factory failed: a usage error, not an export one
-    assert "models.py:broken raised RuntimeError: the factory itself fails" in proc.stderr
+    assert "`models.py:broken` raised RuntimeError: the factory itself fails" in proc.stderr
     assert 'models.py", line' in proc.stderr and "in broken" in proc.stderr  # the user's frame
     assert "cli.py" not in proc.stderr  # never ours
     assert "Traceback" not in proc.stderr
@@ -269,6 +269,8 @@ EXIT_TABLE = [
     Row(["gate", "warn.sarif", "--output", "/nonexistent/d/g.sarif"], 2, "job summary (GITHUB_STEP_SUMMARY) to /nonexistent/s.md", env={"GITHUB_STEP_SUMMARY": "/nonexistent/s.md"}),
     Row(["gate", "missing.sarif"], 2, "[DO903 unreadable-sarif-log] Cannot read the SARIF log missing.sarif"),
     Row(["report", "missing.sarif"], 2, "[DO903 unreadable-sarif-log] Cannot read the SARIF log"),
+    Row(["gate", "toolless.sarif"], 2, "[DO903 unreadable-sarif-log] Cannot read the SARIF log toolless.sarif: not a SARIF 2.1.0 log"),
+    Row(["report", "toolless.sarif"], 2, "'tool' is a required property"),
     Row(["report", "warn.sarif", "-o", "w.md"], 0, "", ("w.md",)),
     Row(["report", "warn.sarif", "-o", "/nonexistent/x.md"], 1, "[DO902 output-not-written] Cannot write the markdown report to /nonexistent/x.md"),
     Row(["report", "warn.sarif"], 1, "Cannot write the output to standard output: No space left on device", stdout="full"),
@@ -314,6 +316,7 @@ def run_with_stdout(workdir, row: Row):
 @pytest.mark.parametrize("row", EXIT_TABLE, ids=[_row_id(row) for row in EXIT_TABLE])
 def test_exit_code_table(workdir, row):
     _write_warning_log(workdir / "warn.sarif")
+    (workdir / "toolless.sarif").write_text('{"runs": [{"results": []}]}')  # no tool, no version
     proc = run_with_stdout(workdir, row)
     assert proc.returncode == row.code, (proc.stdout or "") + proc.stderr
     assert row.stderr in proc.stderr
@@ -397,7 +400,10 @@ def test_a_report_that_cannot_be_written_does_not_stop_the_others(workdir):
     )  # fmt: skip
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
-    assert "could not write SARIF /nonexistent/dir/x.sarif" in proc.stderr
+    assert (
+        "[DO902 output-not-written] Cannot write the SARIF log to /nonexistent/dir/x.sarif"
+        in proc.stderr
+    )
     assert "but not every report was written" in proc.stdout
     assert (workdir / "model.onnx").exists() and (workdir / "r.md").exists()
 
@@ -411,7 +417,9 @@ def test_report_and_gate_explain_a_file_that_is_not_a_sarif_log(workdir, content
     for command in ("report", "gate"):
         proc = run(workdir, command, "bad.sarif")
         assert proc.returncode == 2
-        assert f"cannot read the SARIF log bad.sarif: {message}" in proc.stderr
+        assert f"[DO903 unreadable-sarif-log] Cannot read the SARIF log bad.sarif: {message}" in (
+            proc.stderr
+        )
 
 
 def test_findings_on_a_library_model_point_at_the_factory_not_the_launcher(workdir):

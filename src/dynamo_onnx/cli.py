@@ -10,8 +10,8 @@ Exit codes (also in ``--help`` and docs/ci.md):
 * 3: exported, but failed under ``--warnings-as-errors`` (the model is still written).
 
 Whatever a user can cause ends in a :class:`CommandError`, which :func:`main` prints as
-``dynamo-onnx COMMAND: [DOnnn name] message`` and ``Fix: ...`` and turns into its exit code:
-no traceback. A reader that stops early (``| head``) is not an error.
+``dynamo-onnx COMMAND: [DOnnn name] message`` and the rule's fix, and turns into its exit
+code: no traceback. A reader that stops early (``| head``) is not an error.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from dynamo_onnx.diagnostics.context import default_source_root
-from dynamo_onnx.errors import format_message
+from dynamo_onnx.diagnostics.context import default_source_root, rule_text
 from dynamo_onnx.reports import markdown
 from dynamo_onnx.reports.terminal import ProgressPrinter
 from dynamo_onnx.reports.writing import atomic_write_text
@@ -64,11 +63,13 @@ class CommandError(Exception):
     and returns its code; nothing a user can cause reaches them as a traceback."""
 
     def __init__(self, rule_id: str, code: int, detail: str = "", **fields: object) -> None:
-        rule = catalog().get(rule_id)
-        self.rule, self.code, self.fields, self.detail = rule, code, fields, detail
-        super().__init__(
-            format_message(rule.id, rule.name, rule.format_message(**fields), rule.fix)
+        self.rule, self.code, self.fields, self.detail = (
+            catalog().get(rule_id),
+            code,
+            fields,
+            detail,
         )
+        super().__init__(rule_text(self.rule, **fields))
 
     def __str__(self) -> str:
         text = super().__str__()
@@ -578,6 +579,12 @@ def _read_log(path: str) -> dict[str, Any]:
         log["runs"][0]["results"]  # noqa: B018 - the shape we need
     except (KeyError, IndexError, TypeError):
         raise UnreadableLogError(path, "not a SARIF log (it has no runs[0].results)") from None
+    from dynamo_onnx.reports import sarif
+
+    try:  # what gate and report read of it is there, as the schema says
+        sarif.validate(log)
+    except ValueError as exc:
+        raise UnreadableLogError(path, f"not a SARIF 2.1.0 log: {exc}") from None
     return log
 
 
@@ -604,8 +611,6 @@ def _fingerprint(result: dict[str, Any]) -> str | None:
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
-    from dynamo_onnx.reports import sarif
-
     log = _read_log(args.sarif)
     run = log["runs"][0]
     threshold = _RANK[args.fail_on]
@@ -635,10 +640,6 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     _emit("\n".join(lines))
     writes = []
     if args.output:
-        try:
-            sarif.validate(log)
-        except ValueError as exc:
-            raise UnreadableLogError(args.sarif, str(exc)) from None
         text = json.dumps(log, indent=2) + "\n"
         writes.append(
             ("gated SARIF log", args.output, lambda: atomic_write_text(args.output, text))

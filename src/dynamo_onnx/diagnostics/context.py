@@ -35,6 +35,7 @@ __all__ = [
     "default_source_root",
     "exception_summary",
     "finding_text",
+    "rule_text",
     "is_recorded",
     "mark_recorded",
 ]
@@ -355,6 +356,13 @@ def default_source_root(start: str | os.PathLike[str] | None = None) -> str:
         if parent == directory:
             return os.getcwd()
         directory = parent
+
+
+def rule_text(rule: Rule | str, **fields: object) -> str:
+    """A message of ``rule`` that no finding holds (the command line's own failures), as an
+    error of the rule reads: ``[ID name] message`` and its fix."""
+    rule = catalog().get(rule) if isinstance(rule, str) else rule
+    return format_message(rule.id, rule.name, rule.format_message(**fields), rule.fix)
 
 
 def finding_text(finding: Finding) -> str:
