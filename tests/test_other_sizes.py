@@ -109,3 +109,18 @@ def test_a_model_that_does_not_run_at_another_size_says_so_at_the_users_line():
     assert "onnxruntime::" not in message and "[ONNXRuntimeError]" not in message
     assert "Fix: " not in message  # a warning: the fix is the rule's, in the reports
     assert "leave the dimension out of dynamic_shapes" in finding.rule.fix
+
+
+class SqueezesSome(torch.nn.Module):
+    def forward(self, x):
+        return x.squeeze((0, 1)) + x.squeeze(1)
+
+
+def test_a_squeeze_keeps_the_dimensions_of_size_one():
+    model = SqueezesSome()
+    program = dynamo_onnx.export(model, (torch.randn(3, 1, 8),), dynamic_shapes=({0: "b"},))
+    assert "Squeeze" in {n.op_type for n in program.model.graph}  # dimension 1 still goes
+    for n in (3, 4):
+        x = torch.randn(n, 1, 8)
+        torch.testing.assert_close(program(x)[0], model(x))
+        assert program(x)[0].shape == (n, 8)
