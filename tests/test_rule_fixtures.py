@@ -333,6 +333,29 @@ def _verify(reference_offset):
     return call
 
 
+class DoublesRelu(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2  # marker: DO604
+
+
+def _runs_at_two_only(tmp_path, dynamic_shapes=BATCH):  # noqa: ARG001 - a fixture's call
+    """A registered ONNX function written for the traced batch of 2: the ONNX model does
+    not run at the second size verification tries (with ``dynamic_shapes=None``, the
+    rule's fix: the batch is static, and there is no other size)."""
+    from onnxscript import opset18 as op
+
+    def relu_of_two_rows(x):
+        return op.Relu(op.Reshape(x, op.Constant(value_ints=[2, 4])))
+
+    registry = dynamo_onnx.OnnxRegistry()
+    registry.register_op(relu_of_two_rows, "aten", "relu")
+    program = dynamo_onnx.export(
+        DoublesRelu(), (X,), dynamic_shapes=dynamic_shapes, registry=registry
+    )
+    program.verify((X,))
+    return program
+
+
 def _unwritable_reports(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -408,6 +431,7 @@ FIXTURES = {
     "DO501": (_optimize, None),
     "DO601": (_verify(1.0), None),
     "DO602": (_verify(0.0), None),
+    "DO604": (lambda t: _runs_at_two_only(t), "DO604"),
     "DO901": (_unwritable_reports, None),
 }
 
@@ -530,6 +554,7 @@ FIXED = {
     "DO131": lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_shapes={"x": {0: "b"}}),
     "DO132": lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_axes={"x": [0]}),
     "DO402": lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=18),
+    "DO604": lambda t: _runs_at_two_only(t, dynamic_shapes=None),
 }
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-from conftest import line_of
 from helpers import program_state
 
+from conftest import line_of
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.passes.decompose import DecomposePass
 from dynamo_onnx.passes.semantics import SemanticsPass

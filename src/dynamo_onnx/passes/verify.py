@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -19,7 +20,7 @@ import torch
 import torch.fx
 from torch.export import graph_signature as gs
 
-from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.io.caches import cache_parts, copy_caches, is_cache
@@ -27,6 +28,7 @@ from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
 from dynamo_onnx.io.runner import Runner, quiet_session_options
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.fx import random_outputs, range_bounds
+from dynamo_onnx.passes.metadata import FX_NODE, STACK_TRACE
 from dynamo_onnx.registry import target_name
 from dynamo_onnx.tensors import is_wrapper_subclass
 
@@ -167,21 +169,39 @@ def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
         assert request.exported_program is not None
         reference = request.exported_program.module()
     expected = _eager(reference, args, kwargs)
-    actual = request.run(*args, **kwargs)
+    actual = _run(ctx, request, args, kwargs)
     names = [v.name or f"output_{i}" for i, v in enumerate(request.model.graph.outputs)]
+    if actual is None:  # DO604 says why; nothing to compare
+        return [Comparison(i, n, float("inf"), float("inf"), False) for i, n in enumerate(names)]
     random = (
         random_outputs(request.exported_program) if request.exported_program is not None else []
     )
-    results = _compare_all(ctx, names, actual, expected, atol, rtol, random, "")
+    untraced = (
+        _other_sizes(request.exported_program, args, kwargs)
+        if request.exported_program is not None
+        else None
+    )
+    where = (
+        f" (with {untraced[0]}, while the program was traced with {untraced[1]}: a dimension "
+        "declared dynamic is traced at size 2 when the example has size 1, and a line that "
+        "treats size 1 apart, a squeeze or a broadcast of it, computes otherwise there)"
+        if untraced is not None
+        else ""
+    )
+    results = _compare_all(ctx, names, actual, expected, atol, rtol, random, where)
     second = None
     if request.second_shape and request.exported_program is not None and all(r.ok for r in results):
         second = _second_inputs(request.exported_program, args, kwargs)
     if second is not None:
         args2, kwargs2, sizes = second
         expected2 = _eager(reference, args2, kwargs2)
-        actual2 = request.run(*args2, **kwargs2)
+        actual2 = _run(ctx, request, args2, kwargs2)
         where = f" (at a second size of the dynamic dimensions: {sizes})"
-        at_second = _compare_all(ctx, names, actual2, expected2, atol, rtol, random, where)
+        at_second = (
+            _compare_all(ctx, names, actual2, expected2, atol, rtol, random, where)
+            if actual2 is not None
+            else [Comparison(0, names[0], float("inf"), float("inf"), False, where)]
+        )
     else:
         at_second = []
     if all(r.ok for r in results + at_second):
@@ -204,6 +224,101 @@ def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
     elif request.find_divergence:
         _first_divergence(ctx, request, kwargs)
     return results
+
+
+def _run(
+    ctx: DiagnosticContext, request: VerifyRequest, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> list[torch.Tensor] | None:
+    """The ONNX model's outputs on these inputs; None, with DO604, when ONNX Runtime fails
+    on inputs whose dynamic dimensions have other sizes than the program was traced at.
+
+    Any other failure is the session's or the model's (DO600), raised as it is.
+    """
+    try:
+        return request.run(*args, **kwargs)
+    except Exception as exc:
+        if not type(exc).__module__.startswith("onnxruntime") or request.exported_program is None:
+            raise
+        other = _other_sizes(request.exported_program, args, kwargs)
+        if other is None:
+            raise
+        shapes, traced = other
+        primary, frames, node = _failing_node(ctx, request.model, str(exc))
+        ctx.record(
+            "fails-at-another-size",
+            locations=[primary],
+            stack=frames,
+            properties={"onnx_error": str(exc)},
+            shapes=shapes,
+            traced=traced,
+            node=node,
+            reason=_runtime_reason(str(exc)),
+        )
+        return None
+
+
+def _other_sizes(
+    ep: torch.export.ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """(the inputs' shapes, the shapes traced) when some dynamic dimension of the inputs
+    has another size than the program's example had; None otherwise."""
+    examples = ep.example_inputs
+    if examples is None:
+        return None
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    specs = [s for s in ep.graph_signature.input_specs if s.kind == gs.InputKind.USER_INPUT]
+    try:
+        given = user_input_leaves(ep, args, kwargs)
+        traced = user_input_leaves(ep, examples[0], examples[1] or {})
+    except Exception:  # noqa: BLE001 - inputs the program cannot take apart: not this case
+        return None
+    shapes, traced_shapes, differs = [], [], False
+    for spec, now, then in zip(specs, given, traced):
+        if not isinstance(now, torch.Tensor) or not isinstance(then, torch.Tensor):
+            continue
+        val = placeholders[spec.arg.name].meta.get("val")
+        dims = val.shape if isinstance(val, torch.Tensor) else ()
+        differs |= any(
+            not isinstance(d, int) and a != b for d, a, b in zip(dims, now.shape, then.shape)
+        )
+        shapes.append(f"`{spec.arg.name}` {list(now.shape)}")
+        traced_shapes.append(f"`{spec.arg.name}` {list(then.shape)}")
+    if not differs:
+        return None
+    return "inputs " + ", ".join(shapes), ", ".join(traced_shapes)
+
+
+def _failing_node(
+    ctx: DiagnosticContext, model: ir.Model, error: str
+) -> tuple[Location | None, list[Location], str]:
+    """The user's line, the stack and a description of the ONNX node ONNX Runtime names in
+    ``error`` (``Name:'squeeze_n1'``), from the origin translation kept in its metadata."""
+    match = re.search(r"Name:'([^']*)'", error)
+    name = match.group(1) if match else None
+    node = next(
+        (n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.name == name), None
+    )
+    if node is None:
+        return None, [], "ONNX Runtime" if name is None else f"the ONNX node `{name}`"
+    props = node.metadata_props
+    frames = parse_stack_trace(props.get(STACK_TRACE, ""))
+    primary = ctx.user_frame(frames)
+    target = re.search(r"target=(?:torch\.ops\.)?([^\]]+)\]", props.get(FX_NODE, ""))
+    origin = f"`{target.group(1)}`" if target else "an operator"
+    where = f" at {ctx.display(primary)}" if primary is not None else ""
+    return primary, frames, f"its `{node.op_type}` node `{name}` (from {origin}{where})"
+
+
+def _runtime_reason(error: str) -> str:
+    """ONNX Runtime's reason in its own words, without its source file and C++ signature:
+    the sentence after "... was false." when there is one, else the message's first line."""
+    text = error.split("Status Message:", 1)[-1]
+    if " was false. " in text:
+        text = text.split(" was false. ", 1)[1]
+    text = re.sub(r"^\s*\S+\.(?:h|cc|cpp):\d+\s+", "", text)
+    first = text.strip().splitlines()[0] if text.strip() else error
+    first = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first)
+    return first.split(" shape=")[0].rstrip(". ")
 
 
 def _compare_all(

@@ -30,7 +30,7 @@ from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import KnownCause, known_cause
 from dynamo_onnx.passes.capture.experts import traceable_experts
 from dynamo_onnx.passes.capture.onnx_export_flag import onnx_export_flag
-from dynamo_onnx.passes.fx import is_none_output
+from dynamo_onnx.passes.fx import is_none_output, static_size
 from dynamo_onnx.passes.logs import (
     dropped,
     filtered,
@@ -344,7 +344,8 @@ def _widened_capture(
     "size-oblivious", through a private torch switch; here the example is repeated along
     them (``torch.cat([x, x], dim)``: the same values, so value-dependent code sees what
     it saw), which gives the same graph through public APIs. A model that does not trace
-    at size 2 is captured as given instead, and the dimension is a DO105 warning.
+    at size 2, or fixes the dimension at 2 (the ONNX model would then refuse the example
+    itself), is captured as given instead, and the dimension is a DO105 warning.
     """
     ones = _size_one_dims(state)
     signature = forward_signature(state.valid.model)
@@ -360,6 +361,8 @@ def _widened_capture(
             program = strategy.capture(module, bound.args, bound.kwargs, state.valid.dynamic_shapes)
     except Exception:  # noqa: BLE001 - captured as given instead, with DO105
         return None
+    if _specialized(program, ones):
+        return None  # fixed at 2, it would not even take the example: as given, DO105
     for name, dim in ones:
         ctx.record(
             "dynamic-dim-example-widened",
@@ -372,6 +375,18 @@ def _widened_capture(
     )
     _check_outputs(ctx, program, state.valid.model_location)
     return state.replace(exported_program=program, shape_log=tuple(shape_log.records))
+
+
+def _specialized(program: torch.export.ExportedProgram, dims: list[tuple[str, int]]) -> bool:
+    """Whether the program has any of ``dims`` (input name, dimension) as a constant: the
+    model fixed the size it was traced at (``if x.shape[0] == 2``, ``x.reshape(2, ...)``)."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    for name, dim in dims:
+        node = placeholders.get(name)
+        val = node.meta.get("val") if node is not None else None
+        if isinstance(val, torch.Tensor) and dim < val.dim() and static_size(val.shape[dim]):
+            return True
+    return False
 
 
 def _report_size_one(ctx: DiagnosticContext, state: ExportState) -> None:

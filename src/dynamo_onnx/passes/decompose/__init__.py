@@ -28,6 +28,7 @@ from dynamo_onnx.passes.decompose.rewrites import (
     insert_type_promotion,
     rewrite_aliases,
     rewrite_views,
+    squeeze_only_size_one,
     static_reshape_sizes,
 )
 from dynamo_onnx.passes.fx import graph_modules
@@ -95,6 +96,7 @@ class DecomposePass:
             ep, views, casts = self._lower(ctx, ep, registry, opset)
         for gm in graph_modules(ep):
             static_reshape_sizes(gm)
+            squeeze_only_size_one(gm)
         if views:
             ctx.record("view-rewritten-as-reshape", count=views)
         if casts:

@@ -18,6 +18,9 @@
   ``ExportedProgram.run_decompositions`` does not register ("Constant tensor
   lifted_tensor_4 is not in the constants dictionary"); for inference neither op does
   anything.
+* ``squeeze`` of a dimension the graph does not have at size 1 (a dynamic one) squeezes
+  nothing in torch but fails in ONNX: it becomes an ``alias``, or squeezes only the
+  dimensions of size 1.
 * Reshapes to a statically known shape get that shape instead of one with ``-1`` in it
   (``view(x, [1, -1, 128, 64])``): the ONNX optimizer can then see that a reshape to the
   shape its input already has is an ``Identity`` and remove it (12 nodes in GPT-2).
@@ -38,6 +41,7 @@ from dynamo_onnx.passes.fx import meta_value as _val
 
 __all__ = [
     "bypass_lifted_copies",
+    "squeeze_only_size_one",
     "cast_symbolic_operands",
     "insert_type_promotion",
     "rewrite_aliases",
@@ -178,6 +182,45 @@ def static_reshape_sizes(gm: torch.fx.GraphModule) -> int:
         if list(sizes) != shape and all(type(d) is int for d in shape):
             node.args = (node.args[0], shape)
             count += 1
+    if count:
+        gm.recompile()
+    return count
+
+
+_SQUEEZES = (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims)
+
+
+def squeeze_only_size_one(gm: torch.fx.GraphModule) -> int:
+    """``squeeze`` of named dimensions keeps only those the graph has at size 1.
+
+    torch squeezes a named dimension only when its size is 1: traced with a dynamic
+    dimension (at least 2, or a size-1 example traced at 2), ``x.squeeze(0)`` changes
+    nothing, and the node stays in the graph. ONNX's ``Squeeze`` fails on a dimension that
+    is not 1 ("Dimension of input 0 must be 1 instead of 2"), so the ONNX model would
+    not run at any size but 1. The node becomes ``alias`` (an ``Identity``) when it
+    removes nothing, or a squeeze of the static size-1 dimensions the result drops.
+    """
+    count = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in _SQUEEZES or not node.args:
+            continue
+        source, out = _val(node.args[0]), node.meta.get("val")
+        if not isinstance(source, torch.Tensor) or not isinstance(out, torch.Tensor):
+            continue
+        rank = source.dim()
+        asked = node.args[1] if len(node.args) > 1 else ()
+        dims = [asked] if isinstance(asked, int) else list(asked)
+        if rank == 0 or not all(isinstance(d, int) for d in dims):
+            continue
+        dims = sorted({d % rank for d in dims})
+        ones = [d for d in dims if type(source.shape[d]) is int and source.shape[d] == 1]
+        if ones == dims or out.dim() != rank - len(ones):
+            continue  # squeezes what it names, or the result says otherwise: as it is
+        if ones:
+            node.target, node.args = torch.ops.aten.squeeze.dims, (node.args[0], ones)
+        else:
+            node.target, node.args = torch.ops.aten.alias.default, (node.args[0],)
+        count += 1
     if count:
         gm.recompile()
     return count
