@@ -114,7 +114,14 @@ def test_every_result_is_complete(logs, case):
         assert result["level"] in ("none", "note", "warning", "error")
         assert result["message"]["text"].strip() and result["message"]["markdown"].strip()
         assert "`" not in result["message"]["text"]  # plain text; markdown keeps the code
-        assert result["kind"] == ("informational" if result["level"] == "none" else "fail")
+        rule_kind = catalog().get(result["ruleId"]).kind
+        if result["level"] in ("warning", "error"):
+            assert result["kind"] == "fail"
+        else:  # SARIF 2.1.0 section 3.27.10: a result that is not "fail" has level "none"
+            assert result["kind"] == rule_kind
+            assert (result["level"] == "none") == (rule_kind != "fail")
+            if rule_kind != "fail":
+                assert result["properties"]["findingLevel"] == catalog().get(result["ruleId"]).level
         rule = rules[result["ruleIndex"]]
         if result["level"] in ("warning", "error"):  # VS Code shows no rules[].help
             assert result["message"]["markdown"].endswith(
@@ -265,3 +272,48 @@ def test_writing_reports_restores_the_garbage_collector(tmp_path):
     with pytest.raises(OSError):
         program.diagnostics.save_reports(tmp_path / "missing" / "c.sarif")
     assert gc.isenabled()
+
+
+def test_successes_pass_records_inform_and_problems_fail():
+    """VS Code's SARIF viewer shows each result's kind: a success is not "Kind: fail"."""
+    x = torch.randn(4, 8)
+    program = dynamo_onnx.export(MLPModel().eval(), (x,), verify=True, profile=True)
+    log = program.diagnostics.to_sarif()
+    sarif.validate(log)
+    by_rule = {r["ruleId"]: r for r in log["runs"][0]["results"]}
+    expected = {
+        "DO501": ("pass", "none"),  # Optimized the model
+        "DO602": ("pass", "none"),  # All outputs match eager
+        "DO102": ("pass", "none"),  # Captured the model
+        "DO302": ("informational", "none"),  # 8 of 8 distinct operators translated
+        "DO203": ("informational", "none"),
+        "DO111": ("fail", "note"),  # profile=True has no effect: remove it
+    }
+    assert {rule: (by_rule[rule]["kind"], by_rule[rule]["level"]) for rule in expected} == expected
+    assert by_rule["DO501"]["properties"]["findingLevel"] == "note"
+    assert "findingLevel" not in by_rule["DO111"]["properties"]
+    # the markdown report, rendered from the log, still lists them as notes
+    text = program.diagnostics.to_markdown()
+    notes = text.split("Notes", 1)[1]
+    assert "DO501" in notes and "DO602" in notes and "DO111" in notes
+
+
+def test_a_warning_rule_cannot_be_a_pass():
+    from dynamo_onnx.rules import _parse
+
+    entry = """
+[[rule]]
+id = "DO999"
+name = "x"
+level = "{level}"
+kind = "pass"
+pass = "validate"
+short = "x"
+full = "x"
+message = "x"
+fix = "Nothing."
+help = "x"
+"""
+    assert _parse(entry.format(level="note")).get("DO999").kind == "pass"
+    with pytest.raises(ValueError, match="'fail' for a warning"):
+        _parse(entry.format(level="warning"))

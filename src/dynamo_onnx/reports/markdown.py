@@ -12,6 +12,8 @@ from typing import Any
 
 import jinja2
 
+from dynamo_onnx.reports import sarif
+
 __all__ = ["render"]
 
 _LEVELS = (
@@ -78,7 +80,7 @@ def _groups(run: Mapping[str, Any]) -> list[dict[str, Any]]:
     for level, icon, title in _LEVELS:
         by_rule: dict[str, dict[str, Any]] = {}
         for result in run.get("results", []):
-            if result.get("level") != level:
+            if sarif.finding_level(result) != level:
                 continue
             rule = rules[result["ruleIndex"]]
             entry = by_rule.setdefault(

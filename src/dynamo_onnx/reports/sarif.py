@@ -23,7 +23,7 @@ import linecache
 import os
 import pathlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -38,11 +38,31 @@ from dynamo_onnx.versions import project_urls
 if TYPE_CHECKING:
     from dynamo_onnx.diagnostics.context import DiagnosticContext
 
-__all__ = ["to_sarif", "to_json", "validate", "schema", "SCHEMA_URI", "FINGERPRINT_KEY", "SRCROOT"]
+__all__ = [
+    "FINDING_LEVEL",
+    "FINGERPRINT_KEY",
+    "SCHEMA_URI",
+    "SRCROOT",
+    "finding_level",
+    "schema",
+    "to_json",
+    "to_sarif",
+    "validate",
+]
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 FINGERPRINT_KEY = "dynamoOnnxFingerprint/v1"
 SRCROOT = "SRCROOT"
+#: The result property holding the level of a "pass" or "informational" result's finding
+#: (note, or none for details): SARIF gives such a result the level "none".
+FINDING_LEVEL = "findingLevel"
+
+
+def finding_level(result: Mapping[str, Any]) -> str:
+    """The level of the finding a result renders (what the reports group it under)."""
+    return (result.get("properties") or {}).get(FINDING_LEVEL) or result.get("level", "warning")
+
+
 #: Frames kept per stack: enough to see the model's call chain, bounded for big models.
 MAX_FRAMES = 20
 
@@ -243,11 +263,15 @@ class _Builder:
         if level >= Level.WARNING:
             # The VS Code viewer never shows rules[].help: the fix must be in the message.
             markdown = f"{markdown}\n\n**Fix:** {finding.rule.fix}"
+        # A problem is "fail" at its level; a success or a record is "pass" or
+        # "informational", whose level SARIF requires to be "none" (section 3.27.10): the
+        # level the reports group it under is kept in the properties (FINDING_LEVEL).
+        kind = finding.rule.kind if level < Level.WARNING else "fail"
         result = om.Result(
             rule_id=finding.rule.id,
             rule_index=self.rule_index[finding.rule.id],
-            level=level.sarif,
-            kind="informational" if level == Level.NONE else "fail",
+            level=level.sarif if kind == "fail" else Level.NONE.sarif,
+            kind=kind,
             message=om.Message(text=plain_text(finding.message), markdown=markdown),
         )
         result.locations = [self._location(primary, embed=True)]
@@ -270,6 +294,8 @@ class _Builder:
                 properties["originSnippet"] = finding.primary.snippet
         if level != finding.level:
             properties["originalLevel"] = finding.level.sarif
+        if kind != "fail":
+            properties[FINDING_LEVEL] = level.sarif
         result.properties = properties
         return result
 

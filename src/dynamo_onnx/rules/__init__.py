@@ -24,6 +24,8 @@ else:  # pragma: no cover
 __all__ = ["Rule", "Catalog", "catalog", "get_rule"]
 
 _LEVELS = ("none", "note", "warning", "error")
+#: SARIF's result kinds that the catalog uses (SARIF 2.1.0 section 3.27.9).
+_KINDS = ("fail", "pass", "informational")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,8 @@ class Rule:
     help: str
     tags: tuple[str, ...] = ()
     deprecated: bool = False
+    #: SARIF's ``result.kind``: "fail" (a problem), "pass" or "informational".
+    kind: str = "fail"
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -111,6 +115,11 @@ def _parse(text: str) -> Catalog:
         level = entry["level"]
         if level not in _LEVELS:
             raise ValueError(f"rule {entry['id']}: level must be one of {_LEVELS}")
+        kind = entry.get("kind", "fail")
+        if kind not in _KINDS or (kind != "fail" and level in ("warning", "error")):
+            raise ValueError(
+                f"rule {entry['id']}: kind must be one of {_KINDS}, and 'fail' for a {level}"
+            )
         rules.append(
             Rule(
                 id=entry["id"],
@@ -124,6 +133,7 @@ def _parse(text: str) -> Catalog:
                 help=entry["help"].strip(),
                 tags=tuple(entry.get("tags", ())),
                 deprecated=bool(entry.get("deprecated", False)),
+                kind=kind,
             )
         )
     return Catalog(tuple(rules), MappingProxyType(dict(data.get("passes", {}))))

@@ -28,7 +28,8 @@ def _section(rule: Rule) -> str:
     return (
         f"## {rule.id} {rule.name}\n\n"
         f"*{rule.short}*\n\n"
-        f"Level: `{rule.level}` · Pass: `{rule.pass_name}` · Tags: {tags}\n{deprecated}\n"
+        f"Level: `{rule.level}` · Kind: `{rule.kind}` · Pass: `{rule.pass_name}` · "
+        f"Tags: {tags}\n{deprecated}\n"
         f"{rule.full}\n\n"
         f"Message: `{rule.message}`\n\n"
         f"Fix: {rule.fix}\n\n"
