@@ -101,6 +101,8 @@ def _noun(spec: Any) -> str:
         kind = type(spec).__name__
         if not spec:
             return f"an empty {kind}"
+        if all(_is_dim(v) for v in spec):
+            return f"a {kind} of {len(spec)} dim{'s' if len(spec) > 1 else ''}"
         nouns = [_noun(v) for v in spec]
         if len(set(nouns)) == 1:
             noun = nouns[0].removeprefix("an ").removeprefix("a ") if len(spec) == 1 else None
