@@ -387,3 +387,37 @@ def test_a_shapes_collection_is_taken_for_plain_inputs_and_for_a_registered_cach
         other = _inputs(model, 3, 1, 7)
         for g, w in zip(program(**copy.deepcopy(other)), _eager(model, other)):
             torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
+
+
+def _dynamic_cache(layers: int, past: int = 4) -> transformers.DynamicCache:
+    cache = transformers.DynamicCache()
+    for layer in range(layers):
+        cache.update(torch.randn(2, 2, past, 8), torch.randn(2, 2, past, 8), layer)
+    return cache
+
+
+def test_each_cache_form_gives_every_tensor_its_spec_in_layer_order():
+    from dynamo_onnx.passes.validate.spec_forms import SpecMismatch, cache_specs
+
+    cache = _dynamic_cache(3)
+    k = [{0: "b", 2: f"k{i}"} for i in range(3)]
+    v = [{0: "b", 2: f"v{i}"} for i in range(3)]
+    flat = [k[0], v[0], k[1], v[1], k[2], v[2]]
+    assert cache_specs([k, v], cache) == flat  # transformers' registration nesting
+    assert cache_specs(tuple(flat), cache) == flat  # onnx-diagnostic's order
+    assert cache_specs(k[0], cache) == [k[0]] * 6  # one for all
+    assert cache_specs(["b", None, "p", None], cache) == [["b", None, "p", None]] * 6
+    assert cache_specs(None, cache) == [None] * 6
+    for wrong in ([k, v[:2]], flat[:4], {0: "b", 4: "p"}, [["b", None, "p", None]] * 2):
+        with pytest.raises(SpecMismatch):
+            cache_specs(wrong, cache)
+    both = transformers.EncoderDecoderCache(_dynamic_cache(2), _dynamic_cache(2, past=16))
+    mine = [{0: "b", 2: "past"}] * 4
+    cross = [{0: "b", 2: "encoder"}] * 4
+    # self-attention then cross-attention, each in a cache's forms -> layer 0's four first
+    assert cache_specs([mine, {0: "b", 2: "encoder"}], both) == [
+        *mine[:2],
+        *cross[:2],
+        *mine[2:],
+        *cross[2:],
+    ]
