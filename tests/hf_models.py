@@ -166,3 +166,34 @@ MODELS: dict[str, Callable[[], Built]] = {
     "vit": vit,
     "whisper": whisper,
 }
+
+
+#: The causal LMs exported with their KV cache (test_llm_cache, test_spec_forms).
+CAUSAL_LMS = ("llama", "qwen2", "mistral", "gemma2", "phi3", "gpt2", "mixtral")
+
+
+def causal_lm(name: str) -> transformers.PreTrainedModel:
+    """A small causal LM of architecture ``name`` that generates with its cache, in eval
+    mode; the same weights every call (seeded)."""
+    torch.manual_seed(0)
+    decoder = {**DECODER, "use_cache": True}
+    if name == "llama":
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**decoder))
+    elif name == "qwen2":
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**decoder))
+    elif name == "mistral":
+        config = transformers.MistralConfig(**decoder, sliding_window=4)
+        model = transformers.MistralForCausalLM(config)
+    elif name == "gemma2":  # sliding layers (window 4) between full ones: the past crosses it
+        config = transformers.Gemma2Config(**decoder, head_dim=8, sliding_window=4)
+        model = transformers.Gemma2ForCausalLM(config)
+    elif name == "phi3":
+        model = transformers.Phi3ForCausalLM(transformers.Phi3Config(**decoder, pad_token_id=0))
+    elif name == "mixtral":
+        config = transformers.MixtralConfig(**decoder, num_local_experts=4, num_experts_per_tok=2)
+        model = transformers.MixtralForCausalLM(config)
+    else:
+        assert name == "gpt2", name
+        config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100)
+        model = transformers.GPT2LMHeadModel(config)
+    return model.eval()

@@ -28,29 +28,9 @@ _spec = importlib.util.spec_from_file_location(
 llm_generate = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(llm_generate)
 
-#: The small decoder of the other transformers tests, generating with its cache.
-DECODER = {**hf_models.DECODER, "use_cache": True}
-
 
 def _model(name: str) -> transformers.PreTrainedModel:
-    torch.manual_seed(0)
-    if name == "llama":
-        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**DECODER))
-    if name == "qwen2":
-        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**DECODER))
-    if name == "mistral":
-        config = transformers.MistralConfig(**DECODER, sliding_window=4)
-        return transformers.MistralForCausalLM(config)
-    if name == "gemma2":  # sliding layers (window 4) between full ones: the past crosses it
-        config = transformers.Gemma2Config(**DECODER, head_dim=8, sliding_window=4)
-        return transformers.Gemma2ForCausalLM(config)
-    if name == "phi3":
-        return transformers.Phi3ForCausalLM(transformers.Phi3Config(**DECODER, pad_token_id=0))
-    if name == "mixtral":
-        return _mixtral()
-    assert name == "gpt2"
-    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100)
-    return transformers.GPT2LMHeadModel(config)
+    return hf_models.causal_lm(name)
 
 
 MODELS = ["llama", "qwen2", "mistral", "gemma2", "phi3", "gpt2"]
@@ -353,9 +333,7 @@ def test_a_model_that_makes_its_own_cache_returns_it_as_presents():
 
 
 def _mixtral() -> transformers.MixtralForCausalLM:
-    torch.manual_seed(0)
-    config = transformers.MixtralConfig(**DECODER, num_local_experts=4, num_experts_per_tok=2)
-    return transformers.MixtralForCausalLM(config).eval()
+    return hf_models.causal_lm("mixtral")
 
 
 def test_a_mixture_of_experts_model_exports_with_its_cache_and_matches_eager():

@@ -125,7 +125,7 @@ class ValidatePass:
         signature = forward_signature(request.model)
         bound = _check_inputs(ctx, signature, args, kwargs, request.torch_onnx is not None)
         spread_out = spread(signature, bound) if signature is not None else bound
-        spec = _checked_spec(ctx, request, signature, bound, spread_out)
+        spec = _checked_spec(ctx, request, args, kwargs, signature, bound, spread_out)
         cache_inputs = None
         if signature is not None and (
             any(is_cache(v) for v in spread_out.values())
@@ -200,6 +200,8 @@ class ValidatePass:
 def _checked_spec(
     ctx: DiagnosticContext,
     request: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
     signature: inspect.Signature | None,
     bound: Mapping[str, Any],
     spread_out: Mapping[str, Any],
@@ -209,6 +211,23 @@ def _checked_spec(
     no input a ``dynamic-spec-unknown-name`` error (torch.export would fail later, and
     the failure would read as the model's)."""
     spec = request.dynamic_shapes
+    caches = [name for name, value in spread_out.items() if is_cache(value)]
+    has_cache = bool(caches)
+    if isinstance(spec, (torch.export.ShapesCollection, torch.export.AdditionalInputs)):
+        if not has_cache:
+            return spec  # torch.export resolves it (and checks AdditionalInputs' inputs)
+        try:  # a cache's tensors are found only where the cache is a registered pytree
+            spec = spec.dynamic_shapes(request.model, args, kwargs)
+        except ValueError:
+            ctx.fail(
+                "dynamic-spec-mismatch",
+                InvalidExportOptionsError,
+                entry="dynamic_shapes",
+                given=f"a {type(spec).__name__} that finds no tensor of the cache (it looks "
+                "into registered pytree classes only)",
+                expected="a dict by forward's parameter names, or a tuple by position",
+                spec=f'dynamic_shapes={{"{caches[0]}": {{0: "batch", 2: "past"}}, ...}}',
+            )
     try:
         checked = spec_forms.spec_by_parameter(
             spec, signature, bound, spread_out, request.input_names
@@ -225,11 +244,7 @@ def _checked_spec(
         )
     except spec_forms.UnknownSpecName as problem:
         _unknown_name(ctx, "dynamic_shapes", problem, "input of this call")
-    if (
-        isinstance(spec, Mapping)
-        and isinstance(checked, dict)
-        and not any(is_cache(v) for v in spread_out.values())
-    ):
+    if isinstance(spec, Mapping) and isinstance(checked, dict) and not has_cache:
         # torch.export wants the given inputs' names only: an entry of None for a
         # parameter given no input says nothing (a cache's spec is read by its own names)
         return {k: v for k, v in spec.items() if k in bound or v is not None}

@@ -28,9 +28,11 @@ _TOKENS = frozenset({"input_ids", "position_ids", "token_type_ids", "decoder_inp
 def cache_dynamic_shapes(
     cache: Any, batch: str = "batch_size", past: str = "past_sequence_length"
 ) -> list[dict[int, str]]:
-    """The spec of a cache's tensors, one entry per tensor in layer order: batch and past
-    length dynamic (the cross-attention of an encoder-decoder cache by
-    ``encoder_sequence_length``). ``dynamic_shapes={"past_key_values": <this>}``."""
+    """The spec of a cache's tensors, one entry per tensor in layer order (``k0, v0, k1,
+    v1...``): batch and past length dynamic, a sliding-window layer's past named apart
+    (``sliding_<past>``), the cross-attention of an encoder-decoder cache by
+    ``encoder_sequence_length``. ``dynamic_shapes={"cache": <this>}`` (``past_key_values``
+    before transformers 5.24); the other forms a cache's spec takes are in docs/llm.md."""
     return [{0: batch, 2: _past_name(cache, suffix, past)} for suffix, _ in cache_parts(cache)]
 
 

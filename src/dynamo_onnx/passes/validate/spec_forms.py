@@ -101,6 +101,8 @@ def _noun(spec: Any) -> str:
         kind = type(spec).__name__
         if not spec:
             return f"an empty {kind}"
+        if all(_is_dim(v) for v in spec):
+            return f"a {kind} of {len(spec)} dim{'s' if len(spec) > 1 else ''}"
         nouns = [_noun(v) for v in spec]
         if len(set(nouns)) == 1:
             noun = nouns[0].removeprefix("an ").removeprefix("a ") if len(spec) == 1 else None
@@ -159,7 +161,7 @@ def _interleave(keys: Sequence[Any], values: Sequence[Any]) -> list[Any]:
     return [spec for pair in zip(keys, values) for spec in pair]
 
 
-def _registration_form(entry: Any, cache: Any, ranks: Sequence[int]) -> list[Any] | None:
+def _registration_form(entry: Any, ranks: Sequence[int]) -> list[Any] | None:
     """transformers' registration nesting, ``[[k0..kL-1], [v0..vL-1]]``, in tensor order."""
     layers = len(ranks) // 2
     if not (isinstance(entry, (list, tuple)) and len(entry) == 2):
@@ -209,7 +211,7 @@ def cache_specs(entry: Any, cache: Any, parameter: str = "past_key_values") -> l
     forms = (
         [_encoder_decoder_form(entry, cache)]
         if _encoder_decoder(cache)
-        else [_registration_form(entry, cache, ranks)]
+        else [_registration_form(entry, ranks)]
     )
     if isinstance(entry, (list, tuple)) and len(entry) == len(ranks):
         if all(fits_tensor(s, r) for s, r in zip(entry, ranks)):
@@ -235,8 +237,10 @@ def _literal(spec: Any) -> str:
         return (
             f"[{inner}]" if isinstance(spec, list) else f"({inner}{',' if len(spec) == 1 else ''})"
         )
-    if isinstance(spec, str) or spec is None or isinstance(spec, int):
-        return repr(spec) if not isinstance(spec, str) else f'"{spec}"'
+    if isinstance(spec, str):
+        return f'"{spec}"'
+    if spec is None or isinstance(spec, int):
+        return repr(spec)
     hint = getattr(getattr(spec, "type", None), "name", None)
     if isinstance(hint, str):  # Dim.AUTO, Dim.DYNAMIC, Dim.STATIC
         return f"Dim.{hint}"

@@ -1,0 +1,423 @@
+"""Every dynamic-shape spec form a user writes for a causal LM's KV cache (and for plain
+tensors), with and without transformers' pytree registration of the cache; a clear error,
+before capture and at the caller's line, for a spec that fits no form or names no input."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import warnings
+from typing import Any
+
+import pytest
+import torch
+import transformers
+from torch.export import Dim
+
+import dynamo_onnx
+import hf_models
+from conftest import line_of
+
+#: (batch, new tokens, past): prefill with an empty past, one-token decoding past the
+#: sliding window, a few tokens after a short past.
+SHAPES = [(1, 4, 0), (3, 1, 7), (2, 5, 2)]
+
+
+def _cache_parameter(model: torch.nn.Module) -> str:
+    """``cache`` from transformers 5.24 on, ``past_key_values`` before."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def _inputs(model: transformers.PreTrainedModel, batch: int = 2, new: int = 3, past: int = 4):
+    config = model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    cache = transformers.DynamicCache(config=config)
+    for layer in range(config.num_hidden_layers):
+        shape = (batch, heads, past, head_dim)
+        cache.update(torch.randn(shape), torch.randn(shape), layer)
+    return {
+        "input_ids": torch.randint(1, config.vocab_size, (batch, new)),
+        "attention_mask": torch.ones(batch, past + new, dtype=torch.int64),
+        "position_ids": torch.arange(past, past + new).expand(batch, new),
+        _cache_parameter(model): cache,
+        "use_cache": True,
+    }
+
+
+def _eager(model, inputs) -> list[torch.Tensor]:
+    out = model(**copy.deepcopy(inputs))
+    cache = getattr(out, "cache", None) or out.past_key_values
+    return [out.logits] + [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+@contextlib.contextmanager
+def _registered():
+    """transformers' ``register_dynamic_cache_export_support()`` for the block only: the
+    registration is global, and the other tests take the cache as a leaf."""
+    from torch.fx import _pytree as fx_pytree
+    from torch.utils import _pytree
+    from transformers.integrations.executorch import register_dynamic_cache_export_support
+
+    cls = transformers.DynamicCache
+    already = cls in _pytree.SUPPORTED_NODES
+    register_dynamic_cache_export_support()
+    try:
+        yield
+    finally:
+        if not already:
+            _pytree._deregister_pytree_node(cls)
+            fx_pytree._deregister_pytree_flatten_spec(cls)
+
+
+def _others(batch: Any = "batch", new: Any = "new", total: Any = "total") -> dict[str, Any]:
+    return {
+        "input_ids": {0: batch, 1: new},
+        "attention_mask": {0: batch, 1: total},
+        "position_ids": {0: batch, 1: new},
+    }
+
+
+def _per_tensor(model, cache) -> list[dict[int, str]]:
+    """One spec per tensor in layer order, with the sliding layers' past named apart."""
+    return dynamo_onnx.cache_dynamic_shapes(cache, batch="batch", past="past")
+
+
+def _spec(model, form: str) -> Any:
+    """The spec of ``_inputs(model)`` written in one of the forms users write."""
+    inputs = _inputs(model)
+    name = _cache_parameter(model)
+    cache = inputs[name]
+    flat = _per_tensor(model, cache)
+    keys, values = flat[0::2], flat[1::2]
+    one = {0: "batch", 2: "past"}
+    forms: dict[str, Any] = {
+        "one-dict": {**_others(), name: one},
+        "one-list-of-dims": {**_others(), name: ["batch", None, "past", None]},
+        "registration-nesting": {**_others(), name: [keys, values]},
+        "flat-per-tensor": {**_others(), name: flat},
+        "auto": {
+            **_others(Dim.AUTO, Dim.AUTO, Dim.AUTO),
+            name: {0: Dim.AUTO, 2: Dim.AUTO},
+        },
+        "dynamic": {
+            **_others(Dim.DYNAMIC, Dim.DYNAMIC, Dim.DYNAMIC),
+            name: [[{0: Dim.DYNAMIC, 2: Dim.DYNAMIC}] * len(keys)] * 2,
+        },
+        "dim-objects": {
+            **_others(Dim("batch"), "new", "total"),
+            name: {0: Dim("batch"), 2: "past"},
+        },
+        # the other transformers version's name of the parameter
+        "other-name": {
+            **_others(),
+            ("past_key_values" if name == "cache" else "cache"): [keys, values],
+        },
+    }
+    if form == "positional":  # a tuple in forward's order of the given inputs
+        named = {**_others(), name: [keys, values], "use_cache": None}
+        bound = inspect.signature(model.forward).bind(**inputs).arguments
+        return tuple(named[p] for p in bound)
+    return forms[form]
+
+
+LLAMA_FORMS = [
+    "one-dict",
+    "one-list-of-dims",
+    "registration-nesting",
+    "flat-per-tensor",
+    "auto",
+    "dynamic",
+    "dim-objects",
+    "other-name",
+    "positional",
+]
+#: The forms every other model is exported with (one with the registration, one without).
+OTHER_FORMS = [("registration-nesting", True), ("flat-per-tensor", False)]
+
+CASES = [("llama", form, registered) for form in LLAMA_FORMS for registered in (False, True)] + [
+    (name, form, registered)
+    for name in hf_models.CAUSAL_LMS
+    if name != "llama"
+    for form, registered in OTHER_FORMS
+]
+
+
+def _id(case) -> str:
+    name, form, registered = case
+    return f"{name}-{form}-{'registered' if registered else 'leaf'}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_every_cache_spec_form_exports_a_model_equal_to_eager_at_three_shapes(case):
+    name, form, registered = case
+    model = hf_models.causal_lm(name)
+    with _registered() if registered else contextlib.nullcontext():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # a clean export
+            program = dynamo_onnx.export(
+                model, (), kwargs=_inputs(model), dynamic_shapes=_spec(model, form)
+            )
+        shapes = {v.name: [str(d) for d in v.shape] for v in program.model.graph.inputs}
+        key = shapes["past_key_values.0.key"]
+        assert not key[0].isdigit() and not key[2].isdigit(), key  # batch and past dynamic
+        if form in ("one-dict", "registration-nesting", "flat-per-tensor", "other-name"):
+            assert key[0] == "batch" and key[2] in ("past", "sliding_past"), key
+        for shape in SHAPES:
+            inputs = _inputs(model, *shape)
+            got = program(**copy.deepcopy(inputs))
+            want = _eager(model, inputs)
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
+    leaves, _ = torch.utils._pytree.tree_flatten(_inputs(model)[_cache_parameter(model)])
+    assert len(leaves) == 1  # the registration did not outlive the test
+
+
+def test_none_for_the_cache_keeps_it_static():
+    model = hf_models.causal_lm("llama")
+    name = _cache_parameter(model)
+    spec = {**_others(None), name: None}  # a static cache fixes the batch too
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)
+        program = dynamo_onnx.export(model, (), kwargs=_inputs(model), dynamic_shapes=spec)
+    shapes = {v.name: [str(d) for d in v.shape] for v in program.model.graph.inputs}
+    assert shapes["past_key_values.1.value"] == ["2", "2", "4", "8"]
+    assert shapes["input_ids"] == ["2", "new"]
+    inputs = _inputs(model, 2, 5, 4)
+    for g, w in zip(program(**copy.deepcopy(inputs)), _eager(model, inputs)):
+        torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
+
+
+def test_a_cache_spec_that_fits_no_form_fails_before_capture_at_the_callers_line():
+    model = hf_models.causal_lm("llama")
+    name = _cache_parameter(model)
+    spec = {**_others(), name: [[{0: "batch", 2: "past"}] * 3] * 2}  # 3 layers: it has 2
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
+        dynamo_onnx.export(model, (), kwargs=_inputs(model), dynamic_shapes=spec)  # marker: call
+    message = str(info.value)
+    assert message.startswith("[DO131 dynamic-spec-mismatch]")
+    assert f'`dynamic_shapes["{name}"]` is a list of 2 lists of 3 dicts of dims' in message
+    assert "2 lists of 2 specs (keys, then values" in message
+    assert "a flat list of 4 specs" in message
+    assert f'dynamic_shapes={{"{name}": {{0: "batch", 2: "past"}}}}' in message  # what to write
+    findings = info.value.diagnostics.findings
+    assert [f.rule.id for f in findings if f.level.name == "ERROR"] == ["DO131"]  # no DO100
+    (finding,) = info.value.diagnostics.by_rule("DO131")
+    assert finding.primary.path == __file__
+    assert finding.primary.line == line_of(
+        test_a_cache_spec_that_fits_no_form_fails_before_capture_at_the_callers_line, "marker: call"
+    )
+    assert "capture" not in {p.name for p in info.value.diagnostics.passes}
+
+
+@pytest.mark.parametrize(
+    ("entry", "given"),
+    [
+        ([{0: "batch", 2: "past"}] * 3, "a list of 3 dicts of dims"),
+        (Dim.AUTO, "a dim (Dim.AUTO)"),
+        ([["batch", None, "past", None]] * 2, "a list of 2 lists of 4 dims"),
+    ],
+)
+def test_other_cache_specs_that_fit_no_form_say_what_was_given(entry, given):
+    model = hf_models.causal_lm("qwen2")
+    name = _cache_parameter(model)
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="DO131") as info:
+        dynamo_onnx.export(model, (), kwargs=_inputs(model), dynamic_shapes={name: entry})
+    assert f"is {given}" in str(info.value)
+
+
+def test_a_tensor_spec_of_the_wrong_rank_is_the_same_error_not_a_capture_failure():
+    model, args, kwargs, _ = hf_models.llama()
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
+        dynamo_onnx.export(model, args, kwargs=kwargs, dynamic_shapes={"input_ids": [{0: "b"}]})
+    message = str(info.value)
+    assert message.startswith("[DO131 dynamic-spec-mismatch]")
+    assert '`dynamic_shapes["input_ids"]` is a list of 1 dict of dims' in message
+    assert "a list of 2 dims, for a tensor of shape (2, 7)" in message
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="DO131") as info:
+        dynamo_onnx.export(model, args, kwargs=kwargs, dynamic_shapes={0: "batch"})
+    assert "`dynamic_shapes` is a dict of dims" in str(info.value)
+
+
+def test_a_positional_spec_for_plain_inputs_is_taken_as_torch_export_takes_it():
+    model, args, kwargs, _ = hf_models.llama()
+    program = dynamo_onnx.export(model, args, kwargs=kwargs, dynamic_shapes=({0: "b", 1: "s"},))
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["b", "s"]
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.eval()
+
+    def forward(self, x):
+        return x.relu() * 2
+
+
+def test_a_dynamic_axes_key_that_is_no_input_or_output_is_an_error():
+    x = torch.randn(3, 4)
+    names = {"input_names": ["input"], "output_names": ["output"]}
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
+        dynamo_onnx.export(_Net(), (x,), dynamic_axes={"inptu": {0: "batch"}}, **names)  # here
+    message = str(info.value)
+    assert message.startswith("[DO132 dynamic-spec-unknown-name]")
+    assert "`dynamic_axes` has the key `inptu`" in message
+    assert "(did you mean `input`?)" in message and "`input`, `output`" in message
+    (finding,) = info.value.diagnostics.by_rule("DO132")
+    assert finding.primary.line == line_of(
+        test_a_dynamic_axes_key_that_is_no_input_or_output_is_an_error, "# here"
+    )
+    axes = {"input": {0: "batch"}, "outptu": {0: "batch"}}
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="did you mean `output`"):
+        dynamo_onnx.export(_Net(), (x,), dynamic_axes=axes, **names)
+    # torch.onnx fails on it too
+    with warnings.catch_warnings(), pytest.raises(RuntimeError, match="dynamic_axes"):
+        warnings.simplefilter("ignore")  # its advice to use dynamic_shapes
+        torch.onnx.export(_Net(), (x,), dynamic_axes={"inptu": {0: "batch"}}, dynamo=True, **names)
+
+
+def test_dynamic_axes_keys_naming_outputs_are_a_note_and_inputs_stay_dynamic():
+    names = {"input_names": ["input"], "output_names": ["output"]}
+    axes = {"input": {0: "batch"}, "output": {0: "batch"}}
+    program = dynamo_onnx.export(_Net(), (torch.randn(3, 4),), dynamic_axes=axes, **names)
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["batch", "4"]
+    (note,) = program.diagnostics.by_rule("DO111")
+    assert "'output'" in note.message
+
+
+def test_without_output_names_a_key_that_is_no_input_says_so():
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
+        dynamo_onnx.export(_Net(), (torch.randn(3, 4),), dynamic_axes={"y": {0: "batch"}})
+    assert "output_names is not given" in str(info.value) and "`x`" in str(info.value)
+
+
+def test_a_dynamic_shapes_key_that_names_no_input_is_an_error():
+    model, args, kwargs, _ = hf_models.llama()
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
+        dynamo_onnx.export(model, args, kwargs=kwargs, dynamic_shapes={"inputs_ids": {0: "b"}})
+    message = str(info.value)
+    assert message.startswith("[DO132 dynamic-spec-unknown-name]")
+    assert "`dynamic_shapes` has the key `inputs_ids`" in message
+    assert "did you mean `input_ids`?" in message
+    # an input_names entry is not a parameter name: the message says which to use
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="input_names") as info:
+        dynamo_onnx.export(
+            _Net(),
+            (torch.randn(3, 4),),
+            input_names=["features"],
+            dynamic_shapes={"features": {0: "b"}},
+        )
+
+
+def test_a_cache_is_keyed_in_dynamic_axes_by_its_onnx_names_or_its_parameter():
+    model = hf_models.causal_lm("llama")
+    name = _cache_parameter(model)
+    others = {k: {i: str(v) for i, v in d.items()} for k, d in _others().items()}
+    for cache_axes in (
+        {name: {0: "batch", 2: "past"}},
+        {
+            f"past_key_values.{i}.{kv}": {0: "batch", 2: "past"}
+            for i in (0, 1)
+            for kv in ("key", "value")
+        },
+    ):
+        program = dynamo_onnx.export(
+            model, (), kwargs=_inputs(model), dynamic_axes={**others, **cache_axes}
+        )
+        shapes = {v.name: [str(d) for d in v.shape] for v in program.model.graph.inputs}
+        assert shapes["past_key_values.1.value"] == ["batch", "2", "past", "8"]
+        inputs = _inputs(model, 3, 1, 7)
+        for g, w in zip(program(**copy.deepcopy(inputs)), _eager(model, inputs)):
+            torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
+
+
+def test_a_spec_beside_an_exported_program_is_reported_not_dropped():
+    x = torch.randn(3, 4)
+    static = torch.export.export(_Net(), (x,))
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning, match="DO111"):
+        program = dynamo_onnx.export(static, (x,), dynamic_shapes={"x": {0: "batch"}})
+    (finding,) = program.diagnostics.by_rule("DO111")
+    assert finding.level.name == "WARNING"
+    assert "`x` dim 0 static" in finding.message
+    assert "pass dynamic_shapes to torch.export.export" in finding.message
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["3", "4"]
+    dynamic = torch.export.export(_Net(), (x,), dynamic_shapes={"x": {0: Dim("batch")}})
+    for given in ({"dynamic_shapes": {"x": {0: "batch"}}}, {"dynamic_axes": {"x": [0]}}):
+        program = dynamo_onnx.export(dynamic, (x,), **given)
+        (finding,) = program.diagnostics.by_rule("DO111")
+        assert finding.level.name == "NOTE"  # the program has that dim dynamic already
+        assert "fixed when torch.export.export captured it" in finding.message
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning, match="`input` dim 0 static"):
+        dynamo_onnx.export(static, (x,), input_names=["input"], dynamic_axes={"input": [0]})
+
+
+def _collection(inputs: dict[str, Any], name: str) -> torch.export.ShapesCollection:
+    """torch.export's spec by tensor: every input's batch and length, the cache's tensors'."""
+    collection = torch.export.ShapesCollection()
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        collection[inputs[key]] = {0: Dim.AUTO, 1: Dim.AUTO}
+    for layer in inputs[name].layers:
+        collection[layer.keys] = {0: Dim.AUTO, 2: Dim.AUTO}
+        collection[layer.values] = {0: Dim.AUTO, 2: Dim.AUTO}
+    return collection
+
+
+def test_a_shapes_collection_is_taken_for_plain_inputs_and_for_a_registered_cache():
+    model, args, kwargs, _ = hf_models.llama()
+    plain = torch.export.ShapesCollection()
+    plain[args[0]] = {0: Dim.AUTO, 1: Dim.AUTO}
+    program = dynamo_onnx.export(model, args, kwargs=kwargs, dynamic_shapes=plain)
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == [
+        "input_ids_dim_0",
+        "input_ids_dim_1",
+    ]
+    model = hf_models.causal_lm("llama")
+    name = _cache_parameter(model)
+    inputs = _inputs(model)
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="DO131") as info:
+        dynamo_onnx.export(model, (), kwargs=inputs, dynamic_shapes=_collection(inputs, name))
+    assert "ShapesCollection that finds no tensor of the cache" in str(info.value)
+    with _registered():  # there, torch.export finds the cache's tensors: the nesting form
+        program = dynamo_onnx.export(
+            model, (), kwargs=inputs, dynamic_shapes=_collection(inputs, name)
+        )
+        other = _inputs(model, 3, 1, 7)
+        for g, w in zip(program(**copy.deepcopy(other)), _eager(model, other)):
+            torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
+
+
+def _dynamic_cache(layers: int, past: int = 4) -> transformers.DynamicCache:
+    cache = transformers.DynamicCache()
+    for layer in range(layers):
+        cache.update(torch.randn(2, 2, past, 8), torch.randn(2, 2, past, 8), layer)
+    return cache
+
+
+def test_each_cache_form_gives_every_tensor_its_spec_in_layer_order():
+    from dynamo_onnx.passes.validate.spec_forms import SpecMismatch, cache_specs
+
+    cache = _dynamic_cache(3)
+    k = [{0: "b", 2: f"k{i}"} for i in range(3)]
+    v = [{0: "b", 2: f"v{i}"} for i in range(3)]
+    flat = [k[0], v[0], k[1], v[1], k[2], v[2]]
+    assert cache_specs([k, v], cache) == flat  # transformers' registration nesting
+    assert cache_specs(tuple(flat), cache) == flat  # onnx-diagnostic's order
+    assert cache_specs(k[0], cache) == [k[0]] * 6  # one for all
+    assert cache_specs(["b", None, "p", None], cache) == [["b", None, "p", None]] * 6
+    assert cache_specs(None, cache) == [None] * 6
+    for wrong in ([k, v[:2]], flat[:4], {0: "b", 4: "p"}, [["b", None, "p", None]] * 2):
+        with pytest.raises(SpecMismatch):
+            cache_specs(wrong, cache)
+    both = transformers.EncoderDecoderCache(_dynamic_cache(2), _dynamic_cache(2, past=16))
+    mine = [{0: "b", 2: "past"}] * 4
+    cross = [{0: "b", 2: "encoder"}] * 4
+    # self-attention then cross-attention, each in a cache's forms -> layer 0's four first
+    assert cache_specs([mine, {0: "b", 2: "encoder"}], both) == [
+        *mine[:2],
+        *cross[:2],
+        *mine[2:],
+        *cross[2:],
+    ]
