@@ -48,8 +48,27 @@ class Lin(torch.nn.Module):
 
 
 class Refuses(torch.nn.Module):
+    """Runs in eager PyTorch, refuses to be exported: no rule of its own explains it."""
+
     def forward(self, x):
-        raise ValueError("no")  # marker: DO100
+        if torch.compiler.is_exporting():
+            raise ValueError("no")  # marker: DO100
+        return x
+
+
+class OnTheMetaDevice(torch.nn.Module):
+    def __init__(self, device: str = "meta") -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3, device=device)
+
+    def forward(self, x):
+        return self.lin(x)  # marker: DO138
+
+
+def _weights_made_in_fake_mode(tmp_path):
+    with dynamo_onnx.enable_fake_mode():
+        model, x = OnTheMetaDevice(), torch.randn(2, 4)
+    return dynamo_onnx.export(model, (x,))
 
 
 class CallsKernel(torch.nn.Module):
@@ -339,6 +358,7 @@ FIXTURES = {
     "DO128": (lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_shapes=True), None),
     "DO129": (_size_one_widened, "DO129"),
     "DO127": (lambda t: dynamo_onnx.export(WantsEight(), (X,)), "DO127"),
+    "DO138": (lambda t: dynamo_onnx.export(OnTheMetaDevice(), (X,)), "DO138"),
     "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
     "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
     "DO203": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),
@@ -480,6 +500,7 @@ FIXED = {
     ),
     "DO125": _refined_spec,
     "DO127": lambda t: dynamo_onnx.export(WantsEight(), (torch.randn(2, 8),)),
+    "DO138": _weights_made_in_fake_mode,
     "DO402": lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=18),
 }
 
