@@ -251,6 +251,25 @@ def test_data_dependent_control_flow_says_in_words_which_branch(model, expressio
     assert "torch.cond" in finding.rule.help and "torch._check" in finding.rule.help
 
 
+class LoopsByAValue(torch.nn.Module):
+    def forward(self, x, n):
+        for _ in range(int(n.sum())):  # marker: by value
+            x = x * 2
+        return x
+
+
+def test_a_tensors_value_used_as_a_number_is_a_size_or_index_not_a_branch():
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(LoopsByAValue(), (torch.rand(3), torch.tensor([1, 2])))
+    line = line_of(LoopsByAValue.forward, "marker: by value")
+    assert str(info.value).startswith(
+        f"[DO104 data-dependent-control-flow] The size or index at tests/test_capture.py:{line} "
+        "depends on the value of a tensor (`range(int(n.sum()))`, which torch traced as `u0`)"
+    )
+    (finding,) = info.value.diagnostics.by_rule("DO104")
+    assert "Could not extract specialized integer" in finding.properties["torch_message"]
+
+
 def test_torch_conditions_read_as_python():
     import sympy
 
@@ -286,7 +305,7 @@ def test_the_expression_of_the_users_line(tmp_path):
         "bool(x.max() < 3)",
         "x[:int(n)]",
         "torch.zeros(n.item())",
-        "for i in range(n.item()):",
+        "range(n.item())",
     ]
     assert source_expression(Location(str(source), 99)) is None
 

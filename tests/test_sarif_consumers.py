@@ -186,7 +186,8 @@ def test_the_fix_of_a_failure_is_in_both_reports(logs):
     (result,) = [r for r in results if r["ruleId"] == "DO104"]
     assert result["message"]["markdown"].endswith(
         "**Fix:** Express the branch with torch.cond (it exports to an ONNX If) or torch.where, "
-        "or make it depend on shapes instead of tensor values."
+        "or make it depend on shapes instead of tensor values; keep a size or index taken from "
+        "a tensor a tensor (index_select, gather), or bound it with torch._check."
     )
     assert "`" not in result["message"]["text"]
     report = logs["branch"].with_suffix(".md").read_text()

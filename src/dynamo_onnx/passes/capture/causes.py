@@ -103,8 +103,11 @@ def data_dependence(exc: BaseException) -> DataDependence | None:
     cond: Any = getattr(exc, "cond", None)
     if not isinstance(cond, sympy.Basic):
         return DataDependence(branch=True, condition=None)
+    # A condition (u0 == 1) is a branch; a bare expression (u0) is a number torch needed
+    # (a sympy Symbol is a Boolean too: the test is on relations and logic, not on type).
+    logic = (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction)
     return DataDependence(
-        branch=isinstance(cond, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational)),
+        branch=isinstance(cond, logic) or cond in (sympy.true, sympy.false),
         condition=readable_condition(cond),
     )
 
@@ -135,8 +138,8 @@ def readable_condition(expr: Any) -> str:
 
 def source_expression(location: Location | None) -> str | None:
     """The expression the user's line computes: the condition of an ``if``/``while``, the
-    tested expression of an ``assert``, the value of a ``return`` or an assignment, else
-    the whole line. None when the line cannot be read."""
+    tested expression of an ``assert``, what a ``for`` iterates over, the value of a
+    ``return`` or an assignment, else the whole line. None when the line cannot be read."""
     if location is None:
         return None
     line = linecache.getline(location.path, location.line).strip()
@@ -150,6 +153,8 @@ def source_expression(location: Location | None) -> str | None:
             continue
         if isinstance(statement, (ast.If, ast.While, ast.Assert)):
             return ast.unparse(statement.test)
+        if isinstance(statement, ast.For):
+            return ast.unparse(statement.iter)
         value = getattr(statement, "value", None)
         if isinstance(value, ast.expr):
             return ast.unparse(value)
