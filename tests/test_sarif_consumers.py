@@ -200,7 +200,7 @@ def test_the_fix_of_a_failure_is_in_both_reports(logs):
             quoted.append((tokens[i - 1].type, token.content))
     fixes = [(kind, text) for kind, text in quoted if text.startswith("**Fix:**")]
     assert fixes == [("paragraph_open", fixes[0][1])], quoted
-    assert fixes[0][1].endswith("instead of tensor values.")
+    assert fixes[0][1].endswith("or bound it with torch._check.")
     assert not any("Fix:" in text for _, text in quoted if not text.startswith("**Fix:**"))
     # Every **Fix** of the report is whole sentences.
     bold_fixes = [
