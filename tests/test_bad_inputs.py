@@ -80,8 +80,8 @@ CASES = {
     "forward raises": (
         lambda **r: dynamo_onnx.export(Raises(), (X,), **r),
         dynamo_onnx.CaptureError,
-        "DO100",
-        ["ValueError: boom in forward"],
+        "DO127",
+        ["in PyTorch itself", "ValueError: boom in forward"],
     ),
     "output is a string": (
         lambda **r: dynamo_onnx.export(ReturnsText(), (X,), **r),

@@ -10,9 +10,13 @@ from conftest import line_of
 
 
 class Raises(torch.nn.Module):
+    """Runs in eager PyTorch; refuses while torch.export traces it (no rule explains it)."""
+
     def forward(self, x):
         x = x + 1
-        raise ValueError("the model refuses")  # marker: raise
+        if torch.compiler.is_exporting():
+            raise ValueError("the model refuses")  # marker: raise
+        return x
 
 
 def test_all_strategies_failing_gives_capture_error_with_every_cause():
@@ -25,7 +29,8 @@ def test_all_strategies_failing_gives_capture_error_with_every_cause():
     assert len(causes) == 2
     assert "strict=False" in causes[0] and "strict=True" in causes[1]
     assert all("the model refuses" in c for c in causes)
-    assert lines[-1].startswith("Fix:")
+    assert lines[-1].startswith("Fix: Read the capture-strategy-failed findings")
+    assert "torch.cond" not in lines[-1]  # the fix of a branch, not of this cause
     strategy_findings = error.diagnostics.by_rule("capture-strategy-failed")
     assert len(strategy_findings) == 2
     line = line_of(Raises.forward, "marker: raise")
@@ -203,19 +208,123 @@ class DataDependent(torch.nn.Module):
         return x - 1
 
 
-def test_data_dependent_control_flow_names_the_line_and_the_fixes():
+class DataDependentWhile(torch.nn.Module):
+    def forward(self, x):
+        while x.sum() < 10:  # marker: data-dependent
+            x = x * 2
+        return x
+
+
+class DataDependentElif(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] > 5:
+            return x
+        elif x.max() == 1:  # marker: data-dependent
+            return -x
+        return x
+
+
+@pytest.mark.parametrize(
+    ("model", "expression"),
+    [
+        (DataDependent, "x.sum() > 0"),
+        (DataDependentWhile, "x.sum() < 10"),
+        (DataDependentElif, "x.max() == 1"),
+    ],
+    ids=["if", "while", "elif"],
+)
+def test_data_dependent_control_flow_says_in_words_which_branch(model, expression):
     with pytest.raises(dynamo_onnx.CaptureError) as info:
-        dynamo_onnx.export(DataDependent(), (torch.randn(3),))
-    line = line_of(DataDependent.forward, "marker: data-dependent")
+        dynamo_onnx.export(model(), (torch.randn(3),))
+    line = line_of(model.forward, "marker: data-dependent")
     text = str(info.value)
     assert text.startswith(
-        f"[DO104 data-dependent-control-flow] forward branches on a tensor value at "
-        f"tests/test_capture.py:{line}: GuardOnDataDependentSymNode"
+        f"[DO104 data-dependent-control-flow] The branch at tests/test_capture.py:{line} "
+        f"depends on the value of a tensor (`{expression}`, which torch traced as `u0 == 1`): "
+        "torch.export records one path through forward"
     )
+    assert "GuardOnDataDependentSymNode" not in text and "Size-like" not in text
     assert "torch.cond" in text
     (finding,) = info.value.diagnostics.by_rule("DO104")
     assert finding.primary.line == line
+    assert finding.properties["torch_message"].startswith("GuardOnDataDependentSymNode: ")
+    assert "Eq(u0, 1)" in finding.properties["torch_message"]
     assert "torch.cond" in finding.rule.help and "torch._check" in finding.rule.help
+
+
+class LoopsByAValue(torch.nn.Module):
+    def forward(self, x, n):
+        for _ in range(int(n.sum())):  # marker: by value
+            x = x * 2
+        return x
+
+
+def test_a_tensors_value_used_as_a_number_is_a_size_or_index_not_a_branch():
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(LoopsByAValue(), (torch.rand(3), torch.tensor([1, 2])))
+    line = line_of(LoopsByAValue.forward, "marker: by value")
+    assert str(info.value).startswith(
+        f"[DO104 data-dependent-control-flow] The size or index at tests/test_capture.py:{line} "
+        "depends on the value of a tensor (`range(int(n.sum()))`, which torch traced as `u0`)"
+    )
+    (finding,) = info.value.diagnostics.by_rule("DO104")
+    assert "Could not extract specialized integer" in finding.properties["torch_message"]
+
+
+def test_torch_conditions_read_as_python():
+    import sympy
+
+    from dynamo_onnx.passes.capture.causes import readable_condition
+
+    u0, u1 = sympy.symbols("u0 u1", integer=True)
+    assert readable_condition(sympy.Eq(u0, 1)) == "u0 == 1"
+    assert readable_condition(sympy.Ne(u0 + 1, u1)) == "u0 + 1 != u1"
+    assert readable_condition(sympy.And(u0 >= 0, u1 < 3)) in (
+        "(u0 >= 0) and (u1 < 3)",
+        "(u1 < 3) and (u0 >= 0)",
+    )
+    assert readable_condition(u1) == "u1"
+
+
+def test_the_expression_of_the_users_line(tmp_path):
+    from dynamo_onnx.diagnostics import Location
+    from dynamo_onnx.passes.capture.causes import source_expression
+
+    source = tmp_path / "model.py"
+    source.write_text(
+        "if x.sum() > 0:  # a comment\n"
+        "    elif (x > 1).any():\n"
+        "    while bool(x.max() < 3):\n"
+        "    y = x[: int(n)]\n"
+        "    return torch.zeros(n.item())\n"
+        "    for i in range(n.item()):\n"
+    )
+    got = [source_expression(Location(str(source), line)) for line in range(1, 7)]
+    assert got == [
+        "x.sum() > 0",
+        "(x > 1).any()",
+        "bool(x.max() < 3)",
+        "x[:int(n)]",
+        "torch.zeros(n.item())",
+        "range(n.item())",
+    ]
+    assert source_expression(Location(str(source), 99)) is None
+
+
+def test_strict_modes_data_dependent_text_is_still_known():
+    """Strict mode raises no guard object, only text (recorded from torch 2.13)."""
+    from dynamo_onnx.passes.capture.causes import known_cause
+
+    recorded = (
+        "Data-dependent branching\n  Explanation: Detected data-dependent branching (e.g. "
+        "`if my_tensor.sum() > 0:`). Dynamo does not support tracing dynamic control flow."
+    )
+    cause = known_cause("Unsupported", recorded)
+    assert cause is not None and cause.rule == "data-dependent-control-flow"
+    assert known_cause("Unsupported", "Cannot access data pointer of Tensor").rule == (
+        "untraceable-kernel"
+    )
+    assert known_cause("TypeError", "linear(): argument 'input' must be Tensor") is None
 
 
 def test_a_strategy_failures_stack_is_innermost_first_without_repeats():
@@ -281,7 +390,7 @@ class Classifier(torch.nn.Module):
     ("shape", "marker", "words"),
     [
         ((1, 1, 8, 8), "conv", "to have 3 channels"),  # a grey image for an RGB model
-        ((1, 3, 8, 8), "head", "same reduction dim"),  # the wrong image size
+        ((1, 3, 8, 8), "head", "shapes cannot be multiplied"),  # the wrong image size
     ],
 )
 def test_example_inputs_the_model_itself_rejects_point_at_the_line(shape, marker, words):
@@ -313,3 +422,92 @@ def test_a_quantized_weight_is_the_dtype_error_not_a_meta_tensor_message():
         dynamo_onnx.export(QuantizedWeight(), (torch.rand(3),))
     assert info.value.rule_id == "DO309"
     assert "is a quantized tensor, which ONNX has no type for" in str(info.value)
+
+
+class Lin(torch.nn.Module):
+    def __init__(self, device: str | None = None) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4, device=device)
+
+    def forward(self, x):
+        return self.lin(x)  # marker: lin
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: Lin().to("meta"),
+        lambda: Lin(device="meta"),
+        lambda: Lin().to_empty(device="meta"),
+    ],
+    ids=["to-meta", "device-argument", "to_empty"],
+)
+def test_weights_on_the_meta_device_with_cpu_inputs_say_so(build):
+    """Was DO100 whose fix spoke of torch.cond; torch.onnx says "Failed to export the
+    model with torch.export" and the FakeTensorDeviceMismatchError."""
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(build(), (torch.randn(2, 4),))
+    line = line_of(Lin.forward, "marker: lin")
+    text = str(info.value)
+    assert text.startswith(
+        "[DO138 devices-differ] The model's weights are on the meta device and its inputs on "
+        f"the cpu device: forward cannot mix them at tests/test_capture.py:{line} "
+    )
+    assert "enable_fake_mode()" in text and "apply_weights" in text
+    assert "torch.cond" not in text
+    (finding,) = info.value.diagnostics.by_rule("devices-differ")
+    assert finding.primary.line == line
+
+
+def test_weights_made_in_fake_mode_with_inputs_made_there_export():
+    with dynamo_onnx.enable_fake_mode():
+        model, x = Lin(), torch.randn(2, 4)
+    program = dynamo_onnx.export(model, (x,))
+    assert not program.diagnostics.by_rule("devices-differ")
+
+
+@pytest.mark.parametrize(
+    ("call", "args", "words"),
+    [
+        ("export", ("hello",), "must be Tensor, not str"),
+        ("dynamo_export", ("hello",), "must be Tensor, not str"),
+        ("export", (torch.randn(2, 3),), "shapes cannot be multiplied"),
+    ],
+    ids=["a-string", "a-string-2.1-api", "wrong-size"],
+)
+def test_inputs_eager_pytorch_refuses_are_the_models_failure_not_the_exports(call, args, words):
+    """DO127 when eager fails as well (was DO100 for the string)."""
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        if call == "export":
+            dynamo_onnx.export(Lin(), args)
+        else:
+            dynamo_onnx.dynamo_export(Lin(), *args)
+    line = line_of(Lin.forward, "marker: lin")
+    text = str(info.value)
+    assert text.startswith(
+        "[DO127 example-inputs-do-not-fit] The model fails on the example inputs at "
+        f"tests/test_capture.py:{line}, in PyTorch itself: "
+    )
+    assert words in text.splitlines()[0]
+    with pytest.raises((TypeError, RuntimeError), match=words):
+        Lin()(*args)  # eager agrees, in the same words
+
+
+def test_the_eager_check_puts_the_buffers_back():
+    class Normalizes(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = torch.nn.BatchNorm1d(4)  # training mode: eager updates its statistics
+
+        def forward(self, x):
+            y = self.norm(x)
+            if torch.compiler.is_exporting():
+                raise ValueError("refuses to be exported")
+            return y
+
+    model = Normalizes()
+    before = model.norm.running_mean.clone()
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(model, (torch.randn(8, 4) + 5,))
+    assert info.value.rule_id == "DO100"
+    torch.testing.assert_close(model.norm.running_mean, before)

@@ -215,3 +215,62 @@ def test_loop_bodies_name_their_values_apart_from_the_main_graph(
     for rows in (4, 6) if dynamic else (4,):
         x = torch.randn(rows, 3)
         torch.testing.assert_close(program(x)[0], model(x))
+
+
+class WhileInCond(torch.nn.Module):
+    def forward(self, i, x):
+        def loop(i, x):
+            return torch.while_loop(
+                lambda i, x: i < 3, lambda i, x: (i + 1, x.softmax(-1)), (i, x)
+            )[1]
+
+        return torch.cond(x.sum() > 0, loop, lambda i, x: x.log_softmax(-1), (i, x)).softmax(-1)
+
+
+class CondInWhile(torch.nn.Module):
+    def forward(self, i, x):
+        def body(i, x):
+            y = torch.cond(
+                x.sum() > 0,
+                lambda x: x.softmax(-1) - 1,
+                lambda x: x - x.var(-1, keepdim=True),
+                (x,),
+            )
+            return i + 1, y
+
+        return torch.while_loop(lambda i, x: i < 4, body, (i, x))[1].softmax(-1)
+
+
+class ScanInWhile(torch.nn.Module):
+    def forward(self, i, xs):
+        from torch._higher_order_ops.scan import scan
+
+        def body(i, xs):
+            def step(carry, x):
+                return carry + x.softmax(-1), carry * 2
+
+            carry, ys = scan(step, torch.zeros_like(xs[0]), xs)
+            return i + 1, ys.softmax(-1) + carry
+
+        return torch.while_loop(lambda i, xs: i < 2, body, (i, xs))[1].softmax(-1)
+
+
+@pytest.mark.parametrize("model", [WhileInCond, CondInWhile, ScanInWhile])
+def test_control_flow_inside_control_flow_names_values_once(model):
+    program = dynamo_onnx.export(
+        model(), (torch.tensor(0), torch.randn(4, 3)), dynamic_shapes=({}, {0: "n"})
+    )
+    graphs, names = [program.model.graph], []
+    while graphs:
+        graph = graphs.pop()
+        names += [v.name for v in (*graph.inputs, *graph.initializers.values())]
+        for node in graph:
+            names += [v.name for v in node.outputs]
+            graphs += [
+                a.value for a in node.attributes.values() if a.type == onnx.AttributeProto.GRAPH
+            ]
+    assert len(names) == len(set(names))
+    for rows in (4, 6):
+        for sign in (1.0, -1.0):
+            i, x = torch.tensor(0), sign * (torch.rand(rows, 3) + 0.1)
+            torch.testing.assert_close(program(i, x)[0], model()(i, x))

@@ -49,8 +49,27 @@ class Lin(torch.nn.Module):
 
 
 class Refuses(torch.nn.Module):
+    """Runs in eager PyTorch, refuses to be exported: no rule of its own explains it."""
+
     def forward(self, x):
-        raise ValueError("no")  # marker: DO100
+        if torch.compiler.is_exporting():
+            raise ValueError("no")  # marker: DO100
+        return x
+
+
+class OnTheMetaDevice(torch.nn.Module):
+    def __init__(self, device: str = "meta") -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3, device=device)
+
+    def forward(self, x):
+        return self.lin(x)  # marker: DO138
+
+
+def _weights_made_in_fake_mode(tmp_path):
+    with dynamo_onnx.enable_fake_mode():
+        model, x = OnTheMetaDevice(), torch.randn(2, 4)
+    return dynamo_onnx.export(model, (x,))
 
 
 class CallsKernel(torch.nn.Module):
@@ -402,6 +421,7 @@ FIXTURES = {
     "DO131": (_mismatched_spec, "DO131"),
     "DO132": (_unknown_axes_key, "DO132"),
     "DO127": (lambda t: dynamo_onnx.export(WantsEight(), (X,)), "DO127"),
+    "DO138": (lambda t: dynamo_onnx.export(OnTheMetaDevice(), (X,)), "DO138"),
     "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
     "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
     "DO203": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),
@@ -553,6 +573,7 @@ FIXED = {
     "DO127": lambda t: dynamo_onnx.export(WantsEight(), (torch.randn(2, 8),)),
     "DO131": lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_shapes={"x": {0: "b"}}),
     "DO132": lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_axes={"x": [0]}),
+    "DO138": _weights_made_in_fake_mode,
     "DO402": lambda t: dynamo_onnx.export(Lin(), (X,), opset_version=18),
     "DO604": lambda t: _runs_at_two_only(t, dynamic_shapes=None),
 }

@@ -184,7 +184,8 @@ def test_the_fix_of_a_failure_is_in_both_reports(logs):
     (result,) = [r for r in results if r["ruleId"] == "DO104"]
     assert result["message"]["markdown"].endswith(
         "**Fix:** Express the branch with torch.cond (it exports to an ONNX If) or torch.where, "
-        "or make it depend on shapes instead of tensor values."
+        "or make it depend on shapes instead of tensor values; keep a size or index taken from "
+        "a tensor a tensor (index_select, gather), or bound it with torch._check."
     )
     assert "`" not in result["message"]["text"]
     report = logs["branch"].with_suffix(".md").read_text()
@@ -197,7 +198,7 @@ def test_the_fix_of_a_failure_is_in_both_reports(logs):
             quoted.append((tokens[i - 1].type, token.content))
     fixes = [(kind, text) for kind, text in quoted if text.startswith("**Fix:**")]
     assert fixes == [("paragraph_open", fixes[0][1])], quoted
-    assert fixes[0][1].endswith("instead of tensor values.")
+    assert fixes[0][1].endswith("or bound it with torch._check.")
     assert not any("Fix:" in text for _, text in quoted if not text.startswith("**Fix:**"))
     # Every **Fix** of the report is whole sentences.
     bold_fixes = [

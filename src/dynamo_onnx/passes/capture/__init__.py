@@ -2,9 +2,11 @@
 
 Strategies are objects tried in order: ``torch.export.export`` non-strict (traces with real
 Python, the most permissive), then strict (TorchDynamo). Each failure is a finding with its
-root cause; only when all fail does capture fail: with the rule of a known cause
-(``causes``: DO104, DO126, DO127, DO309) at the user's line, else DO100 listing
-every cause. A program the caller passed in is copied, never rewritten.
+root cause; only when all fail does capture fail, with the rule of the cause at the user's
+line: tensors on several devices (DO138) and a model that fails in eager PyTorch too
+(DO127) are decided from the model (``eager``), a data-dependent branch (DO104) from torch's
+exception, the rest (DO126, DO309) from its text (``causes``); else DO100 listing every
+cause. A program the caller passed in is copied, never rewritten.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
-from dynamo_onnx.passes.capture.causes import KnownCause, known_cause
+from dynamo_onnx.passes.capture.causes import (
+    EAGER_FAILURE_TEXT,
+    data_dependence,
+    known_cause,
+    source_expression,
+)
+from dynamo_onnx.passes.capture.eager import eager_failure, runs_eagerly, tensor_devices
 from dynamo_onnx.passes.capture.experts import traceable_experts
 from dynamo_onnx.passes.capture.onnx_export_flag import onnx_export_flag
 from dynamo_onnx.passes.fx import is_none_output, static_size
@@ -258,8 +266,7 @@ class CapturePass:
         _report_size_one(ctx, state)
         inputs = state.valid.capture_inputs()
         causes: list[str] = []
-        first_line: Location | None = None  # the user's line of the first failure
-        known: tuple[KnownCause, Location | None, str] | None = None
+        failures: list[tuple[BaseException, Location | None]] = []
         for strategy in self.strategies:
             shape_log = _ShapeLog(show=state.valid.verbose)
             spec = state.valid.dynamic_shapes
@@ -278,11 +285,7 @@ class CapturePass:
                 frames, stack = _frames(exc)
                 cause = exception_summary(exc)
                 causes.append(f"{strategy.label}: {cause}")
-                recognized = known_cause(type(exc).__name__, str(exc))
-                if known is None and recognized is not None:
-                    known = (recognized, ctx.user_frame(frames), cause)
-                if len(causes) == 1:
-                    first_line = ctx.user_frame(frames)
+                failures.append((exc, ctx.user_frame(frames)))
                 ctx.record(
                     "capture-strategy-failed",
                     locations=[ctx.user_frame(frames)],
@@ -303,22 +306,108 @@ class CapturePass:
                 exported_program=program,
                 shape_log=tuple(shape_log.records),
             )
-        if known is not None:
-            recognized, where, cause = known
-            ctx.fail(
-                recognized.rule,
-                CaptureError,
-                where,
-                source=ctx.display(where),
-                cause=cause,
-                **dict(recognized.fields),
-            )
+        _fail_with_cause(ctx, module, inputs, failures)
         ctx.fail(
             "capture-failed",
             CaptureError,
-            first_line,
+            failures[0][1] if failures else None,
             cause="no strategy could capture it:\n" + "\n".join(f"  - {c}" for c in causes),
         )
+
+
+def _fail_with_cause(
+    ctx: DiagnosticContext,
+    module: torch.nn.Module,
+    inputs: tuple[tuple[Any, ...], Mapping[str, Any]],
+    failures: list[tuple[BaseException, Location | None]],
+) -> None:
+    """Fail with the rule of the cause of a failed capture, when it is known.
+
+    In order: tensors on several devices (every operator refuses them, eager too), a model
+    that fails in eager PyTorch (the inputs or the model are wrong, not the export), a
+    guard on a tensor's value (torch's exception says which), then the causes known by
+    their text. Returns when none applies (DO100).
+    """
+    first = failures[0][1] if failures else None
+    summary = exception_summary(failures[0][0]) if failures else ""
+    devices = tensor_devices(module, *inputs)
+    if devices is not None:
+        weights, given = devices
+        ctx.fail(
+            "devices-differ",
+            CaptureError,
+            first,
+            weights=_devices(weights),
+            inputs=_devices(given),
+            source=ctx.display(first),
+            cause=summary,
+        )
+    eager = eager_failure(module, *inputs)
+    if eager is not None:
+        frames, stack = _frames(eager)
+        where = ctx.user_frame(frames) or first
+        ctx.fail(
+            "example-inputs-do-not-fit",
+            CaptureError,
+            where,
+            stack=stack,
+            properties={"exception": type(eager).__name__},
+            source=ctx.display(where),
+            cause=exception_summary(eager),
+        )
+    for exc, where in failures:
+        dependence = data_dependence(exc)
+        if dependence is not None:
+            _fail_data_dependent(ctx, exc, where, dependence.branch, dependence.condition)
+    eager_ran = runs_eagerly(module)
+    for exc, where in failures:
+        recognized = known_cause(type(exc).__name__, str(exc))
+        if recognized is None and not eager_ran:
+            text = f"{type(exc).__name__} {exc}"
+            recognized = EAGER_FAILURE_TEXT if EAGER_FAILURE_TEXT.pattern.search(text) else None
+        if recognized is None:
+            continue
+        if recognized.rule == "data-dependent-control-flow":
+            _fail_data_dependent(ctx, exc, where, True, None)
+        ctx.fail(
+            recognized.rule,
+            CaptureError,
+            where,
+            source=ctx.display(where),
+            cause=exception_summary(exc),
+            **dict(recognized.fields),
+        )
+
+
+def _devices(types: list[str]) -> str:
+    """``the meta device``, ``the cpu and cuda devices``."""
+    if not types:
+        return "no device"
+    return f"the {' and '.join(types)} device{'s' if len(types) > 1 else ''}"
+
+
+def _fail_data_dependent(
+    ctx: DiagnosticContext,
+    exc: BaseException,
+    where: Location | None,
+    branch: bool,
+    condition: str | None,
+) -> None:
+    """DO104 in words: the user's expression and torch's condition as Python; torch's own
+    message is in the finding's properties."""
+    expression = source_expression(where)
+    parts = [f"`{expression}`" if expression else ""]
+    if condition:
+        parts.append(f"which torch traced as `{condition}`" if expression else f"`{condition}`")
+    ctx.fail(
+        "data-dependent-control-flow",
+        CaptureError,
+        where,
+        properties={"exception": type(exc).__name__, "torch_message": exception_summary(exc)},
+        what="branch" if branch else "size or index",
+        source=ctx.display(where),
+        detail=", ".join(p for p in parts if p) or "a value torch could not name",
+    )
 
 
 def _size_one_dims(state: ExportState) -> list[tuple[str, int]]:

@@ -1,21 +1,44 @@
-"""The capture failures users meet most, each recognized by its error text and reported
-with its own rule, at the user's line, with a fix that works.
+"""The capture failures users meet most, each reported with its own rule, at the user's
+line, with a fix that works.
 
 Drawn from torch.export's exportdb and the torch.onnx issue tracker: a branch on a tensor's
 value; a tensor's memory handed to code torch cannot trace ("Cannot access data pointer of
 Tensor": a custom C++/CUDA kernel, ctypes, ``data_ptr()``); example inputs the model itself
-rejects (a shape or dtype mismatch that eager PyTorch raises too: the most common cause of a
-"failed export"); and quantized tensors, which ONNX has no type for. (``.numpy()`` and
-``.tolist()`` in ``forward`` are traced by torch 2.13 and need no rule.) Anything else stays
-the general DO100 with every strategy's root cause.
+rejects (decided by running the model, ``eager``; the text below only when it cannot run);
+and quantized tensors, which ONNX has no type for. (``.numpy()`` and ``.tolist()`` in
+``forward`` are traced by torch 2.13 and need no rule.) Anything else stays the general DO100
+with every strategy's root cause.
+
+A data-dependent branch is decided from torch's exception itself
+(``GuardOnDataDependentSymNode`` carries the sympy condition it could not decide) and told in
+words: the user's expression, read from their line, and torch's condition written as Python
+(``u0 == 1``). Only strict mode's failure ("Data-dependent branching") is known by its text;
+the texts are kept here, each with a test that feeds it a recorded message.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import linecache
 import re
+from typing import Any
 
-__all__ = ["KNOWN_CAUSES", "KnownCause", "known_cause"]
+import sympy
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+from dynamo_onnx.diagnostics import Location
+
+__all__ = [
+    "EAGER_FAILURE_TEXT",
+    "KNOWN_CAUSES",
+    "DataDependence",
+    "KnownCause",
+    "data_dependence",
+    "known_cause",
+    "readable_condition",
+    "source_expression",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +51,19 @@ class KnownCause:
     fields: tuple[tuple[str, str], ...] = ()
 
 
+#: Errors eager PyTorch raises on inputs that do not fit; read only when the model cannot
+#: be run to see (weights on the meta device).
+EAGER_FAILURE_TEXT = KnownCause(
+    "example-inputs-do-not-fit",
+    re.compile(
+        r"shapes cannot be multiplied|same reduction dim|must match the size of tensor|"
+        r"expected input\[|to have \d+ channels|Given groups=|size mismatch|"
+        r"Dimension out of range|out of bounds for dimension|is invalid for input of size|"
+        r"expected scalar type|must have the same dtype|Expected \d+D|index out of range",
+        re.IGNORECASE,
+    ),
+)
+
 KNOWN_CAUSES: tuple[KnownCause, ...] = (
     KnownCause(
         "data-dependent-control-flow",
@@ -36,16 +72,6 @@ KNOWN_CAUSES: tuple[KnownCause, ...] = (
     KnownCause(
         "untraceable-kernel",
         re.compile(r"data pointer|data_ptr", re.IGNORECASE),
-    ),
-    KnownCause(
-        "example-inputs-do-not-fit",
-        re.compile(
-            r"shapes cannot be multiplied|same reduction dim|must match the size of tensor|"
-            r"expected input\[|to have \d+ channels|Given groups=|size mismatch|"
-            r"Dimension out of range|out of bounds for dimension|is invalid for input of size|"
-            r"expected scalar type|must have the same dtype|Expected \d+D|index out of range",
-            re.IGNORECASE,
-        ),
     ),
     KnownCause(
         "dtype-not-in-onnx",
@@ -59,3 +85,78 @@ def known_cause(exception_type: str, text: str) -> KnownCause | None:
     """The known cause of a capture failure with this exception type and message, if any."""
     subject = f"{exception_type} {text}"
     return next((c for c in KNOWN_CAUSES if c.pattern.search(subject)), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataDependence:
+    """What a data-dependent failure needed: a branch (a condition) or a number (a size, an
+    index), and torch's expression for it as Python, if torch gave one."""
+
+    branch: bool
+    condition: str | None
+
+
+def data_dependence(exc: BaseException) -> DataDependence | None:
+    """From torch's exception: a guard on a value known only at run time, if that was it."""
+    if not isinstance(exc, GuardOnDataDependentSymNode):
+        return None
+    cond: Any = getattr(exc, "cond", None)
+    if not isinstance(cond, sympy.Basic):
+        return DataDependence(branch=True, condition=None)
+    # A condition (u0 == 1) is a branch; a bare expression (u0) is a number torch needed
+    # (a sympy Symbol is a Boolean too: the test is on relations and logic, not on type).
+    logic = (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction)
+    return DataDependence(
+        branch=isinstance(cond, logic) or cond in (sympy.true, sympy.false),
+        condition=readable_condition(cond),
+    )
+
+
+_RELATIONS = {
+    sympy.Eq: "==",
+    sympy.Ne: "!=",
+    sympy.StrictLessThan: "<",
+    sympy.LessThan: "<=",
+    sympy.StrictGreaterThan: ">",
+    sympy.GreaterThan: ">=",
+}
+
+
+def readable_condition(expr: Any) -> str:
+    """A sympy condition of torch's symbolic shapes as Python (``Eq(u0, 1)`` -> ``u0 == 1``,
+    ``And(u0 >= 0, u1 < 3)`` -> ``u0 >= 0 and u1 < 3``)."""
+    for kind, operator in _RELATIONS.items():
+        if isinstance(expr, kind):
+            return f"{readable_condition(expr.lhs)} {operator} {readable_condition(expr.rhs)}"
+    if isinstance(expr, (sympy.And, sympy.Or)):
+        joint = " and " if isinstance(expr, sympy.And) else " or "
+        return joint.join(f"({readable_condition(a)})" for a in expr.args)
+    if isinstance(expr, sympy.Not):
+        return f"not ({readable_condition(expr.args[0])})"
+    return str(expr)
+
+
+def source_expression(location: Location | None) -> str | None:
+    """The expression the user's line computes: the condition of an ``if``/``while``, the
+    tested expression of an ``assert``, what a ``for`` iterates over, the value of a
+    ``return`` or an assignment, else the whole line. None when the line cannot be read."""
+    if location is None:
+        return None
+    line = linecache.getline(location.path, location.line).strip()
+    if not line:
+        return None
+    header = re.sub(r"^elif\b", "if", line)
+    for candidate in (header, header + "\n    pass"):  # a statement, or a block's header
+        try:
+            statement = ast.parse(candidate).body[0]
+        except (SyntaxError, IndexError):
+            continue
+        if isinstance(statement, (ast.If, ast.While, ast.Assert)):
+            return ast.unparse(statement.test)
+        if isinstance(statement, ast.For):
+            return ast.unparse(statement.iter)
+        value = getattr(statement, "value", None)
+        if isinstance(value, ast.expr):
+            return ast.unparse(value)
+        break
+    return line

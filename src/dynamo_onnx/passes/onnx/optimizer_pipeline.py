@@ -32,6 +32,13 @@ _QUADRATIC_RULE = "SlicesSplit"
 _RESHAPE_RULE = "MaterializeReshapeShape"
 
 
+def _no_match(reason: str) -> Any:
+    """A failed match of a rewrite rule, with the reason onnxscript's verbose mode shows."""
+    result = onnxscript.rewriter.MatchResult()
+    result.fail(reason)
+    return result
+
+
 class _MaterializeReshapeShape(onnxscript.rewriter.RewriteRuleClassBase):
     """onnxscript's ``MaterializeReshapeShape``, except where the shape would have a 0
     beside a -1 (invalid with ``allowzero=1``, ambiguous without it)."""
@@ -44,15 +51,14 @@ class _MaterializeReshapeShape(onnxscript.rewriter.RewriteRuleClassBase):
         return op.Reshape(data, shape)
 
     def check(self, context: Any, data: ir.Value, shape: ir.Value) -> Any:
-        result = onnxscript.rewriter.MatchResult()
         output = context.output_values[0]
         if ir.convenience.get_const_tensor(shape) is not None or output.shape is None:
-            return result.fail("The shape is a constant, or the result's shape is unknown.")
+            return _no_match("The shape is a constant, or the result's shape is unknown.")
         dims = [d if isinstance(d, int) else -1 for d in output.shape]
         if dims.count(-1) > 1 or (-1 in dims and 0 in dims):
-            return result.fail("The shape would need two -1, or a -1 beside a 0.")
+            return _no_match("The shape would need two -1, or a -1 beside a 0.")
         self._dims = dims
-        return result
+        return onnxscript.rewriter.MatchResult()
 
     def rewrite(self, op: Any, data: ir.Value, shape: ir.Value) -> Any:
         constant = op.Constant(value=ir.tensor(self._dims, dtype=ir.DataType.INT64))
