@@ -63,12 +63,8 @@ class CommandError(Exception):
     and returns its code; nothing a user can cause reaches them as a traceback."""
 
     def __init__(self, rule_id: str, code: int, detail: str = "", **fields: object) -> None:
-        self.rule, self.code, self.fields, self.detail = (
-            catalog().get(rule_id),
-            code,
-            fields,
-            detail,
-        )
+        self.rule = catalog().get(rule_id)
+        self.code, self.fields, self.detail = code, fields, detail
         super().__init__(rule_text(self.rule, **fields))
 
     def __str__(self) -> str:
@@ -111,8 +107,12 @@ def _writing(what: str, path: str) -> Iterator[None]:
 def _stop_output() -> None:
     """Send what is left of standard output nowhere (the reader is gone, or the device is
     full), so the interpreter's last flush at exit cannot fail again."""
+    try:
+        target = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (redirected to a buffer): nothing to flush
+        return
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    os.dup2(devnull, target)
     os.close(devnull)
 
 
