@@ -5,7 +5,7 @@ PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 SARIF_TOOL = .sarif-tools/node_modules/@microsoft/sarif-multitool-linux/Sarif.Multitool
 
-.PHONY: demo test venv clean docs sarif-tools bench fuzz coverage
+.PHONY: demo test venv clean docs sarif-tools bench fuzz coverage compat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,13 @@ bench: $(STAMP)
 # compared with eager in ONNX Runtime: docs/coverage.{md,json}. ~20 min on 2 cores.
 coverage: $(STAMP)
 	$(PY) benchmarks/op_coverage.py $(COVERAGE_ARGS)
+
+# Generated models crossed with the call forms people use (dynamic_axes, dynamic_shapes in each
+# structure, kwargs=, opsets, exported programs, dynamo_export), exported by dynamo-onnx and by
+# torch.onnx, each compared with eager at two sizes: docs/compat.{md,json}. Fails when a case
+# fails with dynamo-onnx only. COMPAT_ARGS="--cases 200 --seed 1"; CASES_TIME on 2 cores.
+compat: $(STAMP)
+	$(PY) benchmarks/compat.py $(COMPAT_ARGS)
 
 # More property-based fuzzing than `make test` runs (random, not the fixed CI examples).
 FUZZ_EXAMPLES ?= 500
