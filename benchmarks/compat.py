@@ -63,7 +63,8 @@ GENERIC_RULES = frozenset({"DO100", "DO200", "DO300", "DO400", "DO500", "DO600",
 class Outcome:
     """What happened to one case with one exporter."""
 
-    #: match | export-failed | run-failed | mismatch | timeout | crash, or caller-failed: the
+    #: match | export-failed | run-failed | mismatch | timeout | crash | not-run (the worker
+    #: died in the other exporter's run), or caller-failed: the
     #: case's code failed before it called the exporter (its own torch.export.export)
     status: str
     rule: str | None = None
@@ -295,10 +296,12 @@ def check_case(seed: int, index: int, timeout: int, directory: str) -> dict[str,
     source = case.source.replace(compat_models.OUTPUT_NAMES_LINE, f"OUTPUT_NAMES = {names!r}", 1)
     path.write_text(source, encoding="utf-8")
     module.OUTPUT_NAMES = names
-    outcomes = {
-        exporter: _run_exporter(exporter, module, path, sizes, expected, timeout)
-        for exporter in EXPORTERS
-    }
+    outcomes: dict[str, Outcome] = {}
+    for exporter in ("torch_onnx", "dynamo_onnx"):  # a crash in ours still has torch's outcome
+        done = {e: dataclasses.asdict(o) for e, o in outcomes.items()}
+        started.write_text(json.dumps({"stage": exporter, "done": done}), encoding="utf-8")
+        outcomes[exporter] = _run_exporter(exporter, module, path, sizes, expected, timeout)
+    outcomes = {e: outcomes[e] for e in EXPORTERS}
     verdict, bug = verdict_of(outcomes["dynamo_onnx"], outcomes["torch_onnx"])
     row.update({e: dataclasses.asdict(o) for e, o in outcomes.items()})
     row.update(verdict=verdict, bug=bug)
@@ -366,12 +369,13 @@ def _run_batch(
     context = multiprocessing.get_context("spawn")
     pending = list(indices)
     while pending:
+        # a case that was running when a worker died runs again alone: a crash then is its own
+        suspects = [i for i in pending if attempts[i]]
+        group, workers = (suspects[:1], 1) if suspects else (pending, jobs)
         with concurrent.futures.ProcessPoolExecutor(
-            jobs, mp_context=context, initializer=_worker_init
+            workers, mp_context=context, initializer=_worker_init
         ) as pool:
-            futures = {
-                pool.submit(check_case, seed, i, timeout, str(directory)): i for i in pending
-            }
+            futures = {pool.submit(check_case, seed, i, timeout, str(directory)): i for i in group}
             for future in concurrent.futures.as_completed(futures):
                 index = futures[future]
                 try:
@@ -380,13 +384,14 @@ def _run_batch(
                     marker = directory / f"case_{seed}_{index}.started"
                     if not marker.exists():
                         continue  # waiting when another case killed the worker: run again
+                    stage = json.loads(marker.read_text(encoding="utf-8") or "{}")
                     marker.unlink()
                     attempts[index] += 1
                     if attempts[index] < 2:
                         continue
-                    row = _crashed(seed, index)
+                    row = _crashed(seed, index, stage)
                 except Exception as error:  # noqa: BLE001
-                    row = _crashed(seed, index, _first_line(error))
+                    row = _crashed(seed, index, {"detail": _first_line(error)})
                 done.add(index)
                 yield row
         pending = [i for i in pending if i not in done]
@@ -403,19 +408,29 @@ def _line(row: dict[str, Any]) -> str:
     )[:300]
 
 
-def _crashed(seed: int, index: int, detail: str = "the worker process died") -> dict[str, Any]:
+def _crashed(seed: int, index: int, stage: dict[str, Any]) -> dict[str, Any]:
+    """The row of a case whose worker died twice (a segmentation fault in ONNX Runtime...):
+    the exporter that was running crashed, the one that ran before keeps its outcome."""
     case = compat_models.generate(seed, index)
-    outcome = dataclasses.asdict(Outcome("crash", None, detail))
+    crashed = stage.get("stage")
+    detail = stage.get("detail") or f"the worker process died while running {crashed}"
+    outcomes = {e: dataclasses.asdict(Outcome("not-run")) for e in EXPORTERS}
+    outcomes.update(stage.get("done", {}))
+    if crashed in EXPORTERS:
+        outcomes[crashed] = dataclasses.asdict(Outcome("crash", None, detail))
+    else:
+        outcomes = {e: dataclasses.asdict(Outcome("crash", None, detail)) for e in EXPORTERS}
+    ours, theirs = (Outcome(**outcomes[e]) for e in EXPORTERS)
+    verdict, bug = verdict_of(ours, theirs)
     return {
         "index": index,
         "family": case.family,
         "title": case.title,
         "form": case.form,
         "dynamic": list(case.dynamic),
-        "dynamo_onnx": outcome,
-        "torch_onnx": outcome,
-        "verdict": "both-fail",
-        "bug": None,
+        **outcomes,
+        "verdict": verdict,
+        "bug": bug,
         "source": case.source,
     }
 

@@ -118,3 +118,16 @@ def test_the_report_has_the_figures_and_the_disagreements(rows):
     assert f"| **ours-only failures** | **{summary['verdicts']['ours-only']}** |" in text
     for form in compat_models.CALL_FORMS:
         assert f"| {form} |" in text
+
+
+def test_a_worker_that_dies_in_our_export_is_a_crash_of_ours():
+    """ONNX Runtime can kill the process (case 264: nn.EmbeddingBag through dynamo_export);
+    the exporter that was running is the one that crashed, torch.onnx's outcome stays."""
+    done = {"torch_onnx": compat.dataclasses.asdict(compat.Outcome("match"))}
+    row = compat._crashed(SEED, 264, {"stage": "dynamo_onnx", "done": done})
+    assert row["dynamo_onnx"]["status"] == "crash"
+    assert row["torch_onnx"]["status"] == "match"
+    assert row["verdict"] == "ours-only" and "crash" in row["bug"]
+    row = compat._crashed(SEED, 264, {"stage": "torch_onnx", "done": {}})
+    assert row["torch_onnx"]["status"] == "crash" and row["dynamo_onnx"]["status"] == "not-run"
+    assert row["verdict"] == "both-fail" and row["bug"] is None
