@@ -545,8 +545,9 @@ def markdown(report: dict[str, Any]) -> str:
         "(rtol 1e-3, atol 1e-4, shapes and dtypes exact). **agree**: both match eager; "
         "**ours-only**: dynamo-onnx fails to export, to run, or differs where torch.onnx "
         "matches (a bug); **torch-only**: the reverse; **both-fail**. A failed dynamo-onnx "
-        "export whose error names no line of the case file is a bug too. `python -m "
-        "compat --case N` (from `benchmarks/`) prints a case's file and its row.",
+        "export whose error names no line of the case file is a bug too. `python "
+        "benchmarks/compat.py --case N` prints a case's file (the repro) and its row; "
+        "`make test` runs a fixed sample (tests/test_compat.py).",
         "",
         "## Figures",
         "",
