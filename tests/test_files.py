@@ -152,3 +152,32 @@ def test_the_same_model_from_two_checkouts_is_the_same_file(tmp_path):
         r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "models/scale.py"
         for r in results[0]
     )
+
+
+@pytest.mark.parametrize(
+    "save",
+    [
+        lambda program, path: program.save_diagnostics(path),
+        lambda program, path: program.diagnostics.save_sarif(path),
+        lambda program, path: program.diagnostics.save_markdown(path),
+    ],
+    ids=["save_diagnostics", "save_sarif", "save_markdown"],
+)
+@pytest.mark.parametrize("where", ["missing-directory", "a-directory"])
+def test_a_report_that_cannot_be_written_is_do414_naming_the_callers_path(tmp_path, save, where):
+    import torch
+
+    import dynamo_onnx
+
+    program = dynamo_onnx.export(torch.nn.Linear(4, 2).eval(), (torch.randn(3, 4),))
+    path = tmp_path / "nodir" / "x.report" if where == "missing-directory" else tmp_path
+    with pytest.raises(dynamo_onnx.OnnxExporterError) as caught:
+        save(program, path)
+    error = caught.value
+    assert isinstance(error, OSError)  # `except OSError` around a save keeps working
+    assert error.rule_id == "DO414"
+    text = str(error)
+    assert text.startswith("[DO414 report-not-written] Cannot write the ")
+    assert f"to {path}: " in text and "Fix: Choose a path" in text
+    assert ".x.report." not in text  # never the temporary file beside it
+    assert list(tmp_path.iterdir()) == []  # nothing half-written, no directory made

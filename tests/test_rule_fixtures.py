@@ -469,6 +469,7 @@ NOT_FROM_A_FIXTURE = {
     "DO900": "an internal error: test_diagnostic_context (a broken registry)",
     "DO902": "a command-line write failure: test_cli::test_exit_code_table",
     "DO903": "a command-line unreadable log: test_cli::test_exit_code_table",
+    "DO414": "a report written after the export: test_files (no finding is recorded)",
 }
 
 

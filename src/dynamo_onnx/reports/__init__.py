@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics.context import rule_text
+from dynamo_onnx.errors import SaveError
 from dynamo_onnx.reports.writing import atomic_write_text, report_paths
 
 __all__ = ["ReportingContext"]
@@ -38,8 +40,9 @@ class ReportingContext(DiagnosticContext):
         return sarif.to_sarif(self, all_rules=self.all_rules)
 
     def save_sarif(self, path: str | os.PathLike[str]) -> None:
-        """Write the SARIF log to ``path`` (atomically)."""
-        self.save_reports(sarif_path=path)
+        """Write the SARIF log to ``path`` (atomically); DO414 if it cannot be written."""
+        with _saving("SARIF log", path):
+            self.save_reports(sarif_path=path)
 
     def to_markdown(self) -> str:
         """The findings as a markdown report (rendered from the SARIF log)."""
@@ -48,8 +51,9 @@ class ReportingContext(DiagnosticContext):
         return markdown.render(self.to_sarif())
 
     def save_markdown(self, path: str | os.PathLike[str]) -> None:
-        """Write the markdown report to ``path`` (atomically)."""
-        self.save_reports(markdown_path=path)
+        """Write the markdown report to ``path`` (atomically); DO414 if it cannot be written."""
+        with _saving("markdown report", path):
+            self.save_reports(markdown_path=path)
 
     def save_reports(
         self,
@@ -94,6 +98,20 @@ class ReportingContext(DiagnosticContext):
             )
             warnings.warn(f"[{finding.rule.id}] {finding.message}", RuntimeWarning, stacklevel=3)
             return []
+
+
+@contextlib.contextmanager
+def _saving(what: str, path: str | os.PathLike[str]) -> Iterator[None]:
+    """A report the caller asked for that cannot be written is DO414, naming the caller's
+    path (the ``OSError`` names the temporary file beside it); a ``SaveError`` is also an
+    ``OSError``, so ``except OSError`` keeps working. Nothing is recorded: the log is what
+    could not be written."""
+    try:
+        yield
+    except OSError as exc:
+        cause = exc.strerror or str(exc) or type(exc).__name__
+        message = rule_text("report-not-written", what=what, path=os.fspath(path), cause=cause)
+        raise SaveError(message, rule_id="DO414") from exc
 
 
 @contextlib.contextmanager
