@@ -28,7 +28,7 @@ from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
 from dynamo_onnx.io.runner import Runner, quiet_session_options
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.fx import random_outputs, range_bounds
-from dynamo_onnx.passes.metadata import FX_NODE, STACK_TRACE
+from dynamo_onnx.passes.metadata import FX_NODE, STACK_TRACE, stack_frames
 from dynamo_onnx.registry import target_name
 from dynamo_onnx.tensors import is_wrapper_subclass
 
@@ -301,7 +301,7 @@ def _failing_node(
     if node is None:
         return None, [], "ONNX Runtime" if name is None else f"the ONNX node `{name}`"
     props = node.metadata_props
-    frames = parse_stack_trace(props.get(STACK_TRACE, ""))
+    frames = list(stack_frames(ctx, props.get(STACK_TRACE, "")))
     primary = ctx.user_frame(frames)
     target = re.search(r"target=(?:torch\.ops\.)?([^\]]+)\]", props.get(FX_NODE, ""))
     origin = f"`{target.group(1)}`" if target else "an operator"

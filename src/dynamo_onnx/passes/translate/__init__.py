@@ -16,14 +16,14 @@ import torch
 from torch.export import graph_signature as gs
 
 from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.diagnostics.findings import Location, parse_stack_trace
+from dynamo_onnx.diagnostics.findings import Location
 from dynamo_onnx.errors import OnnxExporterError, TranslationError
 from dynamo_onnx.io.spec_names import leaf_paths
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.domains import custom_domain_nodes
 from dynamo_onnx.passes.fx import is_none_output, none_outputs
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
-from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE
+from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE, stack_frames
 from dynamo_onnx.passes.model import return_location
 from dynamo_onnx.passes.translate import problems
 from dynamo_onnx.passes.translate.builder import GraphBuilder
@@ -103,7 +103,7 @@ def _report_custom_domains(ctx: DiagnosticContext, model: ir.Model) -> None:
         by_operator.setdefault((node.domain, node.op_type), []).append(node)
     for (domain, op_type), nodes in by_operator.items():
         lines = [
-            ctx.user_frame(parse_stack_trace(n.metadata_props.get(STACK_TRACE, ""))) for n in nodes
+            ctx.user_frame(stack_frames(ctx, n.metadata_props.get(STACK_TRACE, ""))) for n in nodes
         ]
         first = lines[0]
         ctx.record(
