@@ -3,8 +3,9 @@ dynamo-onnx and by torch.onnx with the same call, both run in ONNX Runtime at tw
 dynamic dimensions and compared with eager. No case may fail with dynamo-onnx where torch.onnx
 matches eager, and a failed export must name a line of the case's file.
 
-The sample is the first 24 cases of seed 0 (every model family and every call form) and the
-cases that fail today, each an xfail(strict=True) with the issue it belongs to.
+The sample is the first 24 cases of seed 0 (every model family and every call form), the
+cases that failed once and are fixed, and the cases that fail today, each an
+xfail(strict=True) with the issue it belongs to.
 """
 
 from __future__ import annotations
@@ -22,14 +23,11 @@ SEED = 0
 #: Cases dynamo-onnx gets wrong today, found by ``make compat``: index -> the reason and the
 #: issue it belongs to. They are in the sample so that the fix flips them.
 KNOWN: dict[int, str] = {
-    62: (
-        "issue 33: a buffer sliced by a dynamic size (mask[:n, :n]) gives torch.export's "
-        "suggested fix seq <= 32, then a second guard seq != 32 with no fix; DO100 where "
-        "torch.onnx captures with deferred runtime asserts"
-    ),
     98: "issue 33 (None outputs): `return y, None` is DO110 where torch.onnx drops the None",
 }
-SAMPLE = [*range(24), *KNOWN]
+#: Cases that were in KNOWN and are fixed: they stay in the sample as normal cases.
+FIXED: list[int] = [62]  # a buffer sliced by a dynamic size (issue 33)
+SAMPLE = [*range(24), *FIXED, *KNOWN]
 
 
 @pytest.fixture(scope="module")

@@ -354,3 +354,42 @@ def test_a_size_check_that_holds_at_other_sizes_is_no_warning():
     for shape in ((4, 6), (6, 8), (3, 2)):
         x = torch.randn(*shape)
         torch.testing.assert_close(program(x)[0], HalvedReshape()(x))
+
+
+class CausalMask(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.ones(32, 32).tril())
+
+    def forward(self, x):
+        n = x.shape[1]
+        return x.masked_fill(self.mask[:n, :n] == 0, -1.0)  # marker: sliced-buffer
+
+
+@pytest.mark.parametrize(
+    "seq",
+    [torch.export.Dim("seq"), torch.export.Dim("seq", max=32)],
+    ids=["unbounded", "bounded"],
+)
+def test_a_buffer_sliced_by_a_dynamic_size_exports_valid_up_to_its_size(seq):
+    """The buffer bounds ``seq`` to 32 (torch suggests ``max=32``), and torch also guards
+    ``seq != 32`` (its slice of the whole buffer), which no Dim expresses: the retry defers
+    such guards, as torch.onnx does, instead of failing. The one restriction the user must
+    hear about, seq <= 32, is the warning at their line; at 32 itself the model runs."""
+    model = CausalMask()
+    program = dynamo_onnx.export(
+        model, (torch.randn(3, 5, 5),), dynamic_shapes={"x": {1: seq, 2: seq}}
+    )
+    warnings = [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    if seq.max == 32:  # the spec already fits: nothing to say
+        assert not warnings
+    else:
+        (finding,) = warnings
+        assert finding.rule.id == "DO125"
+        assert "seq = Dim('seq', max=32)" in finding.message
+        assert "L['x'].size()[1] <= 32" in finding.message  # what torch's fix is for
+        line = line_of(CausalMask.forward, "marker: sliced-buffer")
+        assert (finding.primary.path, finding.primary.line) == (__file__, line)
+    for size in (9, 32):
+        x = torch.randn(3, size, size)
+        torch.testing.assert_close(program(x)[0], model(x))
