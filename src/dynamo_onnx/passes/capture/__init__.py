@@ -6,7 +6,9 @@ root cause; only when all fail does capture fail, with the rule of the cause at 
 line: tensors on several devices (DO138) and a model that fails in eager PyTorch too
 (DO127) are decided from the model (``eager``), a data-dependent branch (DO104) from torch's
 exception, the rest (DO126, DO309) from its text (``causes``); else DO100 listing every
-cause. A program the caller passed in is copied, never rewritten.
+cause. When a strategy refuses the dynamic shapes for a guard no ``Dim`` range expresses,
+a last attempt defers such guards to assertions in the graph (``CapturePass._attempts``).
+A program the caller passed in is copied, never rewritten.
 """
 
 from __future__ import annotations
