@@ -393,3 +393,45 @@ def test_a_buffer_sliced_by_a_dynamic_size_exports_valid_up_to_its_size(seq):
     for size in (9, 32):
         x = torch.randn(3, size, size)
         torch.testing.assert_close(program(x)[0], model(x))
+
+
+class TakeAlongDim(torch.nn.Module):
+    def forward(self, x, idx):
+        return torch.take_along_dim(x, idx, dim=-1)  # marker: take-along
+
+
+class Gathers(torch.nn.Module):
+    def forward(self, x, idx):
+        return torch.gather(x, -1, idx)
+
+
+def _indices(batch, seq):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(batch, seq, 6, generator=g), torch.randint(
+        0, 6, (batch, seq, 2), generator=g
+    )
+
+
+def test_sizes_torch_fixes_in_an_operators_trace_are_a_note_that_says_so():
+    """``torch.take_along_dim`` reads its inputs' sizes as integers in torch's trace, so
+    with every dimension dynamic torch.export keeps 3 and 5 though the model runs at any
+    size: the note must not say the model fixes them, and names the line. Its fix,
+    ``torch.gather``, keeps them dynamic: right against eager at other sizes, no warning."""
+    options = dynamo_onnx.ExportOptions(dynamic_shapes=True)
+    program = dynamo_onnx.dynamo_export(TakeAlongDim(), *_indices(3, 5), export_options=options)
+    (note,) = program.diagnostics.by_rule("DO128")
+    assert "torch.export fixed their size while tracing the line given" in note.message
+    assert "the model fixes" not in note.message
+    assert "`x` dimension 0 = 3, because of `Eq(s77, 3)`" in note.message
+    line = line_of(TakeAlongDim.forward, "marker: take-along")
+    assert (note.primary.path, note.primary.line) == (__file__, line)
+    assert "torch.gather instead of torch.take_along_dim" in note.rule.fix
+    for spelling in (
+        lambda m, x, i: dynamo_onnx.dynamo_export(m, x, i, export_options=options),
+        lambda m, x, i: dynamo_onnx.export(m, (x, i), dynamic_shapes=True),
+    ):
+        program = spelling(Gathers(), *_indices(3, 5))
+        assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+        for batch, seq in ((3, 5), (5, 9)):
+            x, idx = _indices(batch, seq)
+            torch.testing.assert_close(program(x, idx)[0], TakeAlongDim()(x, idx))
