@@ -23,14 +23,18 @@ SEED = 0
 #: Cases dynamo-onnx gets wrong today, found by ``make compat``: index -> the reason and the
 #: issue it belongs to. They are in the sample so that the fix flips them.
 KNOWN: dict[int, str] = {
-    62: (
-        "issue 33: a buffer sliced by a dynamic size (mask[:n, :n]) gives torch.export's "
-        "suggested fix seq <= 32, then a second guard seq != 32 with no fix; DO100 where "
-        "torch.onnx captures with deferred runtime asserts"
+    481: (
+        "issue 33: dynamo_export with ExportOptions(dynamic_shapes=True) on "
+        "torch.take_along_dim: torch.export's trace of the C++ operator fixes every size "
+        "(DO128 says so); torch.onnx keeps the inputs symbolic with a [3, 3] range"
     ),
 }
 #: Cases make compat found and that were fixed since: they stay in the sample as regressions.
 FIXED: dict[int, str] = {
+    62: (
+        "issue 33: a buffer sliced by a dynamic size (mask[:n, :n]) gave torch.export's "
+        "suggested fix seq <= 32, then a second guard seq != 32 with no fix: DO100"
+    ),
     98: "issue 33 (None outputs): `return y, None` was DO110 where torch.onnx drops the None",
 }
 SAMPLE = [*range(24), *FIXED, *KNOWN]

@@ -354,3 +354,84 @@ def test_a_size_check_that_holds_at_other_sizes_is_no_warning():
     for shape in ((4, 6), (6, 8), (3, 2)):
         x = torch.randn(*shape)
         torch.testing.assert_close(program(x)[0], HalvedReshape()(x))
+
+
+class CausalMask(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.ones(32, 32).tril())
+
+    def forward(self, x):
+        n = x.shape[1]
+        return x.masked_fill(self.mask[:n, :n] == 0, -1.0)  # marker: sliced-buffer
+
+
+@pytest.mark.parametrize(
+    "seq",
+    [torch.export.Dim("seq"), torch.export.Dim("seq", max=32)],
+    ids=["unbounded", "bounded"],
+)
+def test_a_buffer_sliced_by_a_dynamic_size_exports_valid_up_to_its_size(seq):
+    """The buffer bounds ``seq`` to 32 (torch suggests ``max=32``), and torch also guards
+    ``seq != 32`` (its slice of the whole buffer), which no Dim expresses: the retry defers
+    such guards, as torch.onnx does, instead of failing. The one restriction the user must
+    hear about, seq <= 32, is the warning at their line; at 32 itself the model runs."""
+    model = CausalMask()
+    program = dynamo_onnx.export(
+        model, (torch.randn(3, 5, 5),), dynamic_shapes={"x": {1: seq, 2: seq}}
+    )
+    warnings = [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    if seq.max == 32:  # the spec already fits: nothing to say
+        assert not warnings
+    else:
+        (finding,) = warnings
+        assert finding.rule.id == "DO125"
+        assert "seq = Dim('seq', max=32)" in finding.message
+        assert "L['x'].size()[1] <= 32" in finding.message  # what torch's fix is for
+        line = line_of(CausalMask.forward, "marker: sliced-buffer")
+        assert (finding.primary.path, finding.primary.line) == (__file__, line)
+    for size in (9, 32):
+        x = torch.randn(3, size, size)
+        torch.testing.assert_close(program(x)[0], model(x))
+
+
+class TakeAlongDim(torch.nn.Module):
+    def forward(self, x, idx):
+        return torch.take_along_dim(x, idx, dim=-1)  # marker: take-along
+
+
+class Gathers(torch.nn.Module):
+    def forward(self, x, idx):
+        return torch.gather(x, -1, idx)
+
+
+def _indices(batch, seq):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(batch, seq, 6, generator=g), torch.randint(
+        0, 6, (batch, seq, 2), generator=g
+    )
+
+
+def test_sizes_torch_fixes_in_an_operators_trace_are_a_note_that_says_so():
+    """``torch.take_along_dim`` reads its inputs' sizes as integers in torch's trace, so
+    with every dimension dynamic torch.export keeps 3 and 5 though the model runs at any
+    size: the note must not say the model fixes them, and names the line. Its fix,
+    ``torch.gather``, keeps them dynamic: right against eager at other sizes, no warning."""
+    options = dynamo_onnx.ExportOptions(dynamic_shapes=True)
+    program = dynamo_onnx.dynamo_export(TakeAlongDim(), *_indices(3, 5), export_options=options)
+    (note,) = program.diagnostics.by_rule("DO128")
+    assert "torch.export fixed their size while tracing the line given" in note.message
+    assert "the model fixes" not in note.message
+    assert "`x` dimension 0 = 3, because of `Eq(s77, 3)`" in note.message
+    line = line_of(TakeAlongDim.forward, "marker: take-along")
+    assert (note.primary.path, note.primary.line) == (__file__, line)
+    assert "torch.gather instead of torch.take_along_dim" in note.rule.fix
+    for spelling in (
+        lambda m, x, i: dynamo_onnx.dynamo_export(m, x, i, export_options=options),
+        lambda m, x, i: dynamo_onnx.export(m, (x, i), dynamic_shapes=True),
+    ):
+        program = spelling(Gathers(), *_indices(3, 5))
+        assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+        for batch, seq in ((3, 5), (5, 9)):
+            x, idx = _indices(batch, seq)
+            torch.testing.assert_close(program(x, idx)[0], TakeAlongDim()(x, idx))

@@ -6,7 +6,9 @@ root cause; only when all fail does capture fail, with the rule of the cause at 
 line: tensors on several devices (DO138) and a model that fails in eager PyTorch too
 (DO127) are decided from the model (``eager``), a data-dependent branch (DO104) from torch's
 exception, the rest (DO126, DO309) from its text (``causes``); else DO100 listing every
-cause. A program the caller passed in is copied, never rewritten.
+cause. When a strategy refuses the dynamic shapes for a guard no ``Dim`` range expresses,
+a last attempt defers such guards to assertions in the graph (``CapturePass._attempts``).
+A program the caller passed in is copied, never rewritten.
 """
 
 from __future__ import annotations
@@ -66,13 +68,17 @@ class TorchExportStrategy:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         dynamic_shapes: Any,
+        deferred: bool = False,
     ) -> torch.export.ExportedProgram:
+        """``deferred``: a guard torch cannot turn into a range of a ``Dim`` becomes an
+        assertion in the graph instead of failing the export (see ``_capture``'s retry)."""
         return torch.export.export(
             module,
             tuple(args),
             kwargs=dict(kwargs),
             dynamic_shapes=dynamic_shapes,
             strict=self.strict,
+            prefer_deferred_runtime_asserts_over_guards=deferred,
         )
 
 
@@ -267,37 +273,38 @@ class CapturePass:
         inputs = state.valid.capture_inputs()
         causes: list[str] = []
         failures: list[tuple[BaseException, Location | None]] = []
-        for strategy in self.strategies:
+        for strategy, deferred in self._attempts(failures, state.valid.dynamic_shapes):
+            label = strategy.label + (" deferring size guards" if deferred else "")
             shape_log = _ShapeLog(show=state.valid.verbose)
             spec = state.valid.dynamic_shapes
             try:
                 with shape_log.listening():
                     try:
-                        program = strategy.capture(module, *inputs, spec)
+                        program = strategy.capture(module, *inputs, spec, deferred=deferred)
                     except Exception as exc:  # noqa: BLE001 - retried once with torch's fixes
                         refined = _refined(exc, spec)
                         if refined is None:
                             raise
-                        program = strategy.capture(module, *inputs, refined)
+                        program = strategy.capture(module, *inputs, refined, deferred=deferred)
                         _report_refined(ctx, exc, refined, shape_log.records)
                         spec = refined
             except Exception as exc:  # noqa: BLE001 - each failure is a finding
                 frames, stack = _frames(exc)
                 cause = exception_summary(exc)
-                causes.append(f"{strategy.label}: {cause}")
+                causes.append(f"{label}: {cause}")
                 failures.append((exc, ctx.user_frame(frames)))
                 ctx.record(
                     "capture-strategy-failed",
                     locations=[ctx.user_frame(frames)],
                     stack=stack,
                     properties={"exception": type(exc).__name__},
-                    strategy=strategy.label,
+                    strategy=label,
                     cause=cause,
                 )
                 continue
             ctx.record(
                 "capture-strategy-succeeded",
-                strategy=strategy.label,
+                strategy=label,
                 nodes=len(program.graph.nodes),
             )
             _check_outputs(ctx, program, state.valid.model_location)
@@ -313,6 +320,25 @@ class CapturePass:
             failures[0][1] if failures else None,
             cause="no strategy could capture it:\n" + "\n".join(f"  - {c}" for c in causes),
         )
+
+    def _attempts(
+        self, failures: list[tuple[BaseException, Location | None]], spec: Any
+    ) -> Iterator[tuple[TorchExportStrategy, bool]]:
+        """(strategy, defer size guards): each strategy as it is, then, when one refused the
+        dynamic shapes for a guard on a size that no ``Dim`` range expresses, the first
+        deferring such guards to assertions in the graph, as torch.onnx captures.
+
+        A ``Dim('seq', max=32)`` over ``mask[:n, :n]`` of a 32-row buffer fails on torch's
+        guard ``seq != 32`` (is the slice the whole buffer?) with no suggested fix, though
+        the model runs at 32. Deferring is the last resort, not the first: a guard torch
+        only asserts is not a size torch could resolve, and the dynamic-shapes pass reads
+        what the program holds; a strategy that captures without it is taken first. Lazy:
+        ``failures`` is read after the strategies before ran.
+        """
+        for strategy in self.strategies:
+            yield strategy, False
+        if self.strategies and any(_violates_constraints(exc, spec) for exc, _ in failures):
+            yield self.strategies[0], True
 
 
 def _fail_with_cause(
@@ -511,13 +537,22 @@ def _refined(exc: BaseException, spec: Any) -> Any:
     return refined if refined != spec else None
 
 
+def _violates_constraints(exc: BaseException, spec: Any) -> bool:
+    """Whether torch.export refused ``spec`` for a guard on a size ("Constraints
+    violated"), the failure ``CapturePass._attempts`` retries deferring such guards."""
+    return spec is not None and "Constraints violated" in str(exc)
+
+
 def _report_refined(
     ctx: DiagnosticContext,
     exc: BaseException,
     refined: Any,
     records: list[ShapeLogRecord],
 ) -> None:
-    """DO125 at the user's line behind the guard that did not fit (or torch's message)."""
+    """DO125 at the user's line behind the guard that did not fit (or torch's message).
+
+    Every violation torch listed is named: the one its fix is for may not be the first
+    (``seq != 32``, deferred by the retry, comes before ``seq <= 32``)."""
     frames, _ = _frames(exc)
     where = ctx.user_frame(frames)
     for record in reversed(records):
@@ -530,7 +565,7 @@ def _report_refined(
         "dynamic-shapes-refined",
         locations=[where],
         stack=frames,
-        violation=violations[0] if violations else exception_summary(exc),
+        violation="; ".join(violations) if violations else exception_summary(exc),
         fixes="; ".join(_suggested_fixes(str(exc))),
         spec=repr(refined),
         source=ctx.display(where) if where else "an unknown line",
