@@ -447,3 +447,17 @@ def test_the_frame_local_check_can_fail():
         "m:5 keeps an unused local (noqa: F841)",
         "m:5 sets the frame local __where__",
     ]
+
+
+def test_the_unit_layer_refuses_a_full_export():
+    """This module is in the unit layer (`make test-fast`): an export in it fails, so the
+    layer cannot grow slow unnoticed (tests/conftest.py)."""
+    import torch
+
+    import dynamo_onnx
+
+    linear, inputs = torch.nn.Linear(2, 2), (torch.randn(1, 2),)
+    with pytest.raises(AssertionError, match="a unit test .* ran a full export"):
+        dynamo_onnx.export(linear, inputs)
+    with pytest.raises(AssertionError, match="a unit test .* ran a full export"):
+        torch.onnx.export(linear, inputs, dynamo=True)
