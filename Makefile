@@ -8,7 +8,7 @@ STAMP   = $(VENV)/.installed
 SARIF_NPM  = @microsoft/sarif-multitool@5.7.0 sarif-junit@1.1.4 @security-alert/sarif-to-markdown@1.11.1
 SARIF_TOOLS = .sarif-tools/.installed
 
-.PHONY: demo test venv clean docs sarif-tools bench fuzz coverage compat
+.PHONY: demo test test-fast venv clean docs sarif-tools bench fuzz coverage compat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +26,16 @@ demo: $(STAMP)
 LINTED = src tests benchmarks examples
 
 # Every tool is installed first: a check that finds its tool missing fails instead of skipping.
+# Both layers; the 15 slowest tests are listed at the end.
 test: $(STAMP) $(SARIF_TOOLS)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
-	SARIF_TOOLS_REQUIRED=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
+	SARIF_TOOLS_REQUIRED=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests
+
+# The unit layer only (tests/conftest.py's UNIT_MODULES and tests/passes/: no full export,
+# which fails there), in one process: under a minute.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m unit --durations=5 tests
 
 # The Microsoft SARIF multitool (GitHub's rules, with tests/sarif-consumers/github.config.xml),
 # sarif-junit and sarif-to-markdown, into .sarif-tools/.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import pathlib
@@ -17,6 +18,9 @@ from mlp import MLPModel  # noqa: E402, F401 - imported by the tests from confte
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# Every pipeline checks that a pass declaring changes_input = False changes nothing it was
+# given (dynamo_onnx.passes.contract), in this process and in the CLI's it starts.
+os.environ.setdefault("DYNAMO_ONNX_CHECK_PASSES", "1")
 
 
 class SeedModel(torch.nn.Module):
@@ -88,3 +92,70 @@ def caller_logging(request):
     logging.disable(saved[2])
     root.setLevel(saved[0])
     root.handlers = saved[1]
+
+
+# -- the two layers -------------------------------------------------------------------------
+#
+# `make test-fast` runs the unit layer (`-m unit`): the tests of tests/passes/ (each pass on
+# hand-built input) and of the modules below (rules, reports, parsers, the architecture, the
+# diagnostics context). A test there that runs a full export fails (``_no_full_export``), so
+# the lane cannot silently grow slow: such a test is marked ``e2e`` or moved. A new module
+# not listed is in the end-to-end layer only, which `make test` runs along with this one.
+UNIT_DIRECTORIES = ("passes",)
+UNIT_MODULES = frozenset(
+    {
+        "test_architecture.py",
+        "test_diagnostic_context.py",
+        "test_hygiene.py",
+        "test_units.py",
+    }
+)
+TESTS = pathlib.Path(__file__).resolve().parent
+
+
+def _is_unit(item: pytest.Item) -> bool:
+    if item.get_closest_marker("e2e") is not None:
+        return False
+    path = pathlib.Path(str(item.fspath)).resolve()
+    relative = path.relative_to(TESTS) if path.is_relative_to(TESTS) else path
+    return relative.parts[0] in UNIT_DIRECTORIES or relative.name in UNIT_MODULES
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _is_unit(item):
+            item.add_marker(pytest.mark.unit)
+
+
+def _refuse_full_export(*args, **kwargs):
+    raise AssertionError(
+        "a unit test (tests/conftest.py's UNIT_MODULES, tests/passes/) ran a full export: "
+        "mark it @pytest.mark.e2e or build its input by hand (tests/passes/helpers.py)"
+    )
+
+
+@contextlib.contextmanager
+def _no_full_export(item: pytest.Item):
+    """In the unit layer, the export pipeline and torch.onnx.export refuse to run, in the
+    test and in the fixtures it sets up (a module's fixture too)."""
+    if item.get_closest_marker("unit") is None:
+        yield
+        return
+    import dynamo_onnx.exporter
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dynamo_onnx.exporter, "export_passes", _refuse_full_export)
+        patch.setattr(torch.onnx, "export", _refuse_full_export)
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    with _no_full_export(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with _no_full_export(item):
+        return (yield)

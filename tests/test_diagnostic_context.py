@@ -114,6 +114,7 @@ def test_stack_trace_parsing_is_innermost_first():
     assert frames == (Location("/m/block.py", 3, "forward"), Location("/m/model.py", 10, "forward"))
 
 
+@pytest.mark.e2e
 def test_a_failure_outside_any_pass_is_still_an_error_result(monkeypatch):
     import torch
 

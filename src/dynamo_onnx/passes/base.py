@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import PassRecord
 from dynamo_onnx.errors import OnnxExporterError
+from dynamo_onnx.passes import contract
 from dynamo_onnx.passes.logs import deprecations_ignored
 from dynamo_onnx.rules import catalog
 
@@ -176,7 +177,9 @@ class ExportState:
         exported_program: the captured, then decomposed, program (never the caller's object).
         captured_program: the program as captured, kept by decomposition: the user's
             in-place operators as written (the semantics pass's lines for what the
-            decomposed program's signature says is written).
+            decomposed program's signature says is written). Decomposition's in-place
+            rewrites (aliases, lifted copies, casts) are in it; when the program is not
+            re-traced, it is the same object as ``exported_program``.
         shape_log: torch's symbolic-shape log records of the capture that succeeded.
         dim_names: torch's dimension symbols (``s17``) -> names in the ONNX model.
         onnx_model: the ONNX model, from translation on.
@@ -216,8 +219,19 @@ class Pass(Protocol[S]):
     def __call__(self, ctx: DiagnosticContext, state: S) -> S: ...
 
 
-def run_pipeline(ctx: DiagnosticContext, passes: Sequence[Pass[S]], state: S) -> S:
+def run_pipeline(
+    ctx: DiagnosticContext,
+    passes: Sequence[Pass[S]],
+    state: S,
+    *,
+    check_contract: bool | None = None,
+) -> S:
     """Run ``passes`` in order, each inside its own ``ctx.pass_``.
+
+    With ``check_contract`` (default: the environment's ``DYNAMO_ONNX_CHECK_PASSES``, set by
+    the test suite), a pass that declares ``changes_input = False`` and changes a program,
+    ONNX model or module it was given raises :class:`~dynamo_onnx.passes.contract.PassContractError`
+    (:mod:`dynamo_onnx.passes.contract`).
 
     An exception that no finding explains becomes the pass's failure rule (recorded by
     ``ctx.pass_``) and is raised as the pass's ``error_type``, with the context attached.
@@ -227,13 +241,20 @@ def run_pipeline(ctx: DiagnosticContext, passes: Sequence[Pass[S]], state: S) ->
     the log's failure.
     """
     reopened = ctx.finished is not None
+    check = contract.checking() if check_contract is None else check_contract
     step: Pass[S] | None = None
     record: PassRecord | None = None
     try:
         with deprecations_ignored():
             for step in passes:
+                given = contract.fingerprint(state) if check and not step.changes_input else None
                 with ctx.pass_(step.name) as record:
-                    state = step(ctx, state)
+                    result = step(ctx, state)
+                if given is not None:
+                    contract.unchanged(step.name, given, contract.fingerprint(state))
+                state = result
+    except contract.PassContractError:
+        raise  # a bug in the pass, not a finding
     except OnnxExporterError as error:
         error.diagnostics = error.diagnostics or ctx
         if reopened:

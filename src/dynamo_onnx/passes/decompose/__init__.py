@@ -63,7 +63,10 @@ class DecomposePass:
 
     name: ClassVar[str] = PassName.DECOMPOSITION
     error_type: ClassVar[type[OnnxExporterError]] = DecompositionError
-    changes_input: ClassVar[bool] = False
+    #: The captured program's graph is rewritten in place (aliases, lifted copies, casts,
+    #: reshape sizes) before any re-trace: the program is capture's own copy, never the
+    #: caller's, and copying it again would cost a graph copy per export.
+    changes_input: ClassVar[bool] = True
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         with (
