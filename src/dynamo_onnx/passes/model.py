@@ -18,12 +18,29 @@ from dynamo_onnx.io.caches import CacheInputs, output_parts
 
 __all__ = [
     "as_module",
+    "buffers_restored",
     "code_location",
     "describe_value",
     "flat_forward",
     "forward_signature",
     "return_location",
 ]
+
+
+@contextlib.contextmanager
+def buffers_restored(buffers: list[torch.Tensor]) -> Iterator[None]:
+    """Put ``buffers`` back as they were after the block: an eager run the exporter makes
+    (verification's reference, capture's eager check) must not change the caller's model
+    (BatchNorm's running statistics in training mode, counters). Buffers are small;
+    weights are not copied (a forward that writes its weights is a DO121 finding)."""
+    saved = [(b, b.detach().clone()) for b in buffers]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in saved:
+                if buffer.shape == value.shape:
+                    buffer.copy_(value)
 
 
 class _CallableModule(torch.nn.Module):

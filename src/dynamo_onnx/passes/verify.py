@@ -9,10 +9,9 @@ differs, with its source line.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import onnx_ir as ir
@@ -29,6 +28,7 @@ from dynamo_onnx.io.runner import Runner, quiet_session_options
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.fx import random_outputs, range_bounds
 from dynamo_onnx.passes.metadata import FX_NODE, STACK_TRACE, stack_frames
+from dynamo_onnx.passes.model import buffers_restored
 from dynamo_onnx.registry import target_name
 from dynamo_onnx.tensors import is_wrapper_subclass
 
@@ -137,26 +137,10 @@ def _buffers_of(reference: Callable[..., Any]) -> list[torch.Tensor]:
     return list(module.buffers()) if module is not None else []
 
 
-@contextlib.contextmanager
-def _state_preserved(reference: Callable[..., Any]) -> Iterator[None]:
-    """Run the eager reference without changing the caller's model: buffers a forward
-    updates (BatchNorm's running statistics and ``num_batches_tracked`` in training mode,
-    counters) are put back as they were afterwards. Buffers are small; weights are not
-    copied (a forward that writes its weights is already a DO121 finding)."""
-    saved = [(b, b.detach().clone()) for b in _buffers_of(reference)]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for buffer, value in saved:
-                if buffer.shape == value.shape:
-                    buffer.copy_(value)
-
-
 def _eager(
     reference: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> list[Any]:
-    with _state_preserved(reference), torch.no_grad():
+    with buffers_restored(_buffers_of(reference)), torch.no_grad():
         # a cache among the inputs grows in place when the model runs: the caller's stays
         return _leaves(reference(*copy_caches(tuple(args)), **copy_caches(dict(kwargs))))
 

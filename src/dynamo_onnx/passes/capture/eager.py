@@ -14,14 +14,14 @@ the model's buffers back as they were (a training-mode BatchNorm updates its sta
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch.export import pytree
 
 from dynamo_onnx.fake import is_fake
+from dynamo_onnx.passes.model import buffers_restored
 
 __all__ = ["eager_failure", "runs_eagerly", "tensor_devices"]
 
@@ -49,18 +49,6 @@ def runs_eagerly(module: torch.nn.Module) -> bool:
     return not any(is_fake(t) for t in (*module.parameters(), *module.buffers()))
 
 
-@contextlib.contextmanager
-def _buffers_kept(module: torch.nn.Module) -> Iterator[None]:
-    saved = [(b, b.detach().clone()) for b in module.buffers()]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for buffer, value in saved:
-                if buffer.shape == value.shape:
-                    buffer.copy_(value)
-
-
 def eager_failure(
     module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> BaseException | None:
@@ -69,7 +57,7 @@ def eager_failure(
     if not runs_eagerly(module):
         return None
     try:
-        with _buffers_kept(module), torch.no_grad():
+        with buffers_restored(list(module.buffers())), torch.no_grad():
             module(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the model's own failure is the answer
         return exc
