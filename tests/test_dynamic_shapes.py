@@ -435,3 +435,86 @@ def test_sizes_torch_fixes_in_an_operators_trace_are_a_note_that_says_so():
         for batch, seq in ((3, 5), (5, 9)):
             x, idx = _indices(batch, seq)
             torch.testing.assert_close(program(x, idx)[0], TakeAlongDim()(x, idx))
+
+
+class ShiftRight(torch.nn.Module):
+    def forward(self, x):
+        y = torch.zeros_like(x)
+        y[:, 1:] = x[:, :-1]
+        return y
+
+
+class MiddleColumns(torch.nn.Module):
+    def forward(self, x):
+        return x[:, 1:3]
+
+
+class CausalMask(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.ones(32, 32).tril(), persistent=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        return x.masked_fill(self.mask[:n, :n] == 0, -1.0)
+
+
+class Conv1dK3(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv1d(4, 4, 3)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def _export_each_way(model, x, dims):
+    """The same dynamic dims, spelled as torch.onnx's ``dynamic_axes`` and as
+    ``dynamic_shapes`` names, through ``export`` and ``dynamo_export``."""
+    yield dynamo_onnx.export(model, (x,), input_names=["x"], dynamic_axes={"x": dims})
+    yield dynamo_onnx.export(model, (x,), dynamic_shapes={"x": dims})
+    options = dynamo_onnx.ExportOptions(dynamic_shapes=True)
+    yield dynamo_onnx.dynamo_export(model, x, export_options=options)
+
+
+@pytest.mark.parametrize(
+    ("model", "make", "dims", "sizes"),
+    [
+        # torch keeps the derived size n - 1 off 0 and 1 (range n >= 3): the program is
+        # valid at every size, 1 and 2 included
+        (ShiftRight, lambda b, n: torch.rand(b, n, 6), {0: "batch", 1: "seq"}, (1, 2, 9)),
+        # x[:, 1:3] gets n >= 3; below, eager and ONNX both clamp the slice
+        (MiddleColumns, lambda b, n: torch.rand(b, n, 6), {0: "batch", 1: "seq"}, (1, 2, 9)),
+        # the 32-row mask: n <= 32 is the model's own (eager fails at 33 too)
+        (CausalMask, lambda b, n: torch.rand(b, n, n), {0: "batch", 1: "n", 2: "n"}, (2, 32)),
+        # kernel 3 needs 3 steps: eager rejects 1 and 2 as the ONNX model does
+        (Conv1dK3, lambda b, n: torch.rand(b, 4, n), {0: "batch", 2: "length"}, (3, 17)),
+    ],
+    ids=["shift-right", "middle-columns", "mask-sliced-by-size", "conv1d-k3"],
+)
+def test_a_range_narrowed_where_the_program_still_holds_is_no_warning(model, make, dims, sizes):
+    model = model().eval()
+    for program in _export_each_way(model, make(3, 5), dims):
+        assert not program.diagnostics.by_rule("dynamic-dim-narrowed")
+        assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+        for size in sizes:
+            x = make(2, size)
+            torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
+
+
+class SlicesOnlyWhenLong(torch.nn.Module):
+    def forward(self, x):
+        return x[:, 1:3] * 2 if x.shape[1] >= 3 else x  # marker: slices when long
+
+
+def test_a_slice_behind_a_branch_on_the_size_is_still_a_narrowed_range():
+    model = SlicesOnlyWhenLong()
+    for program in _export_each_way(model, torch.rand(3, 5, 6), {0: "batch", 1: "seq"}):
+        (finding,) = program.diagnostics.by_rule("dynamic-dim-narrowed")
+        assert "dynamic only for sizes of 3 or more" in finding.message
+        line = line_of(SlicesOnlyWhenLong.forward, "marker: slices when long")
+        assert (finding.primary.path, finding.primary.line) == (__file__, line)
+        # the finding is true: below the range the ONNX model keeps the long branch
+        small = torch.rand(2, 2, 6)
+        assert program(small)[0].shape != model(small).shape

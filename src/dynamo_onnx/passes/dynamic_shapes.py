@@ -21,11 +21,15 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.fx import range_bounds, static_size
+from dynamo_onnx.passes.range_probe import agrees_outside
 
 __all__ = ["DynamicShapesPass", "dimension_names"]
 
 _CREATE = re.compile(r"create_symbol (\w+) = \d+ for L\['(\w+)'\]\.size\(\)\[(\d+)\]")
-_GUARD = re.compile(r"eval (.+?) \[guard added\].*?\((\S+?):(\d+) in (\w+)\)")
+#: A guard torch added (not one it logs as suppressed: those hold for no program).
+_GUARD = re.compile(
+    r"eval (?!\[guard suppressed\])(.+?) \[guard added\].*?\((\S+?):(\d+) in (\w+)\)"
+)
 
 
 class DynamicShapesPass:
@@ -218,6 +222,16 @@ def _report_narrowing(
             # a relation between dims (the mask's length <= past + new tokens): the bound
             # follows from the others' ranges, not from a line that narrows this one
             continue
+        if expression == symbol and agrees_outside(
+            program,
+            state.valid.model,
+            (tuple(state.valid.args), dict(state.valid.kwargs)),
+            symbol,
+            _outside(low, high, got_low, got_high),
+        ):
+            # torch keeping a derived size off 0 and 1 (``x[:, :-1]``), or sizes eager
+            # PyTorch rejects too (a Conv1d's kernel): the program holds outside the range
+            continue
         _narrowed(
             ctx,
             state.valid.label(input_name),
@@ -227,6 +241,17 @@ def _report_narrowing(
             where,
             f"declare it as {spec} to accept that, or rewrite the line",
         )
+
+
+def _outside(low: int, high: int | None, got_low: int | None, got_high: int | None) -> list[int]:
+    """The sizes asked for but outside the narrowed range that the probe tries: each end
+    of the gap below it, and the two sizes above it (where asked)."""
+    sizes: list[int] = []
+    if got_low is not None and got_low > low:
+        sizes += sorted({low, got_low - 1})
+    if got_high is not None:
+        sizes += [s for s in (got_high + 1, got_high + 2) if high is None or s <= high]
+    return sizes
 
 
 def _narrowed(

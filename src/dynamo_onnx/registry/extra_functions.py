@@ -17,6 +17,8 @@ are never chosen below the opset they need. What each group is for is said in it
   ``empty_permuted``, ``reshape`` (a size of 0 is empty, as in ``view``);
 * ``functions.reductions``: torch_lib's ``all``/``any``/``amax``/``amin`` on 0-d inputs,
   ``scatter_reduce`` with ``mean``, circular ``pad``;
+* ``functions.bags``: ``embedding_bag`` without torch_lib's loop over the bags (ONNX
+  Runtime crashes running it when the indices' shape is static);
 * ``functions.random``: ``cauchy``, ``exponential``, ``geometric``, ``log_normal``;
 * ``functions.onnx_ops``: ``torch.onnx.ops``: the node ``symbolic``/``symbolic_multi_out``
   name (any domain), ``RotaryEmbedding`` and ``Attention`` from opset 23;
@@ -29,6 +31,7 @@ from __future__ import annotations
 import onnxscript
 
 from dynamo_onnx.registry.functions import (
+    bags,
     elementwise,
     indexing,
     nn,
@@ -110,6 +113,10 @@ _BY_NAME: tuple[tuple[str, object, int], ...] = (
     ("aten::amin", reductions.amin, 18),
     ("aten::scatter_reduce.two", reductions.scatter_reduce, 18),
     ("aten::pad", reductions.pad, 18),
+    ("aten::embedding_bag", bags.embedding_bag, 18),
+    ("aten::embedding_bag.padding_idx", bags.embedding_bag, 18),
+    ("aten::_embedding_bag", bags.embedding_bag, 18),
+    ("aten::_embedding_bag_forward_only", bags.embedding_bag, 18),
     ("aten::cauchy", random.cauchy, 18),
     ("aten::exponential", random.exponential, 18),
     ("aten::geometric", random.geometric, 18),
