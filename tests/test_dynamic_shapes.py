@@ -449,7 +449,7 @@ class MiddleColumns(torch.nn.Module):
         return x[:, 1:3]
 
 
-class CausalMask(torch.nn.Module):
+class SlicedMask(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.register_buffer("mask", torch.ones(32, 32).tril(), persistent=False)
@@ -487,7 +487,7 @@ def _export_each_way(model, x, dims):
         # x[:, 1:3] gets n >= 3; below, eager and ONNX both clamp the slice
         (MiddleColumns, lambda b, n: torch.rand(b, n, 6), {0: "batch", 1: "seq"}, (1, 2, 9)),
         # the 32-row mask: n <= 32 is the model's own (eager fails at 33 too)
-        (CausalMask, lambda b, n: torch.rand(b, n, n), {0: "batch", 1: "n", 2: "n"}, (2, 32)),
+        (SlicedMask, lambda b, n: torch.rand(b, n, n), {0: "batch", 1: "n", 2: "n"}, (2, 32)),
         # kernel 3 needs 3 steps: eager rejects 1 and 2 as the ONNX model does
         (Conv1dK3, lambda b, n: torch.rand(b, 4, n), {0: "batch", 2: "length"}, (3, 17)),
     ],
