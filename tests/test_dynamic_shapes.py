@@ -518,3 +518,29 @@ def test_a_slice_behind_a_branch_on_the_size_is_still_a_narrowed_range():
         # the finding is true: below the range the ONNX model keeps the long branch
         small = torch.rand(2, 2, 6)
         assert program(small)[0].shape != model(small).shape
+
+
+class BranchesOnWidth(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if x.shape[1] > 4:  # marker: width-branch
+            return self.fc(x[:, 1:3])
+        return self.fc(x)
+
+
+def test_a_narrowed_range_in_fake_mode_is_still_a_warning():
+    """The range probe cannot run a model without data (both runs would raise, and so
+    "agree"): in fake mode the narrowing stays a warning, as with real weights."""
+    for fake in (True, False):
+        if fake:
+            with dynamo_onnx.enable_fake_mode():
+                model, x = BranchesOnWidth(), torch.randn(2, 6, 4)
+        else:
+            model, x = BranchesOnWidth(), torch.randn(2, 6, 4)
+        program = dynamo_onnx.export(model, (x,), dynamic_shapes={"x": {1: "n"}})
+        (finding,) = program.diagnostics.by_rule("DO124")
+        line = line_of(BranchesOnWidth.forward, "marker: width-branch")
+        assert (finding.primary.path, finding.primary.line) == (__file__, line), fake

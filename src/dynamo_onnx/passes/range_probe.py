@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from dynamo_onnx.fake import is_fake
+
 __all__ = ["agrees_outside"]
 
 
@@ -33,8 +35,12 @@ def agrees_outside(
     graph computes what ``model`` does on ``inputs`` (the example's args and kwargs) so
     resized, or both raise. False when it differs, when only one raises, or when it cannot
     be tried (a callable or an ``ExportedProgram`` as the model, an input that is not a
-    tensor at the top level, a size derived from ``symbol``, a program that mutates state)."""
+    tensor at the top level, a size derived from ``symbol``, a program that mutates state,
+    weights or inputs without data: fake mode, where both would raise and so "agree")."""
     if not isinstance(model, torch.nn.Module) or program.graph_signature.buffers_to_mutate:
+        return False
+    leaves = [*model.parameters(), *model.buffers(), *inputs[0], *inputs[1].values()]
+    if any(is_fake(leaf) for leaf in leaves):
         return False
     try:
         bound = inspect.signature(model.forward).bind(*inputs[0], **inputs[1])
