@@ -28,29 +28,26 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
-import contextlib
 import dataclasses
 import datetime
 import importlib.util
-import io
 import json
 import multiprocessing
 import os
 import platform
 import re
 import resource
-import signal
 import sys
 import tempfile
 import time
 import traceback
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compat_models  # noqa: E402 - a sibling module, found from this file's folder
+from workers import Timeout, quiet, time_limit  # noqa: E402 - likewise
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTERS = ("dynamo_onnx", "torch_onnx")
@@ -80,38 +77,6 @@ class Outcome:
 # --------------------------------------------------------------------------------------
 # In the worker processes
 # --------------------------------------------------------------------------------------
-
-
-class _Timeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: int) -> Iterator[None]:
-    def _raise(signum: int, frame: Any) -> None:
-        raise _Timeout(f"more than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, _raise)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Python-level output of both exporters (the worker's file descriptors 1 and 2 already
-    go to /dev/null, for what torch prints from C++ or through a handler made earlier)."""
-    sink = io.StringIO()
-    with (
-        contextlib.redirect_stdout(sink),
-        contextlib.redirect_stderr(sink),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("ignore")
-        yield
 
 
 def _tensors(value: Any) -> list[Any]:
@@ -216,10 +181,10 @@ def _run_exporter(
     model = module.Model().eval()
     args, kwargs = module.inputs(sizes[0])
     try:
-        with _quiet(), _time_limit(timeout):
+        with quiet(), time_limit(timeout):
             try:
                 program = module.export(onnx, model, args, kwargs)
-            except _Timeout:
+            except Timeout:
                 raise
             except Exception as error:  # noqa: BLE001 - every failure is a data point here
                 status = "export-failed" if _entered(error, onnx) else "caller-failed"
@@ -234,7 +199,7 @@ def _run_exporter(
                 args, kwargs = module.inputs(size)
                 try:
                     got = _tensors(program(*args, **kwargs))
-                except _Timeout:
+                except Timeout:
                     raise
                 except Exception as error:  # noqa: BLE001
                     rule = type(error).__name__
@@ -242,7 +207,7 @@ def _run_exporter(
                 problem = _compare(got, want)
                 if problem is not None:
                     return Outcome("mismatch", None, problem, index, warnings=found)
-    except _Timeout as error:
+    except Timeout as error:
         return Outcome("timeout", None, str(error))
     return Outcome("match", warnings=found)
 
@@ -285,7 +250,7 @@ def check_case(seed: int, index: int, timeout: int, directory: str) -> dict[str,
     }
     sizes = case.sizes()
     try:
-        with _quiet():
+        with quiet():
             module, path = _load(case, Path(directory))
             expected = [_eager(module, size) for size in sizes]
     except Exception as error:  # noqa: BLE001 - the generator made a model eager rejects

@@ -22,21 +22,20 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
-import contextlib
 import dataclasses
 import datetime
-import io
 import json
 import multiprocessing
 import os
 import platform
-import signal
 import sys
 import time
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workers import Timeout, quiet, time_limit  # noqa: E402 - a sibling module, found from this file's folder
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTERS = ("dynamo_onnx", "torch_onnx")
@@ -60,37 +59,6 @@ class Outcome:
 # --------------------------------------------------------------------------------------
 # In the worker processes
 # --------------------------------------------------------------------------------------
-
-
-class _Timeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: int) -> Iterator[None]:
-    def _raise(signum: int, frame: Any) -> None:
-        raise _Timeout(f"more than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, _raise)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Both exporters print progress; the table is the output here."""
-    sink = io.StringIO()
-    with (
-        contextlib.redirect_stdout(sink),
-        contextlib.redirect_stderr(sink),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("ignore")
-        yield
 
 
 def _op_db() -> dict[str, Any]:
@@ -136,7 +104,7 @@ def _case(op: Any, sample: Any, dtype: str) -> Case | None:
 
     args = tuple(leaves[i].detach().clone().contiguous() for i in positions)
     try:
-        with _quiet():
+        with quiet():
             expected = _eager(rebuild, args, seed=0)
             again = _eager(rebuild, args, seed=1)
     except Exception:  # noqa: BLE001 - eager fails: nothing to compare against
@@ -269,10 +237,10 @@ def _run_cases(exporter: str, cases: Sequence[Case], timeout: int) -> list[Outco
     module, args = _module_for(cases)
     torch.manual_seed(0)
     try:
-        with _quiet(), _time_limit(timeout):
+        with quiet(), time_limit(timeout):
             try:
                 program = _export(exporter, module, args)
-            except _Timeout:
+            except Timeout:
                 raise
             except Exception as error:  # noqa: BLE001 - every failure is a data point here
                 return Outcome("export-failed", _rule_of(error), _first_line(error))
@@ -281,11 +249,11 @@ def _run_cases(exporter: str, cases: Sequence[Case], timeout: int) -> list[Outco
                 rerun = actual
                 if any(case.seeded for case in cases):
                     rerun = [a.detach() for a in _tensors(program(*(a.clone() for a in args)))]
-            except _Timeout:
+            except Timeout:
                 raise
             except Exception as error:  # noqa: BLE001
                 return Outcome("ort-failed", type(error).__name__, _first_line(error))
-    except _Timeout as error:
+    except Timeout as error:
         return Outcome("timeout", None, str(error))
     draws = _draws_random(program)
     outcomes = []
