@@ -47,7 +47,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compat_models  # noqa: E402 - a sibling module, found from this file's folder
-from workers import Timeout, quiet, time_limit  # noqa: E402 - likewise
+from workers import Timeout, quiet, rows_json, time_limit  # noqa: E402 - likewise
+
+from dynamo_onnx.files import atomic_write_text  # noqa: E402 - the one atomic writer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTERS = ("dynamo_onnx", "torch_onnx")
@@ -547,20 +549,6 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
-def _as_json(report: dict[str, Any]) -> str:
-    """One case per line: a rerun's diff reads case by case."""
-    head = {k: v for k, v in report.items() if k != "cases"}
-    lines = [json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in report["cases"]]
-    body = json.dumps(head, indent=1, ensure_ascii=False)[:-2]
-    return body + ',\n "cases": [\n' + ",\n".join(lines) + "\n ]\n}\n"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--cases", type=int, default=2000, help="how many cases")
@@ -578,8 +566,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.render:
         report = json.loads(options.json.read_text(encoding="utf-8"))
         report["summary"] = summarize(report["cases"])
-        _atomic_write(options.json, _as_json(report))
-        _atomic_write(options.markdown, markdown(report))
+        atomic_write_text(options.json, rows_json(report, "cases"))
+        atomic_write_text(options.markdown, markdown(report))
         return 0
     if options.case is not None:
         print(compat_models.generate(options.seed, options.case).source)
@@ -601,8 +589,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summary": summarize(rows),
         "cases": rows,
     }
-    _atomic_write(options.json, _as_json(report))
-    _atomic_write(options.markdown, markdown(report))
+    atomic_write_text(options.json, rows_json(report, "cases"))
+    atomic_write_text(options.markdown, markdown(report))
     summary = report["summary"]
     print(
         f"{summary['cases']} cases: "

@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workers import Timeout, quiet, time_limit  # noqa: E402 - a sibling module, found from this file's folder
+from workers import Timeout, quiet, rows_json, time_limit  # noqa: E402 - a sibling module, found from this file's folder
+
+from dynamo_onnx.files import atomic_write_text  # noqa: E402 - the one atomic writer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTERS = ("dynamo_onnx", "torch_onnx")
@@ -555,23 +557,9 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
-def _as_json(report: dict[str, Any]) -> str:
-    """Compact, one operator per line: small, and a rerun's diff reads operator by operator."""
-    head = {k: v for k, v in report.items() if k != "operators"}
-    lines = [json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in report["operators"]]
-    body = json.dumps(head, indent=1, ensure_ascii=False)[:-2]
-    return body + ',\n "operators": [\n' + ",\n".join(lines) + "\n ]\n}\n"
-
-
 def _write(report: dict[str, Any], json_path: Path, markdown_path: Path) -> None:
-    _atomic_write(json_path, _as_json(report))
-    _atomic_write(markdown_path, markdown(report))
+    atomic_write_text(json_path, rows_json(report, "operators"))
+    atomic_write_text(markdown_path, markdown(report))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import signal
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Timeout", "quiet", "time_limit"]
+__all__ = ["Timeout", "quiet", "rows_json", "time_limit"]
 
 
 class Timeout(Exception):
@@ -46,3 +47,12 @@ def quiet() -> Iterator[None]:
     ):
         warnings.simplefilter("ignore")
         yield
+
+
+def rows_json(report: dict[str, Any], key: str) -> str:
+    """The report as JSON with one row of ``report[key]`` per line: small, and a rerun's diff
+    reads row by row (case by case, operator by operator)."""
+    head = {k: v for k, v in report.items() if k != key}
+    lines = [json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in report[key]]
+    body = json.dumps(head, indent=1, ensure_ascii=False)[:-2]
+    return body + f',\n "{key}": [\n' + ",\n".join(lines) + "\n ]\n}\n"
