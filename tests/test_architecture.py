@@ -30,12 +30,20 @@ LAYERS = {
     "registry": 4,
     "io": 4,
     "passes": 5,
+    "integrations": 4,
+    "runtimes": 5,
     "program": 6,
     "exporter": 6,
+    "llm_folder": 6,
     "cli": 7,
     "__init__": 7,
 }
-SAME_LAYER_EDGES = {("exporter", "program"), ("cli", "__init__")}
+SAME_LAYER_EDGES = {
+    ("exporter", "program"),
+    ("cli", "__init__"),
+    ("runtimes", "passes"),  # a runtime's passes are passes (PassName, logs)
+    ("llm_folder", "exporter"),  # export_llm is export, then quantize and save
+}
 #: Packages that must know nothing of torch, ONNX or the passes.
 PURE = {"diagnostics", "reports"}
 FORBIDDEN_IN_PURE = {"torch", "onnx", "onnx_ir", "onnxscript", "onnxruntime"}

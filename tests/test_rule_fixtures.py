@@ -16,6 +16,7 @@ import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext, Level
 from dynamo_onnx.passes.onnx import optimize as optimize_pass
 from dynamo_onnx.rules import catalog
+from dynamo_onnx.runtimes.onnxruntime import quantize as quantize_pass
 
 HERE = pathlib.Path(__file__).resolve()
 SOURCE = HERE.read_text().splitlines()
@@ -342,6 +343,24 @@ def _broken_optimizer(tmp_path, monkeypatch):
     return program
 
 
+def _quantize(tmp_path):
+    program = dynamo_onnx.export(Lin(), (X,))
+    program.quantize("int8")
+    return program
+
+
+def _broken_quantizer(tmp_path, monkeypatch):
+    program = dynamo_onnx.export(Lin(), (X,))
+    monkeypatch.setattr(quantize_pass, "_quantized", lambda model, how: 1 / 0)
+    with pytest.raises(dynamo_onnx.OptimizationError):
+        program.quantize("int4")
+    return program
+
+
+def _not_a_model_folder(tmp_path):
+    return dynamo_onnx.export_llm(tmp_path / "missing", tmp_path / "out")
+
+
 def _verify(reference_offset):
     def call(tmp_path):
         model = Lin()
@@ -449,6 +468,9 @@ FIXTURES = {
     "DO413": (_optimize_module_functions, None),
     "DO500": (_broken_optimizer, None),
     "DO501": (_optimize, None),
+    "DO506": (_quantize, None),
+    "DO507": (_not_a_model_folder, None),
+    "DO508": (_broken_quantizer, None),
     "DO601": (_verify(1.0), None),
     "DO602": (_verify(0.0), None),
     "DO604": (lambda t: _runs_at_two_only(t), "DO604"),

@@ -39,6 +39,7 @@ from dynamo_onnx.versions import package_version
 if TYPE_CHECKING:
     from dynamo_onnx.exporter import dynamo_export, export
     from dynamo_onnx.fake import ONNXFakeContext, enable_fake_mode
+    from dynamo_onnx.llm_folder import export_llm
     from dynamo_onnx.passes.validate.caches import cache_dynamic_shapes
     from dynamo_onnx.program import ONNXProgram
     from dynamo_onnx.registry import OnnxRegistry
@@ -54,6 +55,7 @@ __version__ = package_version()
 _LAZY = {
     "dynamo_export": "dynamo_onnx.exporter",
     "export": "dynamo_onnx.exporter",
+    "export_llm": "dynamo_onnx.llm_folder",
     "ONNXFakeContext": "dynamo_onnx.fake",
     "enable_fake_mode": "dynamo_onnx.fake",
     "cache_dynamic_shapes": "dynamo_onnx.passes.validate.caches",
@@ -112,5 +114,6 @@ __all__ = [
     "dynamo_export",
     "enable_fake_mode",
     "export",
+    "export_llm",
     "is_in_onnx_export",
 ]

@@ -1,4 +1,4 @@
-"""The ``dynamo-onnx`` command: ``export``, ``rules``, ``report`` and ``gate``.
+"""The ``dynamo-onnx`` command: ``export``, ``export-llm``, ``rules``, ``report`` and ``gate``.
 
 Exit codes (also in ``--help`` and docs/ci.md):
 
@@ -535,6 +535,32 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return code
 
 
+def _cmd_export_llm(args: argparse.Namespace) -> int:
+    """A Hugging Face folder on disk to a folder onnxruntime-genai runs (``export_llm``)."""
+    import dynamo_onnx
+
+    start = time.perf_counter()
+    try:
+        program = dynamo_onnx.export_llm(
+            args.hf_dir,
+            args.output,
+            precision=args.precision,
+            optimize=args.optimize_for or True,
+            block_size=args.block_size,
+            accuracy_level=args.accuracy_level,
+        )
+    except dynamo_onnx.OnnxExporterError as error:
+        _emit(f"export-llm of {args.hf_dir} failed")
+        print(_bounded(str(error)), file=sys.stderr)
+        usage = isinstance(error, dynamo_onnx.InvalidExportOptionsError)
+        return EXIT_USAGE if usage else EXIT_FAILED
+    files = ", ".join(sorted(p.name for p in pathlib.Path(args.output).iterdir()))
+    elapsed = time.perf_counter() - start
+    _emit(f"exported {args.hf_dir} in {elapsed:.1f} s: {_summary(program.diagnostics)}")
+    _emit(f"wrote {args.output}: {files}")
+    return EXIT_OK
+
+
 # -- rules, report -----------------------------------------------------------------------
 
 
@@ -820,6 +846,37 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(func=_cmd_export)
 
+    llm = commands.add_parser(
+        "export-llm",
+        help="export a causal LM from a Hugging Face folder on disk to a folder "
+        "onnxruntime-genai runs (model, external data, genai_config.json, tokenizer)",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    llm.add_argument("hf_dir", metavar="HF_DIR", help="the folder save_pretrained wrote")
+    llm.add_argument("-o", "--output", required=True, help="the output folder")
+    llm.add_argument(
+        "--precision",
+        choices=["fp32", "int8", "int4"],
+        default="fp32",
+        help="MatMul weights in float, or quantized to MatMulNBits (default: fp32)",
+    )
+    llm.add_argument(
+        "--optimize-for",
+        choices=["onnxruntime"],
+        help="also fuse the model for this runtime (attention, norms, rotary embeddings)",
+    )
+    llm.add_argument(
+        "--block-size", type=int, default=32, help="int4/int8 block size (default: 32)"
+    )
+    llm.add_argument(
+        "--accuracy-level",
+        type=int,
+        default=4,
+        help="MatMulNBits' accuracy level: 4 computes with int8 activations (default: 4)",
+    )
+    llm.set_defaults(func=_cmd_export_llm)
+
     rules = commands.add_parser("rules", help="list the rules, or print one rule's help")
     rules.add_argument("rule", nargs="?", help="a rule id (DO301) or name (unsupported-operator)")
     rules.set_defaults(func=_cmd_rules)
@@ -866,7 +923,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit(_versions())
             return EXIT_OK
         if args.command is None:
-            parser.error("give a command (export, rules, report, gate) or --version")
+            parser.error("give a command (export, export-llm, rules, report, gate) or --version")
         return int(args.func(args))
     except CommandError as exc:
         command = f"dynamo-onnx {args.command}" if args.command else "dynamo-onnx"

@@ -36,6 +36,7 @@ from dynamo_onnx.passes.verify import (
     VerifyRequest,
 )
 from dynamo_onnx.reports import ReportingContext
+from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization, QuantizePass, QuantizeRequest
 
 __all__ = ["ONNXProgram"]
 
@@ -126,6 +127,35 @@ class ONNXProgram:
         ``model-optimized`` finding records the node counts before and after.
         """
         self._run([OptimizePass()], self.model)
+        self.release()
+
+    def quantize(
+        self,
+        precision: str = "int4",
+        *,
+        block_size: int = 32,
+        symmetric: bool = True,
+        accuracy_level: int = 4,
+    ) -> None:
+        """Quantize the MatMul weights for ONNX Runtime: ``precision`` "int4" or "int8"
+        (``MatMulNBits``), or "fp32" (nothing changes).
+
+        ONNX Runtime's ``MatMulNBitsQuantizer`` does the work, with onnxruntime-genai's
+        model builder's CPU settings as defaults (blocks of 32, symmetric, accuracy level
+        4: int8 activations); the embedding stays in float, the LM head is quantized. A
+        ``model-quantized`` note counts what was quantized. The outputs then differ from
+        eager by the quantization error, so ``verify`` is expected to report it.
+
+        Raises:
+            InvalidOptionValueError: an unknown precision, block size or accuracy level (DO109).
+            OptimizationError: the quantizer failed (DO508).
+        """
+        request = QuantizeRequest(
+            self.model,
+            Quantization(precision, block_size, symmetric, accuracy_level),
+            self.model_location,
+        )
+        self.model = self._run([QuantizePass()], request).model
         self.release()
 
     # -- the model -------------------------------------------------------------------------

@@ -54,6 +54,7 @@ class PassName:
     WEIGHT_CHECK = "weight-check"
     LOAD_CHECK = "load-check"
     OPTIMIZATION = "optimization"
+    QUANTIZATION = "quantization"
     APPLY_WEIGHTS = "apply-weights"
     SESSION = "session"
     VERIFICATION = "verification"

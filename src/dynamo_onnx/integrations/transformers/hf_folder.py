@@ -1,0 +1,112 @@
+"""A causal LM from a Hugging Face folder on disk, ready to export with its KV cache.
+
+What ``export-llm HF_DIR`` needs from transformers, and nothing else: the model loaded
+offline (``local_files_only=True``, as onnxruntime-genai's builder and Optimum take a local
+folder), example inputs of one decoding step with a ``DynamicCache`` past (the export then
+serves prefill and decoding), and the tokenizer's files to copy beside the ONNX model so
+that onnxruntime-genai's ``og.Tokenizer`` works on the folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import pathlib
+from typing import Any
+
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.errors import InvalidOptionValueError
+
+__all__ = ["TOKENIZER_FILES", "HFFolder", "example_inputs", "load"]
+
+#: The files a tokenizer is saved as (``tokenizer.save_pretrained``) and onnxruntime-genai
+#: reads; those present in the folder are copied beside the model.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+)
+#: The example step: a past of PAST tokens then NEW tokens, for BATCH sequences. Neither
+#: length is 0 or 1, which torch.export would make constants.
+BATCH, NEW, PAST = 2, 3, 4
+
+
+@dataclasses.dataclass(frozen=True)
+class HFFolder:
+    """A causal LM loaded from ``path``, and the tokenizer files found beside it."""
+
+    path: pathlib.Path
+    model: Any  # a transformers PreTrainedModel, in eval mode
+    tokenizer_files: tuple[pathlib.Path, ...]
+
+
+def _cache_parameter(model: Any) -> str:
+    """``cache`` from transformers 5.24 on, ``past_key_values`` before."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def example_inputs(model: Any, batch: int = BATCH, new: int = NEW, past: int = PAST) -> dict:
+    """``forward``'s inputs for ``new`` tokens after a past of ``past``: what a
+    runtime feeds at each step, so the ONNX model takes the cache as inputs."""
+    import torch  # noqa: PLC0415 (the module is imported by the CLI's parser too)
+    import transformers  # noqa: PLC0415
+
+    config = model.config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    cache = transformers.DynamicCache(config=config)
+    for layer in range(config.num_hidden_layers):
+        shape = (batch, kv_heads, past, head_dim)
+        cache.update(torch.randn(shape), torch.randn(shape), layer)
+    return {
+        "input_ids": torch.randint(1, config.vocab_size, (batch, new)),
+        "attention_mask": torch.ones(batch, past + new, dtype=torch.int64),
+        "position_ids": torch.arange(past, past + new).expand(batch, new),
+        _cache_parameter(model): cache,
+        "use_cache": True,
+    }
+
+
+def _problem(path: pathlib.Path) -> str | None:
+    """Why ``path`` cannot be a saved model, before transformers is asked."""
+    if not path.exists():
+        return "it does not exist"
+    if not path.is_dir():
+        return "it is a file, not a folder"
+    if not (path / "config.json").is_file():
+        found = sorted(p.name for p in path.iterdir())[:6]
+        return "it has no config.json (it holds " + (", ".join(found) or "nothing") + ")"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0].rstrip(".:")
+
+
+def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> HFFolder:
+    """The causal LM saved in ``path`` (float32, eval mode), loaded without a download;
+    anything that makes the folder unusable fails with DO507 and transformers' reason."""
+    folder = pathlib.Path(path)
+    problem = _problem(folder)
+    if problem is None:
+        import torch  # noqa: PLC0415
+        import transformers  # noqa: PLC0415
+
+        try:
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                folder, local_files_only=True, dtype=torch.float32
+            )
+        except (OSError, ValueError, KeyError, ImportError) as exc:
+            problem = _first_line(exc)
+    if problem is not None:
+        ctx.fail("hf-folder-unusable", InvalidOptionValueError, path=os.fspath(path), cause=problem)
+    files = tuple(folder / name for name in TOKENIZER_FILES if (folder / name).is_file())
+    return HFFolder(folder, model.eval(), files)

@@ -1,0 +1,100 @@
+"""``export_llm``: a Hugging Face folder on disk in, a folder onnxruntime-genai runs out.
+
+The steps a user would otherwise write (load the model offline, build a decoding step's
+inputs and cache, export, quantize, save with the genai configuration and the tokenizer),
+in one call that the ``export-llm`` command also makes. Each step is the public one
+(``export``, ``ONNXProgram.quantize``, ``ONNXProgram.save``), so its findings are in the
+program's diagnostics as usual.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dynamo_onnx.errors import InvalidOptionValueError
+from dynamo_onnx.exporter import export
+from dynamo_onnx.files import atomic_write_bytes
+from dynamo_onnx.integrations.transformers import hf_folder
+from dynamo_onnx.reports import ReportingContext
+from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
+
+if TYPE_CHECKING:
+    from dynamo_onnx.program import ONNXProgram
+
+__all__ = ["MODEL_FILENAME", "export_llm"]
+
+#: The module that optimizes a model for ONNX Runtime (its fusions), when this version has it.
+_RUNTIME_OPTIMIZATIONS = {"onnxruntime": "dynamo_onnx.runtimes.onnxruntime.fusions"}
+
+#: The model's file in the output folder (its weights in ``model.onnx.data``), the name
+#: onnxruntime-genai's builder gives it too.
+MODEL_FILENAME = "model.onnx"
+
+
+def _optimize_problem(optimize: bool | str) -> tuple[str, str, str] | None:
+    """(option, problem, allowed) when ``optimize`` names a runtime this version cannot
+    optimize for: it must not pass for the plain optimizer."""
+    if isinstance(optimize, bool):
+        return None
+    module = _RUNTIME_OPTIMIZATIONS.get(optimize)
+    if module is not None and importlib.util.find_spec(module) is not None:
+        return None
+    known = [name for name, m in _RUNTIME_OPTIMIZATIONS.items() if importlib.util.find_spec(m)]
+    allowed = "give True or False" + "".join(f", or {name!r}" for name in known)
+    return ("optimize", f"is {optimize!r}, a runtime this version does not optimize for", allowed)
+
+
+def export_llm(
+    hf_dir: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    *,
+    precision: str = "fp32",
+    optimize: bool | str = True,
+    block_size: int = 32,
+    symmetric: bool = True,
+    accuracy_level: int = 4,
+    progress: Callable[[Any], None] | None = None,
+) -> ONNXProgram:
+    """Export the causal LM saved in ``hf_dir`` with its KV cache to ``output_dir``.
+
+    The folder then holds ``model.onnx`` with its weights in ``model.onnx.data``,
+    ``genai_config.json`` and the tokenizer's files found in ``hf_dir``: onnxruntime-genai
+    runs it as it is (``og.Model(output_dir)``). ``precision`` "int4" or "int8" quantizes
+    the MatMul weights (:meth:`ONNXProgram.quantize`, with ``block_size``, ``symmetric``,
+    ``accuracy_level``); ``optimize`` is :func:`export`'s. Nothing is downloaded: ``hf_dir``
+    is a folder ``save_pretrained`` wrote.
+
+    Raises:
+        InvalidOptionValueError: ``hf_dir`` is no causal LM transformers loads offline
+            (DO507), or a quantization setting is unknown (DO109).
+        OnnxExporterError: the export, quantization or save failed (the rule says which).
+    """
+    ctx = ReportingContext(subject=os.fspath(hf_dir))
+    quantization = Quantization(precision, block_size, symmetric, accuracy_level)
+    problem = quantization.problem() or _optimize_problem(optimize)
+    if problem is not None:  # before the minutes of loading and exporting
+        option, what, allowed = problem
+        ctx.fail(
+            "invalid-option", InvalidOptionValueError, option=option, problem=what, allowed=allowed
+        )
+    folder = hf_folder.load(ctx, hf_dir)
+    program = export(
+        folder.model,
+        (),
+        kwargs=hf_folder.example_inputs(folder.model),
+        optimize=optimize,  # type: ignore[arg-type]  (a runtime's name where export takes one)
+        progress=progress,
+    )
+    program.quantize(
+        precision, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
+    )
+    out = pathlib.Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    program.save(out / MODEL_FILENAME, external_data=True)
+    for source in folder.tokenizer_files:
+        atomic_write_bytes(out / source.name, source.read_bytes())
+    return program

@@ -1,0 +1,1 @@
+"""Optimizations for a runtime."""

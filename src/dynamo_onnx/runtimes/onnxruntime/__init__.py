@@ -1,0 +1,1 @@
+"""ONNX Runtime: fusions and weight quantization."""

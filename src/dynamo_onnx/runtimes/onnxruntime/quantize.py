@@ -1,0 +1,260 @@
+"""int4 and int8 weights for ONNX Runtime: the quantization pass.
+
+MatMul weights become ``MatMulNBits`` blocks (com.microsoft), quantized by ONNX Runtime's own
+``MatMulNBitsQuantizer`` with the settings onnxruntime-genai's model builder uses on the CPU
+(``onnxruntime_genai/models/builder.py`` and ``quantization/quant_config.py``: block size 32,
+symmetric, accuracy level 4, op types ``MatMul`` only). As in the builder, the embedding stays
+in float (a ``Gather``, which the builder quantizes only when asked to) and the LM head, a
+MatMul, is quantized: a folder of ours and the builder's are quantized alike, so their token
+agreement and speed compare.
+
+The one rewrite before the quantizer runs is where the weight lives: torch_lib translates
+``linear`` as ``MatMul(x, Transpose(W))``, and the quantizer only takes a constant ``B``.
+The transposed weight is stored instead (as the builder stores it), then the quantizer runs
+on the whole model; the quantized weights are initializers like any other, so saving writes
+them as external data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx_ir as ir
+
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, OptimizationError
+from dynamo_onnx.passes.base import PassName
+from dynamo_onnx.passes.logs import dropped
+
+__all__ = [
+    "PRECISIONS",
+    "Quantization",
+    "QuantizePass",
+    "QuantizeRequest",
+    "quantizable_matmuls",
+    "store_transposed_weights",
+]
+
+#: What ``precision`` takes: float weights as exported, or 8-/4-bit MatMul weights.
+PRECISIONS = ("fp32", "int8", "int4")
+#: The block sizes ``MatMulNBits`` takes (onnxruntime-genai's builder lists the same).
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+#: ``accuracy_level``: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 activations (the builder's
+#: CPU default: the fastest kernels on the CPU).
+ACCURACY_LEVELS = (0, 1, 2, 3, 4)
+#: The logger of ``MatMulNBitsQuantizer`` (it names its module).
+_QUANTIZER_LOGGER = "onnxruntime.quantization.matmul_nbits_quantizer"
+_FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Quantization:
+    """How MatMul weights are quantized. The defaults are the builder's on the CPU."""
+
+    precision: str = "int4"
+    block_size: int = 32
+    symmetric: bool = True
+    accuracy_level: int = 4
+
+    @property
+    def bits(self) -> int:
+        return 8 if self.precision == "int8" else 4
+
+    def problem(self) -> tuple[str, str, str] | None:
+        """(option, problem, allowed) for the first value that cannot be used, else None."""
+        if self.precision not in PRECISIONS:
+            return ("precision", f"is {self.precision!r}", f"give one of {', '.join(PRECISIONS)}")
+        if self.block_size not in BLOCK_SIZES:
+            allowed = ", ".join(map(str, BLOCK_SIZES))
+            return ("block_size", f"is {self.block_size!r}", f"give one of {allowed}")
+        if self.accuracy_level not in ACCURACY_LEVELS:
+            allowed = ", ".join(map(str, ACCURACY_LEVELS))
+            return ("accuracy_level", f"is {self.accuracy_level!r}", f"give one of {allowed}")
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeRequest:
+    """The model to quantize (its MatMul weights are stored transposed in place) and how;
+    the pass returns the request with the quantized model."""
+
+    model: ir.Model
+    quantization: Quantization
+    model_location: Location | None = None
+
+
+def _is_matmul(node: ir.Node) -> bool:
+    return node.op_type == "MatMul" and node.domain in ("", "ai.onnx")
+
+
+def _float_matrix(value: ir.Value | None) -> bool:
+    return (
+        value is not None
+        and value.is_initializer()
+        and value.const_value is not None
+        and value.dtype in _FLOATS
+        and len(value.const_value.shape) == 2
+    )
+
+
+def _transposes_a_weight(node: ir.Node) -> bool:
+    """``Transpose`` of a 2-D float initializer read only as the ``B`` of MatMuls."""
+    if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
+        return False
+    perm = node.attributes.get_ints("perm", None)
+    output = node.outputs[0]
+    return (
+        _float_matrix(node.inputs[0])
+        and (perm is None or list(perm) == [1, 0])
+        and not output.is_graph_output()
+        and bool(output.uses())
+        and all(_is_matmul(user) and index == 1 for user, index in output.uses())
+    )
+
+
+def store_transposed_weights(model: ir.Model) -> int:
+    """Store ``W^T`` for every ``MatMul(x, Transpose(W))``, in place; returns how many.
+
+    The transposed copy takes the weight's name when nothing else reads the weight (the
+    external data then names the layer's weight); a weight also read elsewhere (an
+    embedding tied to the LM head) keeps its name and the copy is ``<name>.T``."""
+    graph = model.graph
+    count = 0
+    for node in list(graph):
+        if not _transposes_a_weight(node):
+            continue
+        weight = node.inputs[0]
+        assert weight is not None and weight.const_value is not None and weight.name
+        data = np.ascontiguousarray(weight.const_value.numpy().T)
+        shared = len(weight.uses()) > 1
+        name = f"{weight.name}.T" if shared else weight.name
+        if not shared:
+            graph.initializers.pop(weight.name)
+        transposed = ir.Value(
+            name=name,
+            shape=ir.Shape(data.shape),
+            type=ir.TensorType(weight.dtype),
+            const_value=ir.tensor(data, name=name),
+        )
+        graph.register_initializer(transposed)
+        ir.convenience.replace_all_uses_with(node.outputs[0], transposed)
+        graph.remove(node, safe=True)
+        count += 1
+    return count
+
+
+def quantizable_matmuls(model: ir.Model) -> int:
+    """MatMuls whose ``B`` is a 2-D float weight, stored as is or transposed: those
+    ``MatMulNBitsQuantizer`` quantizes once the weights are stored transposed."""
+    count = 0
+    for node in model.graph:
+        if not _is_matmul(node) or len(node.inputs) < 2 or node.inputs[1] is None:
+            continue
+        b = node.inputs[1]
+        producer = b.producer()
+        if _float_matrix(b) or (producer is not None and _transposes_a_weight(producer)):
+            count += 1
+    return count
+
+
+def _weights_mib(model: ir.Model) -> float:
+    return (
+        sum(
+            v.const_value.nbytes
+            for v in model.graph.initializers.values()
+            if v.const_value is not None
+        )
+        / 2**20
+    )
+
+
+@contextlib.contextmanager
+def _root_logger_kept() -> Iterator[None]:
+    """The root logger's handlers and level put back after the block: importing
+    ``matmul_nbits_quantizer`` calls ``logging.basicConfig(level=INFO)``, which would
+    print every library's INFO records in the caller's process from then on."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+
+
+def _quantizer_classes() -> tuple[Any, Any]:
+    """``MatMulNBitsQuantizer`` and ``QuantFormat``, imported when first needed (0.5 s)."""
+    with _root_logger_kept():
+        from onnxruntime.quantization import QuantFormat  # noqa: PLC0415
+        from onnxruntime.quantization.matmul_nbits_quantizer import (  # noqa: PLC0415
+            MatMulNBitsQuantizer,
+        )
+    return MatMulNBitsQuantizer, QuantFormat
+
+
+def _quantized(model: ir.Model, quantization: Quantization) -> ir.Model:
+    """ONNX Runtime's quantizer on the model (as a ModelProto, what it takes)."""
+    MatMulNBitsQuantizer, QuantFormat = _quantizer_classes()  # noqa: N806 (classes)
+    quantizer = MatMulNBitsQuantizer(
+        ir.to_proto(model),
+        bits=quantization.bits,
+        block_size=quantization.block_size,
+        is_symmetric=quantization.symmetric,
+        accuracy_level=quantization.accuracy_level,
+        quant_format=QuantFormat.QOperator,
+        op_types_to_quantize=("MatMul",),
+    )
+    quantizer.process()
+    return ir.from_proto(quantizer.model.model)
+
+
+class QuantizePass:
+    """``QuantizeRequest`` -> the request with the quantized model (DO506 says what
+    changed: MatMuls quantized, kept in float, weight sizes)."""
+
+    name: ClassVar[str] = PassName.QUANTIZATION
+    error_type: ClassVar[type[OnnxExporterError]] = OptimizationError
+    changes_input: ClassVar[bool] = True  # the weights are stored transposed in place
+
+    def __call__(self, ctx: DiagnosticContext, request: QuantizeRequest) -> QuantizeRequest:
+        quantization = request.quantization
+        problem = quantization.problem()
+        if problem is not None:
+            option, what, allowed = problem
+            ctx.fail(
+                "invalid-option",
+                InvalidOptionValueError,
+                request.model_location,
+                option=option,
+                problem=what,
+                allowed=allowed,
+            )
+        if quantization.precision == "fp32":
+            return request
+        before = _weights_mib(request.model)
+        store_transposed_weights(request.model)
+        # The quantizer logs each MatMul it skips (attention's, whose B is computed) at INFO
+        # through the root logger's configuration: not the user's concern.
+        with dropped(_QUANTIZER_LOGGER):
+            model = _quantized(request.model, quantization)
+        ops = [n.op_type for n in model.graph]
+        ctx.record(
+            "model-quantized",
+            locations=[request.model_location],
+            quantized=ops.count("MatMulNBits"),
+            precision=quantization.precision,
+            block_size=quantization.block_size,
+            scheme="symmetric" if quantization.symmetric else "asymmetric",
+            accuracy_level=quantization.accuracy_level,
+            float_matmuls=ops.count("MatMul"),
+            before=f"{before:.1f}",
+            after=f"{_weights_mib(model):.1f}",
+        )
+        return dataclasses.replace(request, model=model)

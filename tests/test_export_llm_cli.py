@@ -1,0 +1,172 @@
+"""``dynamo-onnx export-llm HF_DIR -o OUT``: a folder ``save_pretrained`` wrote in, a folder
+onnxruntime-genai runs out (model, external data, genai_config.json, the tokenizer), with
+transformers' greedy tokens; a folder that is not a causal LM is DO507."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tokenizers
+import torch
+import transformers
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+import dynamo_onnx
+import hf_models
+
+og = pytest.importorskip("onnxruntime_genai")
+
+
+def _tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained here (no download), 60 tokens: within the
+    small model's vocabulary of 100."""
+    bpe = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    corpus = ["the cat sat on the mat", "a dog and a cat", "onnx runtime generates tokens"]
+    trainer = trainers.BpeTrainer(vocab_size=100, special_tokens=["<unk>", "<s>", "</s>"])
+    bpe.train_from_iterator(corpus * 20, trainer)
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+@pytest.fixture(scope="module")
+def saved_llama(tmp_path_factory):
+    model = hf_models.causal_lm("llama")
+    path = tmp_path_factory.mktemp("llama")
+    model.save_pretrained(path)
+    tokenizer = _tokenizer()
+    tokenizer.save_pretrained(path)
+    return path, model, tokenizer
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dynamo_onnx.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ,
+    )
+
+
+def test_export_llm_writes_a_folder_genai_runs_with_transformers_greedy_tokens(
+    saved_llama, tmp_path
+):
+    path, model, tokenizer = saved_llama
+    out = tmp_path / "onnx"  # created by the command
+    proc = run("export-llm", str(path), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"exported {path} in ")
+    assert "0 error(s), 0 warning(s)" in proc.stdout  # a clean Llama: no warning
+    files = sorted(p.name for p in out.iterdir())
+    assert files == [
+        "genai_config.json",
+        "model.onnx",
+        "model.onnx.data",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    assert f"wrote {out}: {', '.join(files)}" in proc.stdout
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (out / name).read_bytes() == (path / name).read_bytes()
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["model"]["type"] == "llama"
+
+    genai_model = og.Model(str(out))
+    genai_tokenizer = og.Tokenizer(genai_model)
+    text = "the cat sat on a mat"
+    prompt = tokenizer(text, return_tensors="pt")["input_ids"]
+    assert genai_tokenizer.encode(text).tolist() == prompt[0].tolist()
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=prompt.shape[1] + 8, do_sample=False)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(prompt.numpy().astype(np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    tokens = generator.get_sequence(0)[prompt.shape[1] :].tolist()
+    eager = model.generate(prompt, max_new_tokens=8, do_sample=False)[0, prompt.shape[1] :]
+    assert tokens == eager.tolist()  # both stop at the same end-of-sequence token, if one comes
+
+
+def _not_a_causal_lm(path):
+    transformers.ViTConfig(hidden_size=32, num_hidden_layers=1).save_pretrained(path)
+    return "Unrecognized configuration class"
+
+
+def _config_without_weights(path):
+    transformers.LlamaConfig(**hf_models.DECODER).save_pretrained(path)
+    return "no file named model.safetensors"
+
+
+def _empty(path):
+    path.mkdir()
+    return "it has no config.json (it holds nothing)"
+
+
+def _a_file(path):
+    path.write_text("{}")
+    return "it is a file, not a folder"
+
+
+def _missing(path):
+    return "it does not exist"
+
+
+@pytest.mark.parametrize(
+    "make", [_missing, _a_file, _empty, _config_without_weights, _not_a_causal_lm]
+)
+def test_a_folder_that_is_not_a_causal_lm_is_do507_with_transformers_reason(make, tmp_path):
+    path = tmp_path / "hf"
+    cause = make(path)
+    proc = run("export-llm", str(path), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr  # the user's mistake: a usage error
+    assert proc.stdout == f"export-llm of {path} failed\n"
+    assert f"[DO507 hf-folder-unusable] `{path}` is not a Hugging Face causal LM folder " in (
+        proc.stderr
+    )
+    assert cause in proc.stderr and "Traceback" not in proc.stderr
+    assert "Fix: Give the folder save_pretrained wrote" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:  # the API says the same
+        dynamo_onnx.export_llm(path, tmp_path / "out")
+    assert str(info.value).startswith("[DO507 hf-folder-unusable]") and cause in str(info.value)
+
+
+def test_a_bad_precision_fails_before_the_model_is_loaded(tmp_path):
+    proc = run("export-llm", str(tmp_path), "-o", str(tmp_path / "o"), "--precision", "int3")
+    assert proc.returncode == 2 and "invalid choice: 'int3'" in proc.stderr  # argparse's
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
+        dynamo_onnx.export_llm(tmp_path / "missing", tmp_path / "o", precision="int3")
+    assert str(info.value).startswith("[DO109 invalid-option] `precision` is 'int3'")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("dynamo_onnx.runtimes.onnxruntime.fusions") is not None,
+    reason="this version optimizes for ONNX Runtime: the fusions' own tests cover it",
+)
+def test_optimize_for_a_runtime_this_version_lacks_is_a_usage_error_not_a_plain_export(
+    saved_llama, tmp_path
+):
+    path, _, _ = saved_llama
+    proc = run("export-llm", str(path), "-o", str(tmp_path), "--optimize-for", "onnxruntime")
+    assert proc.returncode == 2
+    assert "[DO109 invalid-option] `optimize` is 'onnxruntime', a runtime this version" in (
+        proc.stderr
+    )
+    assert not list(tmp_path.iterdir())
+
+
+def test_transformers_loads_the_folder_as_saved(saved_llama):
+    """The fixture's folder is what the tests above mean by one: the model reloads equal."""
+    path, model, _ = saved_llama
+    again = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    ids = torch.randint(3, 100, (1, 5))
+    torch.testing.assert_close(again(ids).logits, model(ids).logits)
