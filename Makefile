@@ -8,7 +8,7 @@ STAMP   = $(VENV)/.installed
 SARIF_NPM  = @microsoft/sarif-multitool@5.7.0 sarif-junit@1.1.4 @security-alert/sarif-to-markdown@1.11.1
 SARIF_TOOLS = .sarif-tools/.installed
 
-.PHONY: demo test test-fast venv clean docs sarif-tools bench fuzz coverage compat
+.PHONY: demo test test-fast venv clean docs sarif-tools bench bench-llm fuzz coverage compat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,14 @@ bench: $(STAMP)
 	$(PY) benchmarks/compare.py $(BENCH_ARGS)
 	# Llama-2-7B sizes in fake mode, one decoding step with its KV cache: time and peak RSS.
 	$(PY) benchmarks/llama_fake.py --cache
+
+# Our LLM folders against onnxruntime-genai's model builder from the same random-weight Llama
+# (hidden 1024, 8 layers), both run by onnxruntime_genai.Generator in one run: export time,
+# nodes, prefill and decode ms at prompts 128 and 512, fp32 and int4, token agreement; and
+# GPT-2 124M's export against torch.export.export alone. ~15 min on 2 cores.
+# Writes benchmarks/results/llm_genai.{json,md}; docs/performance.md shows the table.
+bench-llm: $(STAMP)
+	$(PY) benchmarks/llm_genai.py $(BENCH_LLM_ARGS)
 
 # Every torch OpInfo operator exported by dynamo-onnx and by torch.onnx in the same run, each
 # compared with eager in ONNX Runtime: docs/coverage.{md,json}. ~20 min on 2 cores.

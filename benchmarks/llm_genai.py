@@ -1,0 +1,435 @@
+"""Our LLM folders against onnxruntime-genai's model builder, generating with
+``onnxruntime_genai.Generator`` in one run (``make bench-llm``).
+
+From one random-weight Llama saved with ``save_pretrained`` (hidden 1024, 8 layers, 16 heads,
+4 KV heads, vocab 32000, with a byte-level BPE tokenizer trained here: nothing is
+downloaded), the script builds
+
+- the builder's folders: ``python -m onnxruntime_genai.models.builder -i HF_DIR -o OUT
+  -p fp32|int4 -e cpu``;
+- ours: ``dynamo-onnx export-llm HF_DIR -o OUT [--precision int4]``, and the same with
+  ``--optimize-for onnxruntime`` when this version has it (a line says it is skipped
+  otherwise);
+
+each command in its own process, timed end to end (load, export, save: the export time of
+each). Then, in one process, every folder generates greedily with
+``onnxruntime_genai.Generator`` at prompts of 128 and 512 tokens, 32 new tokens, in
+alternating turns (folder order reversed every run, so both see the same machine load):
+prefill ms (``append_tokens``) and decode ms per token (``generate_next_token``). Also: node
+counts by op type, and token agreement (fp32 folders against transformers' greedy tokens;
+each int4 folder against its own fp32 folder: the share of the 32 tokens equal, and the
+tokens before the first difference). Each ONNX Runtime session runs on one thread (the
+machine is shared: one thread is the stable figure).
+
+Last, the plain export's own overhead: GPT-2 124M (random weights from transformers'
+default config) exported by ``dynamo_onnx.export(optimize=False)`` against
+``torch.export.export`` alone on the same model and input, each in fresh processes, in
+alternating order.
+
+Only ratios within one run compare; the results go to benchmarks/results/llm_genai.json and
+.md (docs/performance.md shows the table).
+
+    python benchmarks/llm_genai.py [--workdir DIR] [--runs 3] [--gpt2-repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from dynamo_onnx.files import atomic_write_text
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+PROMPTS = (128, 512)
+NEW_TOKENS = 32
+#: The prompts of the agreement measure (and of the timing: the first of them).
+AGREEMENT_PROMPTS = 4
+LLAMA = {
+    "hidden_size": 1024,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "intermediate_size": 2816,  # Llama's 2.75 x hidden
+    "max_position_embeddings": 2048,
+}
+#: ``--small``: the same script in a minute, to check it runs (its figures mean nothing).
+SMALL = {
+    **LLAMA,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "intermediate_size": 128,
+}
+
+
+# -- the checkpoint -------------------------------------------------------------------------
+
+
+def save_checkpoint(path: Path, config: dict[str, Any]) -> None:
+    """The random-weight Llama and a tokenizer trained here (the builder needs one)."""
+    import tokenizers  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
+    from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
+    model.save_pretrained(path)
+    bpe = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=1000,
+        special_tokens=["<unk>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator(["the cat sat on the mat"] * 10, trainer)
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    ).save_pretrained(path)
+
+
+# -- building the folders ---------------------------------------------------------------------
+
+
+def _commands(hf: Path, work: Path) -> dict[str, list[str]]:
+    py = sys.executable
+    builder = [py, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-e", "cpu"]
+    ours = [py, "-m", "dynamo_onnx.cli", "export-llm", str(hf)]
+    optimized = ["--optimize-for", "onnxruntime"]
+    commands = {}
+    for precision in ("fp32", "int4"):
+        out = work / f"builder-{precision}"
+        commands[f"builder {precision}"] = [
+            *builder,
+            *("-o", str(out), "-p", precision, "-c", str(work / "builder-cache")),
+        ]
+        commands[f"dynamo-onnx {precision}"] = [
+            *ours,
+            *("-o", str(work / f"ours-{precision}"), "--precision", precision),
+        ]
+        commands[f"dynamo-onnx+ort {precision}"] = [
+            *ours,
+            *("-o", str(work / f"ours-ort-{precision}"), "--precision", precision, *optimized),
+        ]
+    return commands
+
+
+def _output_dir(command: list[str]) -> Path:
+    return Path(command[command.index("-o") + 1])
+
+
+def build(hf: Path, work: Path, log: Any) -> dict[str, dict[str, Any]]:
+    """Each folder by its command in a fresh process: the wall time, or why it was skipped."""
+    built: dict[str, dict[str, Any]] = {}
+    for name, command in _commands(hf, work).items():
+        start = time.perf_counter()
+        proc = subprocess.run(command, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        if proc.returncode == 2 and "`optimize` is 'onnxruntime'" in proc.stderr:
+            print(f"{name}: skipped, this version has no --optimize-for onnxruntime", file=log)
+            built[name] = {"skipped": "no --optimize-for onnxruntime in this version"}
+            continue
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+            print(f"{name}: FAILED ({proc.returncode})\n{tail}", file=log)
+            built[name] = {"failed": tail}
+            continue
+        print(f"{name}: built in {seconds:.1f} s", file=log)
+        built[name] = {"export_s": seconds, "folder": str(_output_dir(command))}
+    return built
+
+
+def op_counts(folder: Path) -> dict[str, int]:
+    import onnx  # noqa: PLC0415
+
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    return dict(collections.Counter(n.op_type for n in model.graph.node).most_common())
+
+
+def one_thread(folder: Path) -> None:
+    """Both kinds of folder run their sessions on one thread (the machine is shared)."""
+    path = folder / "genai_config.json"
+    config = json.loads(path.read_text())
+    options = config["model"]["decoder"].setdefault("session_options", {})
+    options["intra_op_num_threads"] = 1
+    options["inter_op_num_threads"] = 1
+    path.write_text(json.dumps(config, indent=4))
+
+
+# -- generating -------------------------------------------------------------------------------
+
+
+def _prompts(length: int, count: int) -> list[list[int]]:
+    import numpy as np  # noqa: PLC0415
+
+    rng = np.random.default_rng(length)
+    return [rng.integers(3, 1000, length).tolist() for _ in range(count)]
+
+
+def _generate(model: Any, prompt: list[int]) -> tuple[float, float, list[int]]:
+    """(prefill ms, decode ms per token, the new tokens), greedy; always NEW_TOKENS steps
+    (``min_length``: an end-of-sequence token does not stop one folder early)."""
+    import numpy as np  # noqa: PLC0415
+    import onnxruntime_genai as og  # noqa: PLC0415
+
+    params = og.GeneratorParams(model)
+    total = len(prompt) + NEW_TOKENS
+    params.set_search_options(max_length=total, min_length=total, do_sample=False)
+    generator = og.Generator(model, params)
+    start = time.perf_counter()
+    generator.append_tokens(np.array([prompt], dtype=np.int32))
+    prefill = time.perf_counter() - start
+    start = time.perf_counter()
+    steps = 0
+    while not generator.is_done():
+        generator.generate_next_token()
+        steps += 1
+    decode = (time.perf_counter() - start) / max(steps, 1)
+    assert steps == NEW_TOKENS, steps
+    return prefill * 1e3, decode * 1e3, generator.get_sequence(0)[len(prompt) :].tolist()
+
+
+def timings(folders: dict[str, Path], runs: int, log: Any) -> dict[str, Any]:
+    """Median prefill and decode ms of every folder at each prompt length, alternating."""
+    import onnxruntime_genai as og  # noqa: PLC0415
+
+    models = {name: og.Model(str(path)) for name, path in folders.items()}
+    names = list(models)
+    result: dict[str, Any] = {}
+    for length in PROMPTS:
+        (prompt,) = _prompts(length, 1)
+        for name in names:  # a warm-up each: first-run allocations are not the figure
+            _generate(models[name], prompt)
+        samples: dict[str, dict[str, list[float]]] = {
+            n: {"prefill_ms": [], "decode_ms": []} for n in names
+        }
+        for run in range(runs):
+            for name in names if run % 2 == 0 else names[::-1]:
+                prefill, decode, _ = _generate(models[name], prompt)
+                samples[name]["prefill_ms"].append(prefill)
+                samples[name]["decode_ms"].append(decode)
+        for name in names:
+            figures = {k: statistics.median(v) for k, v in samples[name].items()}
+            result.setdefault(name, {})[str(length)] = figures
+            print(
+                f"prompt {length}: {name}: prefill {figures['prefill_ms']:.1f} ms, "
+                f"decode {figures['decode_ms']:.2f} ms/token",
+                file=log,
+            )
+    return result
+
+
+def agreement(folders: dict[str, Path], hf: Path) -> dict[str, Any]:
+    """Greedy tokens at 128-token prompts: each fp32 folder against transformers, each int4
+    folder against its own fp32 folder (share equal; tokens before the first difference)."""
+    import onnxruntime_genai as og  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
+
+    prompts = _prompts(PROMPTS[0], AGREEMENT_PROMPTS)
+    tokens = {}
+    for name, path in folders.items():
+        model = og.Model(str(path))
+        tokens[name] = [_generate(model, p)[2] for p in prompts]
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(hf, local_files_only=True)
+    with torch.no_grad():
+        eager = [
+            hf_model.generate(
+                torch.tensor([p]),
+                max_new_tokens=NEW_TOKENS,
+                min_new_tokens=NEW_TOKENS,
+                do_sample=False,
+            )[0, len(p) :].tolist()
+            for p in prompts
+        ]
+    result = {}
+    for name, got in tokens.items():
+        family, precision = name.rsplit(" ", 1)
+        reference = eager if precision == "fp32" else tokens.get(f"{family} fp32")
+        if reference is None:
+            continue
+        equal = sum(a == b for g, r in zip(got, reference) for a, b in zip(g, r))
+        prefix = [
+            next((i for i, (a, b) in enumerate(zip(g, r)) if a != b), len(r))
+            for g, r in zip(got, reference)
+        ]
+        result[name] = {
+            "against": "transformers" if precision == "fp32" else f"{family} fp32",
+            "equal_share": equal / (len(prompts) * NEW_TOKENS),
+            "mean_prefix": statistics.mean(prefix),
+            "identical_sequences": sum(g == r for g, r in zip(got, reference)),
+        }
+    return result
+
+
+# -- GPT-2: the plain export against torch.export.export --------------------------------------
+
+
+def gpt2_worker(kind: str) -> dict[str, float]:
+    """One export of GPT-2 124M in this (fresh) process: its seconds."""
+    import warnings  # noqa: PLC0415
+
+    warnings.filterwarnings("ignore")
+    import torch  # noqa: PLC0415
+
+    sys.path.insert(0, str(HERE))
+    from models import gpt2  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    model, args = gpt2()
+    if kind == "dynamo-onnx":
+        import dynamo_onnx  # noqa: PLC0415
+
+        start = time.perf_counter()
+        dynamo_onnx.export(model, args, opset_version=20, optimize=False)
+    else:
+        start = time.perf_counter()
+        torch.export.export(model, args, strict=False)
+    return {"export_s": time.perf_counter() - start}
+
+
+def gpt2_overhead(repeats: int, log: Any) -> dict[str, Any]:
+    seconds: dict[str, list[float]] = {"dynamo-onnx": [], "torch.export.export": []}
+    kinds = list(seconds)
+    for repeat in range(repeats):
+        for kind in kinds if repeat % 2 == 0 else kinds[::-1]:
+            proc = subprocess.run(
+                [sys.executable, __file__, "--gpt2-worker", kind],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            value = json.loads(proc.stdout.strip().splitlines()[-1])["export_s"]
+            seconds[kind].append(value)
+            print(f"GPT-2 124M, {kind}: {value:.2f} s", file=log)
+    medians = {k: statistics.median(v) for k, v in seconds.items()}
+    return {
+        "seconds": seconds,
+        "median_s": medians,
+        "ratio": medians["dynamo-onnx"] / medians["torch.export.export"],
+    }
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def _top(ops: dict[str, int], count: int = 4) -> str:
+    shown = ", ".join(f"{op} {n}" for op, n in list(ops.items())[:count])
+    return shown + ("..." if len(ops) > count else "")
+
+
+def markdown(results: dict[str, Any]) -> str:
+    folders = results["folders"]
+    times = results["timings"]
+    agree = results["agreement"]
+    lines = [
+        "| folder | export s | nodes | "
+        + " | ".join(f"prefill {p} ms | decode {p} ms/token" for p in PROMPTS)
+        + " | tokens |",
+        "| --- " * (4 + 2 * len(PROMPTS)) + "|",
+    ]
+    for name, info in folders.items():
+        if "folder" not in info:
+            why = info.get("skipped") or "failed"
+            lines.append(f"| {name} | {why} |" + " |" * (2 + 2 * len(PROMPTS)))
+            continue
+        precision = name.rsplit(" ", 1)[1]
+        base = times.get(f"builder {precision}")
+        export_base = folders.get(f"builder {precision}", {}).get("export_s")
+        cells = [name, _with_ratio(info["export_s"], export_base, "{:.1f}")]
+        ops = info["ops"]
+        cells.append(f"{sum(ops.values())} ({_top(ops)})")
+        for length in map(str, PROMPTS):
+            mine = times[name][length]
+            theirs = base[length] if base else None
+            for key, form in (("prefill_ms", "{:.1f}"), ("decode_ms", "{:.2f}")):
+                cells.append(_with_ratio(mine[key], theirs[key] if theirs else None, form))
+        a = agree.get(name)
+        cells.append(
+            f"{a['equal_share']:.0%} equal to {a['against']} (first {a['mean_prefix']:.1f} of "
+            f"{NEW_TOKENS} identical on average)"
+            if a
+            else ""
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    gpt2 = results.get("gpt2")
+    if gpt2:
+        med = gpt2["median_s"]
+        lines += [
+            "",
+            f"GPT-2 124M export (optimize=False) {med['dynamo-onnx']:.2f} s against "
+            f"torch.export.export alone {med['torch.export.export']:.2f} s: "
+            f"**{gpt2['ratio']:.2f}x** (medians of {len(gpt2['seconds']['dynamo-onnx'])} "
+            "fresh processes each, alternating).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _with_ratio(value: float, base: float | None, form: str) -> str:
+    text = form.format(value)
+    if base and value is not base:
+        text += f" ({value / base:.2f}x)"
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", help="keep the folders here (default: a temporary one)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--gpt2-repeats", type=int, default=3)
+    parser.add_argument("--small", action="store_true", help="a tiny Llama: checks the script")
+    parser.add_argument("--gpt2-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=str(RESULTS / "llm_genai.json"))
+    parser.add_argument("--markdown", default=str(RESULTS / "llm_genai.md"))
+    args = parser.parse_args()
+    if args.gpt2_worker:
+        print(json.dumps(gpt2_worker(args.gpt2_worker)))
+        return
+    log = sys.stderr
+    with tempfile.TemporaryDirectory() as tmp:
+        config = SMALL if args.small else LLAMA
+        work = Path(args.workdir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        hf = work / "hf"
+        if not (hf / "config.json").exists():
+            save_checkpoint(hf, config)
+        folders = build(hf, work, log)
+        ready = {n: Path(i["folder"]) for n, i in folders.items() if "folder" in i}
+        for name, path in ready.items():
+            folders[name]["ops"] = op_counts(path)
+            one_thread(path)
+        results = {
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "llama": config,
+            "prompts": list(PROMPTS),
+            "new_tokens": NEW_TOKENS,
+            "runs": args.runs,
+            "folders": folders,
+            "timings": timings(ready, args.runs, log),
+            "agreement": agreement(ready, hf),
+            "gpt2": gpt2_overhead(args.gpt2_repeats, log) if args.gpt2_repeats else None,
+        }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.json, json.dumps(results, indent=1) + "\n")
+    table = markdown(results)
+    atomic_write_text(args.markdown, table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
