@@ -296,6 +296,7 @@ SHARED_PASS_MODULES = {
     "logs",
     "metadata",
     "model",
+    "probe",
     "real_weights",
 }
 

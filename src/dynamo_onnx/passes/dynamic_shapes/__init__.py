@@ -20,8 +20,8 @@ import torch
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
-from dynamo_onnx.passes.dynamic_shapes.range_probe import agrees_outside
 from dynamo_onnx.passes.fx import range_bounds, static_size
+from dynamo_onnx.passes.probe import agrees_outside
 
 __all__ = ["DynamicShapesPass", "dimension_names"]
 
