@@ -101,6 +101,8 @@ def test_a_remainder_that_must_not_be_zero_and_one_over_a_product():
     assert by_text["Ne(Mod(s77, 12), 0)"].remainder == Remainder("s77", 12, equal=False)
     assert by_text["Eq(Mod(s27*s77, 12), 0)"].remainder is None  # of a product: not one dim's
     assert by_text["Eq(s27*s77, 24)"].symbols == {"s27", "s77"}
+    assert log.dims_of(by_text["Eq(s27*s77, 24)"]) == (("x", 0), ("x", 1))
+    assert log.dims_of(by_text["Ne(Mod(s77, 12), 0)"]) == (("x", 0),)
     assert by_text["Eq(TruncToInt(IntTrueDiv(s27*s77, 2)), 12)"].fixed_value == "12"
     assert [(s.symbol, s.input, s.dim, s.example) for s in log.symbols] == [
         ("s77", "x", 0, 4),

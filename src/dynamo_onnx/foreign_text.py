@@ -225,6 +225,11 @@ class ShapeLog:
         """The symbol torch made for ``input_name``'s dimension ``dim``, if it logged one."""
         return next((s.symbol for s in self.symbols if (s.input, s.dim) == (input_name, dim)), None)
 
+    def dims_of(self, guard: Guard) -> tuple[tuple[str, int], ...]:
+        """The inputs' dimensions (input, dim) whose symbols ``guard`` reads, in the order
+        torch made them."""
+        return tuple((s.input, s.dim) for s in self.symbols if s.symbol in guard.symbols)
+
 
 def read_shape_log(records: Iterable[LogRecord]) -> ShapeLog:
     """The records of torch's symbolic-shape log (``torch.fx.experimental.symbolic_shapes``),
