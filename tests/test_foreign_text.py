@@ -143,6 +143,9 @@ def test_a_reworded_guard_or_symbol_is_kept_unparsed_not_dropped():
         )
     )
     assert log.symbols == () and log.guards == ()
+    assert foreign_text.is_about_a_guard("eval: Eq(s77, 8) was added as a guard")
+    assert not foreign_text.is_about_a_guard("eval [guard suppressed] Ne(s77, 0) [guard added]")
+    assert not foreign_text.is_about_a_guard("set_replacement s77 = s17 (solve) VR[2, int_oo]")
     assert log.unparsed == (
         Unparsed("symbol", "create_symbol s77 := 8 from L['x'].size()[0]"),
         Unparsed("guard", "eval: Eq(s77, 8) was added as a guard"),

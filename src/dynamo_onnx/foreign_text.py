@@ -43,6 +43,7 @@ __all__ = [
     "Unparsed",
     "converter_message",
     "fx_node_target",
+    "is_about_a_guard",
     "kernel_registered_in_python",
     "mentions",
     "program_conditions",
@@ -185,6 +186,15 @@ _FIXED = re.compile(r"^Eq\((?!\w+, )(.+), (-?\d+)\)$")
 _NOT_GUARDS = ("eval [guard suppressed]", "runtime_assert", "[statically known]", "[trivial]")
 
 
+def is_about_a_guard(message: str) -> bool:
+    """Whether a message of torch's symbolic-shape log is about a guard added to the program
+    (``eval ... [guard added]``, or a rewording of it): capture keeps the Python stack of
+    those, where the user's line is."""
+    return (message.startswith("eval") or "guard added" in message.lower()) and not any(
+        marker in message for marker in _NOT_GUARDS
+    )
+
+
 def _bound(text: str | None) -> int | None:
     return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
@@ -257,9 +267,7 @@ def read_shape_log(records: Iterable[LogRecord]) -> ShapeLog:
                     high=_bound(created["high"]),
                 )
             )
-        elif (message.startswith("eval") or "guard added" in message.lower()) and not any(
-            marker in message for marker in _NOT_GUARDS
-        ):
+        elif is_about_a_guard(message):
             read = _read_guard(message, record.stack)
             (guards if isinstance(read, Guard) else unparsed).append(read)  # type: ignore[arg-type]
     return ShapeLog(tuple(symbols), tuple(guards), tuple(unparsed))

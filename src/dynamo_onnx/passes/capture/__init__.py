@@ -30,7 +30,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
-from dynamo_onnx.foreign_text import read_capture_failure
+from dynamo_onnx.foreign_text import is_about_a_guard, read_capture_failure
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import (
     EAGER_FAILURE,
@@ -128,7 +128,7 @@ class _ShapeLog(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         stack: tuple[Location, ...] = ()
-        if "[guard added]" in message:
+        if is_about_a_guard(message):
             stack = tuple(
                 Location(fs.filename, fs.lineno or 1, fs.name)
                 for fs in reversed(traceback.extract_stack())
