@@ -14,6 +14,7 @@ import torch
 
 from conftest import line_of
 from dynamo_onnx import foreign_text
+from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.foreign_text import (
     CreatedSymbol,
     FailureKind,
@@ -344,3 +345,15 @@ def test_the_small_texts_of_onnx_torch_and_tracebacks():
 def test_a_mention_is_of_a_whole_name_or_expression():
     assert foreign_text.mentions("32*s52", "s52") and foreign_text.mentions("32*s52", "32*s52")
     assert not foreign_text.mentions("32*s520", "s52")
+
+
+def test_a_guard_keeps_the_python_stack_capture_saw_and_a_forced_one_reads_the_same():
+    """The user's line is in the stack capture kept with the record, not in torch's text."""
+    stack = (Location("/m/model.py", 3, "forward"),)
+    (narrowed,) = [m for m in _cases("shape_log")["narrowed"] if m.startswith("eval")]
+    forced = narrowed.replace("eval ", "eval (forcing_spec) ", 1)
+    plain, forcing = read_shape_log(
+        [ShapeLogRecord(narrowed, stack), ShapeLogRecord(forced)]
+    ).guards
+    assert plain.stack == stack and forcing.stack == ()
+    assert plain.expression == forcing.expression == "s77 > 4"

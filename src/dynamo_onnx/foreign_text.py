@@ -269,7 +269,10 @@ def read_shape_log(records: Iterable[LogRecord]) -> ShapeLog:
             )
         elif is_about_a_guard(message):
             read = _read_guard(message, record.stack)
-            (guards if isinstance(read, Guard) else unparsed).append(read)  # type: ignore[arg-type]
+            if isinstance(read, Guard):
+                guards.append(read)
+            else:
+                unparsed.append(read)
     return ShapeLog(tuple(symbols), tuple(guards), tuple(unparsed))
 
 
