@@ -29,6 +29,7 @@ LAYERS = {
     "reports": 4,
     "registry": 4,
     "io": 4,
+    "foreign_text": 4,
     "passes": 5,
     "program": 6,
     "exporter": 6,
@@ -205,6 +206,78 @@ def test_the_layer_and_purity_checks_can_fail(tmp_path):
         f"{module}:5 imports onnx_ir",
         f"{module}:6 imports dynamo_onnx.passes.capture",
     ]
+
+
+def _eval_calls(module: str, path: pathlib.Path | None = None) -> list[str]:
+    """``module:line`` for each call of the builtin ``eval`` or ``exec`` in ``module``."""
+    return [
+        f"{module}:{node.lineno}"
+        for node in ast.walk(_tree(path or MODULES[module]))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("eval", "exec")
+    ]
+
+
+def _reads_text_itself(module: str, path: pathlib.Path | None = None) -> list[str]:
+    """``module:line`` for each runtime import of ``re`` by ``module`` and each ``eval`` or
+    ``exec`` in it: a pass that parses text with a regular expression, or runs text,
+    instead of taking the records of ``dynamo_onnx.foreign_text``."""
+    path = path or MODULES[module]
+    imports = [f"{module}:{line}" for target, line in _imports(module, path) if target == "re"]
+    return imports + _eval_calls(module, path)
+
+
+def test_foreign_text_is_read_in_one_module():
+    """torch's and ONNX Runtime's words are read into typed records by
+    ``dynamo_onnx/foreign_text.py`` (tested on recorded text, tests/test_foreign_text.py);
+    no pass imports ``re`` or evaluates text, so a reworded message cannot hide in a pass."""
+    offenders = [
+        offender
+        for module in MODULES
+        if module.startswith("dynamo_onnx.passes")
+        for offender in _reads_text_itself(module)
+    ]
+    assert not offenders, offenders
+
+
+def test_nothing_evaluates_text():
+    """No module of src/ calls ``eval`` or ``exec`` (a guard's text is evaluated by walking
+    its syntax: ``ProgramCondition.holds_at``)."""
+    offenders = [offender for module in MODULES for offender in _eval_calls(module)]
+    assert not offenders, offenders
+
+
+_TEXT_READER = """\
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import re as _typing_only
+
+
+def cause(exc):
+    return re.search("guard added", str(exc))
+
+
+def holds(text):
+    return eval(text, {"math": math})
+"""
+
+
+def test_the_foreign_text_check_can_fail(tmp_path):
+    """The check above, on a made-up pass that imports ``re`` and evaluates a guard's text:
+    both lines are found; the import under TYPE_CHECKING is not. A clean module is."""
+    path = tmp_path / "offender.py"
+    path.write_text(_TEXT_READER)
+    module = "dynamo_onnx.passes.offender"
+    assert _reads_text_itself(module, path) == [f"{module}:4", f"{module}:16"]
+    clean = tmp_path / "clean.py"
+    clean.write_text("from dynamo_onnx.foreign_text import read_ort_error\n")
+    assert _reads_text_itself("dynamo_onnx.passes.clean", clean) == []
 
 
 def _calls(method: str):

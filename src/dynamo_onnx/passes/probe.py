@@ -19,13 +19,13 @@ features, where eager itself refuses another size, stay fixed).
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 
 from dynamo_onnx.fake import is_fake
+from dynamo_onnx.foreign_text import symbols_in
 
 __all__ = ["agrees_outside"]
 
@@ -94,13 +94,9 @@ def _resized(leaf: Any, val: Any, symbol: str, size: int) -> Any:
         if text == symbol:
             index = torch.arange(size) % leaf.shape[dim]
             leaf = leaf.index_select(dim, index)
-        elif symbol in _symbols(text):
+        elif symbol in symbols_in(text):
             return _UNSUPPORTED  # 2*s: which size it takes is not this dimension's
     return leaf
-
-
-def _symbols(text: str) -> set[str]:
-    return set(re.findall(r"\b[su]\d+\b", text))
 
 
 def _no_tensors(value: Any) -> bool:

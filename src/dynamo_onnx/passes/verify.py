@@ -10,7 +10,6 @@ differs, with its source line.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -22,6 +21,7 @@ from torch.export import graph_signature as gs
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
+from dynamo_onnx.foreign_text import fx_node_target, read_ort_error
 from dynamo_onnx.io.caches import cache_parts, copy_caches, is_cache
 from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
 from dynamo_onnx.io.runner import Runner, quiet_session_options
@@ -227,7 +227,8 @@ def _run(
         if other is None:
             raise
         shapes, traced = other
-        primary, frames, node = _failing_node(ctx, request.model, str(exc))
+        error = read_ort_error(str(exc))
+        primary, frames, node = _failing_node(ctx, request.model, error.failed_node)
         ctx.record(
             "fails-at-another-size",
             locations=[primary],
@@ -236,7 +237,7 @@ def _run(
             shapes=shapes,
             traced=traced,
             node=node,
-            reason=_runtime_reason(str(exc)),
+            reason=error.reason,
         )
         return None
 
@@ -273,12 +274,10 @@ def _other_sizes(
 
 
 def _failing_node(
-    ctx: DiagnosticContext, model: ir.Model, error: str
+    ctx: DiagnosticContext, model: ir.Model, name: str | None
 ) -> tuple[Location | None, list[Location], str]:
-    """The user's line, the stack and a description of the ONNX node ONNX Runtime names in
-    ``error`` (``Name:'squeeze_n1'``), from the origin translation kept in its metadata."""
-    match = re.search(r"Name:'([^']*)'", error)
-    name = match.group(1) if match else None
+    """The user's line, the stack and a description of the ONNX node ONNX Runtime named
+    (``Name:'squeeze_n1'``), from the origin translation kept in its metadata."""
     node = next(
         (n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.name == name), None
     )
@@ -287,22 +286,10 @@ def _failing_node(
     props = node.metadata_props
     frames = list(stack_frames(ctx, props.get(STACK_TRACE, "")))
     primary = ctx.user_frame(frames)
-    target = re.search(r"target=(?:torch\.ops\.)?([^\]]+)\]", props.get(FX_NODE, ""))
-    origin = f"`{target.group(1)}`" if target else "an operator"
+    target = fx_node_target(props.get(FX_NODE, ""))
+    origin = f"`{target}`" if target else "an operator"
     where = f" at {ctx.display(primary)}" if primary is not None else ""
     return primary, frames, f"its `{node.op_type}` node `{name}` (from {origin}{where})"
-
-
-def _runtime_reason(error: str) -> str:
-    """ONNX Runtime's reason in its own words, without its source file and C++ signature:
-    the sentence after "... was false." when there is one, else the message's first line."""
-    text = error.split("Status Message:", 1)[-1]
-    if " was false. " in text:
-        text = text.split(" was false. ", 1)[1]
-    text = re.sub(r"^\s*\S+\.(?:h|cc|cpp):\d+\s+", "", text)
-    first = text.strip().splitlines()[0] if text.strip() else error
-    first = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first)
-    return first.split(" shape=")[0].rstrip(". ")
 
 
 def _compare_all(

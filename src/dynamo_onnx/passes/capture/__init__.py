@@ -30,9 +30,10 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
+from dynamo_onnx.foreign_text import is_about_a_guard, read_capture_failure
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import (
-    EAGER_FAILURE_TEXT,
+    EAGER_FAILURE,
     data_dependence,
     known_cause,
     source_expression,
@@ -128,7 +129,7 @@ class _ShapeLog(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         stack: tuple[Location, ...] = ()
-        if "[guard added]" in message:
+        if is_about_a_guard(message):
             stack = tuple(
                 Location(fs.filename, fs.lineno or 1, fs.name)
                 for fs in reversed(traceback.extract_stack())
@@ -397,10 +398,10 @@ def _fail_with_cause(
             _fail_data_dependent(ctx, exc, where, dependence.branch, dependence.condition)
     eager_ran = runs_eagerly(module)
     for exc, where in failures:
-        recognized = known_cause(type(exc).__name__, str(exc))
-        if recognized is None and not eager_ran:
-            text = f"{type(exc).__name__} {exc}"
-            recognized = EAGER_FAILURE_TEXT if EAGER_FAILURE_TEXT.pattern.search(text) else None
+        failure = read_capture_failure(type(exc).__name__, str(exc))
+        recognized = known_cause(failure)
+        if recognized is None and not eager_ran and failure.inputs_do_not_fit:
+            recognized = EAGER_FAILURE
         if recognized is None:
             continue
         if recognized.rule == "data-dependent-control-flow":
@@ -634,17 +635,9 @@ def _report_size_one(ctx: DiagnosticContext, state: ExportState) -> None:
         )
 
 
-def _suggested_fixes(text: str) -> list[str]:
-    """The lines under torch.export's "Suggested fixes:" (``batch = Dim('batch', min=5)``)."""
-    if "Suggested fixes:" not in text:
-        return []
-    lines = text.split("Suggested fixes:", 1)[1].splitlines()
-    return [line.strip() for line in lines if line.startswith("  ") and "=" in line]
-
-
 def _refined(exc: BaseException, spec: Any) -> Any:
     """``spec`` with torch.export's suggested fixes applied, or None when there are none."""
-    fixes = _suggested_fixes(str(exc))
+    fixes = read_capture_failure(type(exc).__name__, str(exc)).suggested_fixes
     if spec is None or not fixes:
         return None
     refine = torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes
@@ -658,7 +651,9 @@ def _refined(exc: BaseException, spec: Any) -> Any:
 def _violates_constraints(exc: BaseException, spec: Any) -> bool:
     """Whether torch.export refused ``spec`` for a guard on a size ("Constraints
     violated"), the failure ``CapturePass._attempts`` retries deferring such guards."""
-    return spec is not None and "Constraints violated" in str(exc)
+    return (
+        spec is not None and read_capture_failure(type(exc).__name__, str(exc)).constraints_violated
+    )
 
 
 def _report_refined(
@@ -676,15 +671,14 @@ def _report_refined(
     for record in reversed(records):
         if where is None and record.stack:
             where = ctx.user_frame(record.stack)
-    violations = [
-        line.strip().lstrip("- ") for line in str(exc).splitlines() if line.strip().startswith("- ")
-    ]
+    failure = read_capture_failure(type(exc).__name__, str(exc))
+    violations = failure.violations
     ctx.record(
         "dynamic-shapes-refined",
         locations=[where],
         stack=frames,
         violation="; ".join(violations) if violations else exception_summary(exc),
-        fixes="; ".join(_suggested_fixes(str(exc))),
+        fixes="; ".join(failure.suggested_fixes),
         spec=repr(refined),
         source=ctx.display(where) if where else "an unknown line",
     )

@@ -10,7 +10,6 @@ every domain the nodes and functions use.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
@@ -20,6 +19,7 @@ from torch.export import graph_signature as gs
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, SerializationError
+from dynamo_onnx.foreign_text import symbol_renamer
 from dynamo_onnx.io.spec_names import cache_suffix, leaf_paths, output_names
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.fx import none_outputs
@@ -45,10 +45,7 @@ class RenameDimsPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         if not self.names:
             return ir.passes.PassResult(model, modified=False)
-        names = self.names
-        pattern = re.compile(
-            r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b"
-        )
+        rename = symbol_renamer(self.names)
         values = [*model.graph.inputs, *model.graph.outputs]
         values += [
             v for node in ir.traversal.RecursiveGraphIterator(model.graph) for v in node.outputs
@@ -58,9 +55,7 @@ class RenameDimsPass(ir.passes.InPlacePass):
             if value.shape is None:
                 continue
             dims = [
-                pattern.sub(lambda m: names[m.group(1)], d.value)
-                if isinstance(d, ir.SymbolicDim) and isinstance(d.value, str)
-                else d
+                rename(d.value) if isinstance(d, ir.SymbolicDim) and isinstance(d.value, str) else d
                 for d in value.shape
             ]
             shape = ir.Shape(dims)
