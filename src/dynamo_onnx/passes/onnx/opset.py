@@ -24,7 +24,7 @@ from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.logs import dropped
 from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
 from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
-from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
+from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes, hidden_from_converter
 from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden, report_inlined
 
 __all__ = ["OpsetConversionPass"]
@@ -53,7 +53,7 @@ def _try_convert(model: ir.Model, target: int) -> str | None:
     fallback and the C API's traceback: the finding reports the cause, the log is dropped."""
     cause = "the ONNX version converter left the model unchanged"
     try:
-        with dropped(_CONVERTER_LOGGER):
+        with dropped(_CONVERTER_LOGGER), hidden_from_converter(model, target):
             onnxscript.version_converter.convert_version(model, target, fallback=True)
     except Exception as exc:  # noqa: BLE001 - reported as the finding's cause
         cause = converter_message(exception_summary(exc))
