@@ -36,7 +36,8 @@ class SaveRequest:
     keep_initializers_as_inputs: bool = False
     external_data: bool | None = None
     model_location: Location | None = None
-    #: Files written beside the model once it is saved (name -> text): ``genai_config.json``.
+    #: Files written beside the model once it is saved (name -> text): its family's
+    #: (a runtime's configuration of the folder).
     beside: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
