@@ -175,7 +175,7 @@ class ONNXProgram:
         )
         self._run([SavePass()], request)
 
-    def _beside(self, destination: str | os.PathLike[str]) -> dict[str, str]:
+    def _beside(self, destination: str | os.PathLike[str]) -> dict[str, str | bytes]:
         """Files saved beside the model: what the model's family writes there (the
         configuration a runtime reads to run the folder as it is)."""
         filename = os.path.basename(os.fspath(destination))

@@ -104,9 +104,9 @@ def copy_family_values(values: Any) -> Any:
 
 def files_beside(
     model: ir.Model, reference: Any, inputs: FamilyInputs | None, filename: str
-) -> dict[str, str]:
+) -> dict[str, str | bytes]:
     """Every family's files to save beside ``model`` saved as ``filename``."""
-    found: dict[str, str] = {}
+    found: dict[str, str | bytes] = {}
     for family in FAMILIES:
         found.update(family.files_beside(model, reference, inputs, filename))
     return found

@@ -165,9 +165,10 @@ class ModelFamily(Protocol):
 
     def files_beside(
         self, model: ir.Model, reference: Any, inputs: FamilyInputs | None, filename: str
-    ) -> Mapping[str, str]:
-        """Files to save beside the model (name -> text) when it is saved as ``filename``;
-        ``reference`` is the caller's model. Empty for a model of another family."""
+    ) -> Mapping[str, str | bytes]:
+        """Files to save beside the model (name -> text, or bytes for a binary file such as
+        a tokenizer's model) when it is saved as ``filename``; ``reference`` is the
+        caller's model. Empty for a model of another family."""
         ...
 
     def runtime_passes(

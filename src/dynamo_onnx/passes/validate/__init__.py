@@ -3,7 +3,9 @@
 Bad input should fail before any work, with the rule, the cause and the fix, instead of
 deep inside torch.export. Each check fails through ``ctx.fail``, so the reports say it.
 The pass also normalizes what the caller gave: ``args`` as a tuple, ``kwargs`` as a dict,
-the dynamic-shape spec in torch.export's terms, and the registry to translate with.
+the dynamic-shape spec in torch.export's terms, and the registry to translate with. With a
+model family's values among the inputs (a KV cache), its family takes them as flat tensors
+(``CheckedRequest.family_inputs``) and reads their spec (``dynamo_onnx.integrations``).
 """
 
 from __future__ import annotations
