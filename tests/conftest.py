@@ -107,6 +107,7 @@ UNIT_MODULES = frozenset(
         "test_architecture.py",
         "test_diagnostic_context.py",
         "test_hygiene.py",
+        "test_integrations.py",
         "test_units.py",
     }
 )
