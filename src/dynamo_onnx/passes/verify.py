@@ -22,7 +22,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.foreign_text import fx_node_target, read_ort_error
-from dynamo_onnx.io.caches import cache_parts, copy_caches, is_cache
+from dynamo_onnx.integrations import copy_family_values, family_of, output_leaves
 from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
 from dynamo_onnx.io.runner import Runner, quiet_session_options
 from dynamo_onnx.passes.base import PassName
@@ -59,10 +59,9 @@ def _leaves(value: Any) -> list[Any]:
         return [leaf for name in names for leaf in _leaves(getattr(value, name))]
     if isinstance(value, torch.Tensor):
         return [value]
-    if is_cache(value):  # its tensors, as the export returns them
-        return [t for _, t in cache_parts(value)]
-    if hasattr(value, "to_tuple"):  # transformers' ModelOutput
-        value = value.to_tuple()
+    family_value = output_leaves(value)  # a cache's tensors, an output class's tuple...
+    if family_value is not None:
+        return _leaves(family_value)
     if isinstance(value, Mapping):
         return [leaf for v in value.values() for leaf in _leaves(v)]
     if isinstance(value, (list, tuple)):
@@ -141,8 +140,10 @@ def _eager(
     reference: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> list[Any]:
     with buffers_restored(_buffers_of(reference)), torch.no_grad():
-        # a cache among the inputs grows in place when the model runs: the caller's stays
-        return _leaves(reference(*copy_caches(tuple(args)), **copy_caches(dict(kwargs))))
+        # a family value among the inputs (a KV cache) may grow in place when the model
+        # runs: the caller's stays
+        args, kwargs = copy_family_values(tuple(args)), copy_family_values(dict(kwargs))
+        return _leaves(reference(*args, **kwargs))
 
 
 def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
@@ -357,7 +358,7 @@ def _second_inputs(
     shared by several inputs, within its range), or None when the program has none or the
     inputs are nested."""
     flat = [*args, *kwargs.values()]
-    if any(isinstance(a, (list, tuple, dict)) or is_cache(a) for a in flat):
+    if any(isinstance(a, (list, tuple, dict)) or family_of(a) is not None for a in flat):
         return None
     specs = [s for s in ep.graph_signature.input_specs if s.kind == gs.InputKind.USER_INPUT]
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}

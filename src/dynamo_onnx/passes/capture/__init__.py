@@ -31,6 +31,7 @@ from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.foreign_text import is_about_a_guard, read_capture_failure
+from dynamo_onnx.integrations import capturing
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import (
     EAGER_FAILURE,
@@ -39,7 +40,6 @@ from dynamo_onnx.passes.capture.causes import (
     source_expression,
 )
 from dynamo_onnx.passes.capture.eager import eager_failure, runs_eagerly, tensor_devices
-from dynamo_onnx.passes.capture.experts import traceable_experts
 from dynamo_onnx.passes.capture.onnx_export_flag import onnx_export_flag
 from dynamo_onnx.passes.fx import is_none_output, static_size
 from dynamo_onnx.passes.logs import (
@@ -258,9 +258,9 @@ class CapturePass:
             _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(exported_program=program)
         module = as_module(model)
-        with traceable_experts(ctx, module, state.valid.registry):
-            if state.valid.cache_inputs is not None:
-                with flat_forward(module, state.valid.cache_inputs):
+        with capturing(ctx, module, state.valid.registry):
+            if state.valid.family_inputs is not None:
+                with flat_forward(module, state.valid.family_inputs):
                     return self._capture(ctx, module, state)
             widened = _widened_capture(ctx, self.strategies[0], module, state)
             if widened is not None:
