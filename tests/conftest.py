@@ -106,7 +106,9 @@ UNIT_MODULES = frozenset(
     {
         "test_architecture.py",
         "test_diagnostic_context.py",
+        "test_foreign_text.py",
         "test_hygiene.py",
+        "test_integrations.py",
         "test_units.py",
     }
 )

@@ -7,6 +7,7 @@ import ast
 import functools
 import importlib
 import pathlib
+import re
 
 import pytest
 
@@ -29,14 +30,15 @@ LAYERS = {
     "reports": 4,
     "registry": 4,
     "io": 4,
-    "passes": 5,
-    "integrations": 4,
-    "runtimes": 5,
-    "program": 6,
-    "exporter": 6,
-    "llm_folder": 6,
-    "cli": 7,
-    "__init__": 7,
+    "foreign_text": 4,
+    "integrations": 5,
+    "passes": 6,
+    "runtimes": 6,
+    "program": 7,
+    "exporter": 7,
+    "llm_folder": 7,
+    "cli": 8,
+    "__init__": 8,
 }
 SAME_LAYER_EDGES = {
     ("exporter", "program"),
@@ -198,7 +200,7 @@ if TYPE_CHECKING:
 
 def test_the_layer_and_purity_checks_can_fail(tmp_path):
     """The two checks above, on a made-up module of diagnostics/ (layer 3) that imports a
-    pass (layer 5), the reports (layer 4) and onnx_ir: each is found, with its line; the
+    pass (layer 6), the reports (layer 4) and onnx_ir: each is found, with its line; the
     import under TYPE_CHECKING is not."""
     path = tmp_path / "offender.py"
     path.write_text(_OFFENDER)
@@ -213,6 +215,221 @@ def test_the_layer_and_purity_checks_can_fail(tmp_path):
         f"{module}:5 imports onnx_ir",
         f"{module}:6 imports dynamo_onnx.passes.capture",
     ]
+
+
+def _eval_calls(module: str, path: pathlib.Path | None = None) -> list[str]:
+    """``module:line`` for each call of the builtin ``eval`` or ``exec`` in ``module``."""
+    return [
+        f"{module}:{node.lineno}"
+        for node in ast.walk(_tree(path or MODULES[module]))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("eval", "exec")
+    ]
+
+
+def _reads_text_itself(module: str, path: pathlib.Path | None = None) -> list[str]:
+    """``module:line`` for each runtime import of ``re`` by ``module`` and each ``eval`` or
+    ``exec`` in it: a pass that parses text with a regular expression, or runs text,
+    instead of taking the records of ``dynamo_onnx.foreign_text``."""
+    path = path or MODULES[module]
+    imports = [f"{module}:{line}" for target, line in _imports(module, path) if target == "re"]
+    return imports + _eval_calls(module, path)
+
+
+def test_foreign_text_is_read_in_one_module():
+    """torch's and ONNX Runtime's words are read into typed records by
+    ``dynamo_onnx/foreign_text.py`` (tested on recorded text, tests/test_foreign_text.py);
+    no pass imports ``re`` or evaluates text, so a reworded message cannot hide in a pass."""
+    offenders = [
+        offender
+        for module in MODULES
+        if module.startswith("dynamo_onnx.passes")
+        for offender in _reads_text_itself(module)
+    ]
+    assert not offenders, offenders
+
+
+#: The concepts of transformers, as source names them; only integrations/ may (docs/architecture.md,
+#: "Model families as plug-ins"). Checked on the whole text: code, strings, comments.
+FAMILY_CONCEPTS = {
+    "the cache parameter `past_key_values`": re.compile(r"\bpast_key_values\b"),
+    "the cache outputs `present.N`": re.compile(r"\bpresent\.(\d|%d|<|\{)"),
+    "a transformers cache class": re.compile(
+        r"\b(Dynamic|Static|Hybrid|SlidingWindow|EncoderDecoder|Offloaded|Quantized)Cache\b"
+        r"|\bDynamicLayer\b|\bcache_utils\b"
+    ),
+    "`config.model_type`": re.compile(r"\bmodel_type\b"),
+    "`use_cache`": re.compile(r"\buse_cache\b"),
+    "`import transformers`": re.compile(r"^\s*(import|from)\s+transformers\b"),
+    "transformers' `ModelOutput`": re.compile(r"\bModelOutput\b"),
+    "onnxruntime-genai's `genai_config`": re.compile(r"\bgenai_config\b"),
+}
+#: The families' own code; generic code reaches it only through the protocol.
+INTEGRATIONS = "dynamo_onnx.integrations"
+#: The modules generic code may import from integrations/: the protocol and the registry.
+PROTOCOL_MODULES = {INTEGRATIONS, f"{INTEGRATIONS}.base"}
+
+
+def _family_concepts(module: str, text: str) -> list[str]:
+    """``module:line names <concept>`` for each line of ``text`` naming a transformers
+    concept, unless ``module`` is in integrations/."""
+    if module == INTEGRATIONS or module.startswith(f"{INTEGRATIONS}."):
+        return []
+    return [
+        f"{module}:{number} names {concept}"
+        for number, line in enumerate(text.splitlines(), 1)
+        for concept, pattern in FAMILY_CONCEPTS.items()
+        if pattern.search(line)
+    ]
+
+
+def _family_imports(module: str, imported: list[tuple[str, int]]) -> list[str]:
+    """``module:line imports <family module>`` for each import of a family's own module
+    (not the protocol) by a module outside integrations/."""
+    if module == INTEGRATIONS or module.startswith(f"{INTEGRATIONS}."):
+        return []
+    return [
+        f"{module}:{line} imports {target}"
+        for target, line in imported
+        if target.startswith(f"{INTEGRATIONS}.") and target not in PROTOCOL_MODULES
+    ]
+
+
+def test_no_generic_module_names_a_transformers_concept():
+    """transformers lives in integrations/transformers/; the rest of the exporter asks
+    the family that recognizes a value (issue 34)."""
+    offenders = [
+        found
+        for module, path in MODULES.items()
+        for found in _family_concepts(module, path.read_text())
+        + _family_imports(module, _imports(module))
+    ]
+    assert not offenders, offenders
+
+
+def test_nothing_evaluates_text():
+    """No module of src/ calls ``eval`` or ``exec`` (a guard's text is evaluated by walking
+    its syntax: ``ProgramCondition.holds_at``)."""
+    offenders = [offender for module in MODULES for offender in _eval_calls(module)]
+    assert not offenders, offenders
+
+
+_TEXT_READER = """\
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import re as _typing_only
+
+
+def cause(exc):
+    return re.search("guard added", str(exc))
+
+
+def holds(text):
+    return eval(text, {"math": math})
+"""
+
+
+def test_the_foreign_text_check_can_fail(tmp_path):
+    """The check above, on a made-up pass that imports ``re`` and evaluates a guard's text:
+    both lines are found; the import under TYPE_CHECKING is not. A clean module is."""
+    path = tmp_path / "offender.py"
+    path.write_text(_TEXT_READER)
+    module = "dynamo_onnx.passes.offender"
+    assert _reads_text_itself(module, path) == [f"{module}:4", f"{module}:16"]
+    clean = tmp_path / "clean.py"
+    clean.write_text("from dynamo_onnx.foreign_text import read_ort_error\n")
+    assert _reads_text_itself("dynamo_onnx.passes.clean", clean) == []
+
+
+_FAMILY_OFFENDER = """\
+from __future__ import annotations
+
+from transformers import DynamicCache
+from dynamo_onnx.integrations import family_of
+from dynamo_onnx.integrations.transformers.caches import is_cache
+
+
+def takes_cache(model, value):
+    # the ONNX inputs are named past_key_values.0.key, the outputs present.0.key
+    return is_cache(value) or model.config.model_type == "llama" and model.config.use_cache
+"""
+
+
+def test_the_transformers_concepts_check_can_fail(tmp_path):
+    """The check above, on a made-up pass that imports transformers and a family's module
+    and reads a config: each concept is found on its line, the protocol's import is not;
+    the same text inside integrations/ is allowed."""
+    path = tmp_path / "offender.py"
+    path.write_text(_FAMILY_OFFENDER)
+    module = "dynamo_onnx.passes.offender"
+    assert _family_concepts(module, _FAMILY_OFFENDER) == [
+        f"{module}:3 names a transformers cache class",
+        f"{module}:3 names `import transformers`",
+        f"{module}:9 names the cache parameter `past_key_values`",
+        f"{module}:9 names the cache outputs `present.N`",
+        f"{module}:10 names `config.model_type`",
+        f"{module}:10 names `use_cache`",
+    ]
+    assert _family_imports(module, _imports(module, path)) == [
+        f"{module}:5 imports dynamo_onnx.integrations.transformers.caches"
+    ]
+    inside = "dynamo_onnx.integrations.transformers.offender"
+    assert _family_concepts(inside, _FAMILY_OFFENDER) == []
+    assert _family_imports(inside, _imports(inside, path)) == []
+
+
+def _protocol_gaps(protocol: type, family: object) -> list[str]:
+    """``name: <what is wrong>`` for each method or attribute of ``protocol`` that
+    ``family`` lacks or takes with other parameters."""
+    import inspect
+
+    gaps = []
+    members = [n for n in vars(protocol) if not n.startswith("_") or n == "__call__"]
+    for name in [*members, *getattr(protocol, "__annotations__", {})]:
+        if not hasattr(family, name):
+            gaps.append(f"{name}: missing")
+            continue
+        wanted = vars(protocol).get(name)
+        if callable(wanted) and not isinstance(wanted, type):
+            given = getattr(family, name)
+            want = list(inspect.signature(wanted).parameters)[1:]
+            have = list(inspect.signature(given).parameters)
+            if want != have:
+                gaps.append(f"{name}: takes {have}, the protocol {want}")
+    return sorted(set(gaps))
+
+
+def test_every_installed_family_implements_the_protocol():
+    from dynamo_onnx.integrations import families
+    from dynamo_onnx.integrations.base import ModelFamily
+
+    assert [family.name for family in families()] == ["transformers"]
+    for family in families():
+        assert _protocol_gaps(ModelFamily, family) == [], family.name
+
+
+def test_the_protocol_check_can_fail():
+    """A made-up family taking other parameters in one method, and one that has none."""
+    from dynamo_onnx.integrations import families
+    from dynamo_onnx.integrations.base import ModelFamily
+
+    class Partial(type(families()[0])):
+        def output_names(self, spec):  # the protocol takes paths
+            return None
+
+    gaps = _protocol_gaps(ModelFamily, Partial())
+    assert gaps == ["output_names: takes ['spec'], the protocol ['paths']"]
+
+    class Missing:
+        name = "missing"
+
+    assert "recognizes: missing" in _protocol_gaps(ModelFamily, Missing())
 
 
 def _calls(method: str):
@@ -304,6 +521,7 @@ SHARED_PASS_MODULES = {
     "logs",
     "metadata",
     "model",
+    "probe",
     "real_weights",
 }
 

@@ -22,15 +22,14 @@ import compat_models  # noqa: E402
 SEED = 0
 #: Cases dynamo-onnx gets wrong today, found by ``make compat``: index -> the reason and the
 #: issue it belongs to. They are in the sample so that the fix flips them.
-KNOWN: dict[int, str] = {
-    481: (
-        "issue 33: dynamo_export with ExportOptions(dynamic_shapes=True) on "
-        "torch.take_along_dim: torch.export's trace of the C++ operator fixes every size "
-        "(DO128 says so); torch.onnx keeps the inputs symbolic with a [3, 3] range"
-    ),
-}
+KNOWN: dict[int, str] = {}
 #: Cases make compat found and that were fixed since: they stay in the sample as regressions.
 FIXED: dict[int, str] = {
+    481: (
+        "issue 33: dynamo_export with ExportOptions(dynamic_shapes=True) on "
+        "torch.take_along_dim: torch.export's trace of the operator fixed every size; now "
+        "captured again with the guards deferred and kept dynamic where the model runs"
+    ),
     62: (
         "issue 33: a buffer sliced by a dynamic size (mask[:n, :n]) gave torch.export's "
         "suggested fix seq <= 32, then a second guard seq != 32 with no fix: DO100"

@@ -153,6 +153,11 @@ class ReshapesToTwo(torch.nn.Module):
         return x.reshape(2, -1)  # marker: reshape
 
 
+class ReshapesToFixed(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(2, 3, 2)  # marker: fixed-reshape
+
+
 class AddsBuffer(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -172,7 +177,11 @@ class Loops(torch.nn.Module):
 
 @pytest.mark.parametrize(
     ("model", "marker"),
-    [(ReshapesToTwo, "marker: reshape"), (AddsBuffer, "marker: buffer"), (Loops, "marker: loop")],
+    [
+        (ReshapesToFixed, "marker: fixed-reshape"),
+        (AddsBuffer, "marker: buffer"),
+        (Loops, "marker: loop"),
+    ],
 )
 def test_a_dimension_asked_dynamic_that_became_static_is_a_warning_at_the_users_line(model, marker):
     program = dynamo_onnx.export(model(), (torch.rand(2, 6),), dynamic_shapes=({0: "batch"},))
@@ -400,11 +409,6 @@ class TakeAlongDim(torch.nn.Module):
         return torch.take_along_dim(x, idx, dim=-1)  # marker: take-along
 
 
-class Gathers(torch.nn.Module):
-    def forward(self, x, idx):
-        return torch.gather(x, -1, idx)
-
-
 def _indices(batch, seq):
     g = torch.Generator().manual_seed(0)
     return torch.randn(batch, seq, 6, generator=g), torch.randint(
@@ -412,29 +416,95 @@ def _indices(batch, seq):
     )
 
 
-def test_sizes_torch_fixes_in_an_operators_trace_are_a_note_that_says_so():
+def _input_dims(program) -> dict[str, list]:
+    return {
+        i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+        for i in program.model_proto.graph.input
+    }
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        lambda m, a: dynamo_onnx.dynamo_export(
+            m, *a, export_options=dynamo_onnx.ExportOptions(dynamic_shapes=True)
+        ),
+        lambda m, a: dynamo_onnx.export(m, a, dynamic_shapes=True),
+        lambda m, a: dynamo_onnx.export(
+            m,
+            a,
+            dynamic_shapes={
+                "x": {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},
+                "idx": {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},
+            },
+        ),
+        lambda m, a: dynamo_onnx.export(
+            m,
+            a,
+            input_names=["x", "idx"],
+            dynamic_axes={"x": {0: "batch", 1: "seq"}, "idx": {0: "batch", 1: "seq"}},
+        ),
+    ],
+    ids=["dynamo_export", "dynamic_shapes=True", "Dim.AUTO", "dynamic_axes"],
+)
+def test_sizes_torch_fixes_in_an_operators_trace_stay_dynamic_where_the_model_runs(spelling):
     """``torch.take_along_dim`` reads its inputs' sizes as integers in torch's trace, so
-    with every dimension dynamic torch.export keeps 3 and 5 though the model runs at any
-    size: the note must not say the model fixes them, and names the line. Its fix,
-    ``torch.gather``, keeps them dynamic: right against eager at other sizes, no warning."""
-    options = dynamo_onnx.ExportOptions(dynamic_shapes=True)
-    program = dynamo_onnx.dynamo_export(TakeAlongDim(), *_indices(3, 5), export_options=options)
+    torch.export fixes 3 and 5 though the model runs at any size (compat case 481: torch.onnx
+    keeps them). Captured again with the guards deferred, they stay dynamic: right against
+    eager at other sizes, and nothing to warn about, in each spelling of the request."""
+    program = spelling(TakeAlongDim(), _indices(3, 5))
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    assert not program.diagnostics.by_rule("DO128")
+    dims = _input_dims(program)
+    assert all(isinstance(d, str) for d in dims["x"][:2] + dims["idx"][:2]), dims
+    for batch, seq in ((3, 5), (5, 9), (2, 2)):
+        x, idx = _indices(batch, seq)
+        torch.testing.assert_close(program(x, idx)[0], TakeAlongDim()(x, idx))
+
+
+class LinearAfterTake(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 4)
+
+    def forward(self, x, idx):
+        taken = torch.take_along_dim(x, idx, dim=-1)
+        return self.linear(taken)  # marker: linear-features
+
+
+class SizeBranch(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[1] == 5:  # marker: size-branch
+            return x * 2
+        return x * 3
+
+
+def test_sizes_the_model_needs_stay_static_with_the_line_that_fixes_them():
+    """Where eager refuses another size (a Linear's 2 features) or computes something else
+    there (a branch on the size), the deferred capture's program is not kept for that
+    dimension: it stays static, listed in the DO128 note at the line that fixes it, while
+    the sizes only torch's trace fixed stay dynamic."""
+    model = LinearAfterTake().eval()
+    program = dynamo_onnx.export(model, _indices(3, 5), dynamic_shapes=True)
+    dims = _input_dims(program)
+    assert isinstance(dims["x"][0], str) and isinstance(dims["x"][1], str), dims
+    assert dims["idx"][2] == 2, dims
     (note,) = program.diagnostics.by_rule("DO128")
-    assert "torch.export fixed their size while tracing the line given" in note.message
-    assert "the model fixes" not in note.message
-    assert "`x` dimension 0 = 3, because of `Eq(s77, 3)`" in note.message
-    line = line_of(TakeAlongDim.forward, "marker: take-along")
+    assert "`idx` dimension 2 = 2" in note.message
+    line = line_of(LinearAfterTake.forward, "marker: linear-features")
     assert (note.primary.path, note.primary.line) == (__file__, line)
-    assert "torch.gather instead of torch.take_along_dim" in note.rule.fix
-    for spelling in (
-        lambda m, x, i: dynamo_onnx.dynamo_export(m, x, i, export_options=options),
-        lambda m, x, i: dynamo_onnx.export(m, (x, i), dynamic_shapes=True),
-    ):
-        program = spelling(Gathers(), *_indices(3, 5))
-        assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
-        for batch, seq in ((3, 5), (5, 9)):
-            x, idx = _indices(batch, seq)
-            torch.testing.assert_close(program(x, idx)[0], TakeAlongDim()(x, idx))
+    for batch, seq in ((3, 5), (4, 7)):
+        x, idx = _indices(batch, seq)
+        torch.testing.assert_close(program(x, idx)[0], model(x, idx))
+
+    program = dynamo_onnx.export(SizeBranch(), (torch.randn(3, 5),), dynamic_shapes=True)
+    assert _input_dims(program)["x"] == ["x_dim_0", 5]
+    (note,) = program.diagnostics.by_rule("DO128")
+    assert "`x` dimension 1 = 5" in note.message
+    line = line_of(SizeBranch.forward, "marker: size-branch")
+    assert (note.primary.path, note.primary.line) == (__file__, line)
+    x = torch.randn(4, 5)
+    torch.testing.assert_close(program(x)[0], SizeBranch()(x))
 
 
 class ShiftRight(torch.nn.Module):
@@ -544,3 +614,25 @@ def test_a_narrowed_range_in_fake_mode_is_still_a_warning():
         (finding,) = program.diagnostics.by_rule("DO124")
         line = line_of(BranchesOnWidth.forward, "marker: width-branch")
         assert (finding.primary.path, finding.primary.line) == (__file__, line), fake
+
+
+@pytest.mark.parametrize("spec", [{"x": {0: "b"}}, ({0: "b"},)], ids=["by-name", "by-position"])
+def test_a_reshape_that_holds_at_every_size_keeps_the_dimension_a_named_axis_asked(spec):
+    """``x.reshape(2, -1)`` of a (b, 4) input holds at every b (2 rows of 2*b): torch.export
+    fixes b at the example's 2 all the same; the deferred capture keeps it, right at b = 3.
+    Of a (b, 3) input it holds at even b only: eager refuses b = 3, so b stays static with
+    DO106 at the line (the warning tests/test_trusted_findings.py shows on the terminal)."""
+    model = ReshapesToTwo()
+    program = dynamo_onnx.export(model, (torch.rand(2, 4),), dynamic_shapes=spec)
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["b", "4"]
+    for batch in (2, 3, 5):
+        x = torch.rand(batch, 4)
+        torch.testing.assert_close(program(x)[0], model(x))
+    program = dynamo_onnx.export(model, (torch.rand(2, 3),), dynamic_shapes=spec)
+    (finding,) = program.diagnostics.by_rule("dynamic-dim-specialized")
+    assert (finding.primary.path, finding.primary.line) == (
+        __file__,
+        line_of(ReshapesToTwo.forward, "marker: reshape"),
+    )
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["2", "3"]

@@ -39,8 +39,8 @@ from dynamo_onnx.versions import package_version
 if TYPE_CHECKING:
     from dynamo_onnx.exporter import dynamo_export, export
     from dynamo_onnx.fake import ONNXFakeContext, enable_fake_mode
+    from dynamo_onnx.integrations.transformers import cache_dynamic_shapes
     from dynamo_onnx.llm_folder import export_llm
-    from dynamo_onnx.passes.validate.caches import cache_dynamic_shapes
     from dynamo_onnx.program import ONNXProgram
     from dynamo_onnx.registry import OnnxRegistry
     from dynamo_onnx.torch_onnx_names import (
@@ -58,7 +58,7 @@ _LAZY = {
     "export_llm": "dynamo_onnx.llm_folder",
     "ONNXFakeContext": "dynamo_onnx.fake",
     "enable_fake_mode": "dynamo_onnx.fake",
-    "cache_dynamic_shapes": "dynamo_onnx.passes.validate.caches",
+    "cache_dynamic_shapes": "dynamo_onnx.integrations.transformers",
     "ONNXProgram": "dynamo_onnx.program",
     "OnnxRegistry": "dynamo_onnx.registry",
     "OperatorExportTypes": "dynamo_onnx.torch_onnx_names",

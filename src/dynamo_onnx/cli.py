@@ -849,7 +849,7 @@ def _parser() -> argparse.ArgumentParser:
     llm = commands.add_parser(
         "export-llm",
         help="export a causal LM from a Hugging Face folder on disk to a folder "
-        "onnxruntime-genai runs (model, external data, genai_config.json, tokenizer)",
+        "onnxruntime-genai runs (model, external data, its configuration, tokenizer)",
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

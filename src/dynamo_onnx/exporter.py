@@ -175,7 +175,7 @@ def _run(
             ctx,
             reference=reference,
             model_location=state.checked.model_location,
-            inputs=state.checked.cache_inputs,
+            inputs=state.checked.family_inputs,
         )
         if optimize:
             program.optimize()  # describes the optimized model again

@@ -1,9 +1,10 @@
 """The one way dynamo-onnx writes a file: staged beside the destination, renamed when complete.
 
-Every file the project writes (the ONNX model and its ``.data``, ``genai_config.json``, the
-SARIF and markdown reports, the command line's outputs) goes through :func:`staging`, so a
-failed or interrupted write never leaves half a file and never destroys an earlier one, and
-every file gets the permissions any file the user creates gets: ``0666`` less the umask.
+Every file the project writes (the ONNX model and its ``.data``, the files a model family
+writes beside it, the SARIF and markdown reports, the command line's outputs) goes through
+:func:`staging`, so a failed or interrupted write never leaves half a file and never
+destroys an earlier one, and every file gets the permissions any file the user creates
+gets: ``0666`` less the umask.
 
 The permissions come from how the staged file is created, not from a ``chmod`` after it:
 it is created with ``open()`` (``O_CREAT``, mode ``0666``) inside a private temporary

@@ -1,7 +1,8 @@
 """``export_llm``: a Hugging Face folder on disk in, a folder onnxruntime-genai runs out.
 
-The steps a user would otherwise write (load the model offline, build a decoding step's
-inputs and cache, export, quantize, save with the genai configuration and the tokenizer),
+The steps a user would otherwise write (load the model offline and build its example
+inputs, which its family does; export, quantize, save with the runtime's configuration and
+the tokenizer),
 in one call that the ``export-llm`` command also makes. Each step is the public one
 (``export``, ``ONNXProgram.quantize``, ``ONNXProgram.save``), so its findings are in the
 program's diagnostics as usual.
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.exporter import export
 from dynamo_onnx.files import atomic_write_bytes
-from dynamo_onnx.integrations.transformers import hf_folder
+from dynamo_onnx.integrations import load_folder
 from dynamo_onnx.reports import ReportingContext
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
 
@@ -62,7 +63,7 @@ def export_llm(
     """Export the causal LM saved in ``hf_dir`` with its KV cache to ``output_dir``.
 
     The folder then holds ``model.onnx`` with its weights in ``model.onnx.data``,
-    ``genai_config.json`` and the tokenizer's files found in ``hf_dir``: onnxruntime-genai
+    the runtime's configuration and the tokenizer's files found in ``hf_dir``: onnxruntime-genai
     runs it as it is (``og.Model(output_dir)``). ``precision`` "int4" or "int8" quantizes
     the MatMul weights (:meth:`ONNXProgram.quantize`, with ``block_size``, ``symmetric``,
     ``accuracy_level``); ``optimize`` is :func:`export`'s. Nothing is downloaded: ``hf_dir``
@@ -81,11 +82,11 @@ def export_llm(
         ctx.fail(
             "invalid-option", InvalidOptionValueError, option=option, problem=what, allowed=allowed
         )
-    folder = hf_folder.load(ctx, hf_dir)
+    folder = load_folder(ctx, hf_dir)
     program = export(
         folder.model,
         (),
-        kwargs=hf_folder.example_inputs(folder.model),
+        kwargs=folder.inputs,
         optimize=optimize,  # type: ignore[arg-type]  (a runtime's name where export takes one)
         progress=progress,
     )
@@ -95,6 +96,6 @@ def export_llm(
     out = pathlib.Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     program.save(out / MODEL_FILENAME, external_data=True)
-    for source in folder.tokenizer_files:
+    for source in folder.files_to_copy:
         atomic_write_bytes(out / source.name, source.read_bytes())
     return program

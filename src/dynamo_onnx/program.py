@@ -17,8 +17,8 @@ import torch
 
 from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.errors import OnnxExporterError
-from dynamo_onnx.io import genai, onnx_file
-from dynamo_onnx.io.caches import CacheInputs
+from dynamo_onnx.integrations import FamilyInputs, files_beside
+from dynamo_onnx.io import onnx_file
 from dynamo_onnx.io.inputs import call_arguments
 from dynamo_onnx.io.runner import OrtRunner
 from dynamo_onnx.options import ONNXRuntimeOptions
@@ -60,10 +60,11 @@ class ONNXProgram:
         *,
         reference: Callable[..., Any] | None = None,
         model_location: Location | None = None,
-        inputs: CacheInputs | None = None,
+        inputs: FamilyInputs | None = None,
     ) -> None:
         self.model = model
-        #: How the caller's inputs become the model's when caches are among them.
+        #: How the caller's inputs become the model's when a model family's values (a KV
+        #: cache) are among them.
         self.inputs = inputs
         #: Where the model's code is: the anchor of findings about the program as a whole
         #: (its weights).
@@ -204,14 +205,11 @@ class ONNXProgram:
         )
         self._run([SavePass()], request)
 
-    def _beside(self, destination: str | os.PathLike[str]) -> dict[str, str]:
-        """Files saved beside the model: ``genai_config.json`` for a causal LM exported
-        with its cache (onnxruntime-genai then runs the folder as it is)."""
-        config = getattr(self.reference, "config", None)
-        if self.inputs is None or config is None or self.inputs.sliding():
-            return {}  # (a sliding window is not described to onnxruntime-genai yet)
-        found = genai.genai_config(self.model, config, os.path.basename(os.fspath(destination)))
-        return {genai.FILENAME: genai.dumps(found)} if found is not None else {}
+    def _beside(self, destination: str | os.PathLike[str]) -> dict[str, str | bytes]:
+        """Files saved beside the model: what the model's family writes there (the
+        configuration a runtime reads to run the folder as it is)."""
+        filename = os.path.basename(os.fspath(destination))
+        return files_beside(self.model, self.reference, self.inputs, filename)
 
     def verify(
         self,

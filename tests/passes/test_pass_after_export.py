@@ -90,3 +90,14 @@ def test_save_writes_atomically_or_fails_before_writing(tmp_path):
     with pytest.raises(dynamo_onnx.SaveError):
         SavePass()(ctx, SaveRequest(three_nodes(), tmp_path / "missing" / "m.onnx"))
     assert ctx.by_rule("DO406")
+
+
+def test_save_writes_a_familys_files_beside_the_model_as_text_or_bytes(tmp_path):
+    """A model family's files (a runtime's configuration as text, a tokenizer's model as
+    bytes) are written beside the model, byte for byte."""
+    binary = bytes(range(256))
+    beside = {"config.json": '{"type": "x"}\n', "tokenizer.model": binary}
+    SavePass()(DiagnosticContext(), SaveRequest(three_nodes(), tmp_path / "m.onnx", beside=beside))
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "m.onnx", "tokenizer.model"]
+    assert (tmp_path / "config.json").read_text() == '{"type": "x"}\n'
+    assert (tmp_path / "tokenizer.model").read_bytes() == binary

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import pathlib
+
 import torch
 from helpers import Tiny, program_state
 
 from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.passes.base import ShapeLogRecord
 from dynamo_onnx.passes.dynamic_shapes import DynamicShapesPass, dimension_names
 
 AUTO = torch.export.Dim.AUTO
@@ -53,3 +57,40 @@ def test_the_pass_returns_the_names_in_a_new_state():
     )
     result = DynamicShapesPass()(DiagnosticContext(), state)
     assert list(result.dim_names.values()) == ["x_dim_0"] and not state.dim_names
+
+
+class Specialized(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.ones(8)
+
+
+def _do106(messages: list[str]) -> str:
+    state = program_state(
+        Specialized(),
+        (torch.randn(8),),
+        {"x": {0: AUTO}},
+        requested_dims={("x", 0): 8},
+        declared_dims=frozenset({("x", 0)}),
+    )
+    state = state.replace(shape_log=tuple(ShapeLogRecord(m) for m in messages))
+    ctx = DiagnosticContext()
+    DynamicShapesPass()(ctx, state)
+    (finding,) = ctx.by_rule("DO106")
+    return finding.message
+
+
+def test_a_reworded_torch_log_makes_the_finding_quote_it_not_go_quiet():
+    """DO106 on a dimension torch specialized, fed torch 2.13's recorded log of the same
+    model (tests/fixtures/foreign_text): the finding names the guard. The same log reworded
+    gives a finding that says it could not read torch's message and quotes it, so a torch
+    release that rewords its log does not silently make the finding vaguer."""
+    fixtures = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "foreign_text"
+    recorded = json.loads((fixtures / "torch-2.13" / "shape_log.json").read_text())
+    messages = recorded["cases"]["specialized"]
+    message = _do106(messages)
+    assert "became the constant 8 because of the guard `Eq(s77, 8)`" in message
+    assert "could not read" not in message
+    message = _do106([m.replace("eval ", "evaluated: ", 1) for m in messages])
+    assert "because of the guard `unknown` at an unknown line" in message
+    assert "dynamo-onnx could not read torch's message" in message
+    assert '"evaluated: Eq(s77, 8) [guard added]' in message

@@ -1,2 +1,3 @@
 """Files: atomic saves of ONNX models, external data, initializer layouts, the streamed
-writer, and the user's inputs as the ONNX program takes them."""
+writer, the user's inputs as the ONNX program takes them, and a dynamic-shape spec as
+messages describe it."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -13,7 +14,9 @@ __all__ = [
     "call_arguments",
     "complex_outputs",
     "flatten",
+    "leaf_paths",
     "onnx_input_tensors",
+    "spread",
     "user_input_leaves",
 ]
 
@@ -31,9 +34,9 @@ def call_arguments(args: Any, kwargs: Any) -> tuple[Any, Any]:
 def flatten(obj: Any) -> list[Any]:
     """Leaves of nested tuples, lists and dicts, in torch.export's order (None is a leaf).
 
-    An object of a class registered as a pytree node (a dataclass, or a cache after
-    transformers' ``register_dynamic_cache_export_support()``) is flattened as torch.export
-    flattened it when it captured a program given to the export."""
+    An object of a class registered as a pytree node (a dataclass, or a model family's
+    object its library registered) is flattened as torch.export flattened it when it
+    captured a program given to the export."""
     if isinstance(obj, (list, tuple)):
         return [leaf for item in obj for leaf in flatten(item)]
     if isinstance(obj, dict):
@@ -83,3 +86,39 @@ def complex_outputs(ep: torch.export.ExportedProgram | None) -> list[bool]:
         val = vals.get(getattr(spec.arg, "name", ""))
         flags.append(isinstance(val, torch.Tensor) and val.is_complex())
     return flags
+
+
+def spread(signature: inspect.Signature, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Bound arguments with a ``**kwargs`` parameter's entries as arguments of their own
+    (an input that reaches ``forward`` through ``**kwargs`` is named by its own key)."""
+    spread_out: dict[str, Any] = {}
+    for name, value in arguments.items():
+        parameter = signature.parameters.get(name)
+        if parameter is not None and parameter.kind is parameter.VAR_KEYWORD:
+            spread_out.update(value)
+        else:
+            spread_out[name] = value
+    return spread_out
+
+
+def _child_keys(spec: Any) -> list[str]:
+    """The name of each child of a ``TreeSpec`` node: its key where the node has keys,
+    else its position."""
+    n, context = spec.num_children, spec.context
+    if isinstance(context, (list, tuple)):
+        if len(context) == n and all(isinstance(k, str) for k in context):
+            return list(context)
+        first = context[0] if context else None
+        if isinstance(first, (list, tuple)) and len(first) == n:
+            if all(isinstance(k, str) for k in first):
+                return list(first)
+    return [str(i) for i in range(n)]
+
+
+def leaf_paths(spec: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """The path of every leaf of a ``TreeSpec``, in flattening order (``('kwargs', 'x')``)."""
+    if spec.is_leaf():
+        yield prefix
+        return
+    for i, key in enumerate(_child_keys(spec)):
+        yield from leaf_paths(spec.child(i), (*prefix, key))

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import onnx_ir as ir
     import torch
 
-    from dynamo_onnx.io.caches import CacheInputs
+    from dynamo_onnx.integrations import FamilyInputs
     from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = [
@@ -126,8 +126,8 @@ class CheckedRequest:
             (``input_names``), for messages.
         module_functions: group submodule calls into ONNX local functions.
         custom_opsets: opset versions of custom domains.
-        cache_inputs: with transformers caches among the inputs, how they are taken as
-            tensors (``bound`` then holds the flat inputs, ``past_key_values_0_key``...).
+        family_inputs: with a model family's values among the inputs (a KV cache), how
+            its family takes them as tensors (``bound`` then holds the flat inputs).
         verbose: the caller asked to see what the libraries print (``verbose=True``).
     """
 
@@ -148,12 +148,13 @@ class CheckedRequest:
     input_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     module_functions: bool = False
     custom_opsets: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    cache_inputs: CacheInputs | None = None
+    family_inputs: FamilyInputs | None = None
     verbose: bool = False
 
     def capture_inputs(self) -> tuple[tuple[Any, ...], Mapping[str, Any]]:
-        """What capture passes torch.export: the inputs, or with caches the flat ones."""
-        if self.cache_inputs is not None:
+        """What capture passes torch.export: the inputs, or with a family's values the
+        flat ones."""
+        if self.family_inputs is not None:
             return (), self.bound
         return self.args, self.kwargs
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import re
 
 import torch
 import torch.fx
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.foreign_text import rewrite_traceback_paths
 
 __all__ = [
     "FX_NODE",
@@ -64,10 +64,6 @@ class NodeSource:
     module_classes: tuple[str, ...] = ()
 
 
-#: A frame's file in a Python traceback text: `  File "/path/x.py", line 12, in forward`.
-_FILE = re.compile(r'^(\s*File ")([^"]+)(", line \d+)', re.MULTILINE)
-
-
 def portable_stack_trace(trace: str, root: str) -> str:
     """``trace`` with the paths under ``root`` (the source root, the top of the work tree
     the SARIF log's paths are relative to) written relative to it, POSIX-style, so the
@@ -76,14 +72,12 @@ def portable_stack_trace(trace: str, root: str) -> str:
     libraries) stay as they are: they are the same wherever the environment is."""
     prefix = root.rstrip(os.sep) + os.sep
 
-    def relative(match: re.Match[str]) -> str:
-        path = match[2]
+    def relative(path: str) -> str | None:
         if not path.startswith(prefix):
-            return match[0]
-        posix = pathlib.PurePath(os.path.relpath(path, root)).as_posix()
-        return f"{match[1]}{posix}{match[3]}"
+            return None
+        return pathlib.PurePath(os.path.relpath(path, root)).as_posix()
 
-    return _FILE.sub(relative, trace)
+    return rewrite_traceback_paths(trace, relative)
 
 
 def stack_frames(ctx: DiagnosticContext, trace: str) -> tuple[Location, ...]:

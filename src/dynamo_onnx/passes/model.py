@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from dynamo_onnx.diagnostics import Location
-from dynamo_onnx.io.caches import CacheInputs, output_parts
+from dynamo_onnx.integrations import FamilyInputs
 
 __all__ = [
     "as_module",
@@ -136,17 +136,18 @@ def describe_value(value: Any) -> str:
 
 
 @contextlib.contextmanager
-def flat_forward(module: torch.nn.Module, inputs: CacheInputs) -> Iterator[None]:
-    """While the block runs, ``module.forward`` takes the flat inputs (caches as tensors)
-    and returns a dict of tensors (caches as ``present.<i>.key``...): the model is called
-    with caches rebuilt from the tensors. Only this object's attribute is set, and removed
-    afterwards; its class, and transformers, are untouched. The function is named
-    ``forward`` because torch records only frames of that name in a node's stack."""
+def flat_forward(module: torch.nn.Module, inputs: FamilyInputs) -> Iterator[None]:
+    """While the block runs, ``module.forward`` takes the flat inputs (a model family's
+    values as their tensors) and returns a dict of tensors named as the family names them:
+    the model is called with the values rebuilt from the tensors. Only this object's
+    attribute is set, and removed afterwards; its class, and its library, are untouched.
+    The function is named ``forward`` because torch records only frames of that name in a
+    node's stack."""
     original = module.forward
     own = module.__dict__.get("forward")
 
     def forward(**flat: Any) -> dict[str, Any]:
-        return dict(output_parts(original(**inputs.model_inputs(flat))))
+        return dict(inputs.output_parts(original(**inputs.model_inputs(flat))))
 
     forward.__signature__ = inputs.forward_signature()  # type: ignore[attr-defined]
     module.forward = forward  # type: ignore[method-assign]

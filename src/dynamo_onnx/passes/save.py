@@ -18,7 +18,7 @@ import onnx_ir as ir
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, SaveError, SerializationError
-from dynamo_onnx.files import atomic_write_text
+from dynamo_onnx.files import atomic_write_bytes, atomic_write_text
 from dynamo_onnx.io import onnx_file
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.real_weights import require_real_weights
@@ -36,8 +36,9 @@ class SaveRequest:
     keep_initializers_as_inputs: bool = False
     external_data: bool | None = None
     model_location: Location | None = None
-    #: Files written beside the model once it is saved (name -> text): ``genai_config.json``.
-    beside: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: Files written beside the model once it is saved (name -> text or bytes): its
+    #: family's (a runtime's configuration of the folder, a tokenizer).
+    beside: Mapping[str, str | bytes] = dataclasses.field(default_factory=dict)
 
 
 def _describe(destination: Any) -> str:
@@ -123,8 +124,11 @@ class SavePass:
                     external_data=request.external_data,
                 )
                 directory = os.path.dirname(os.path.abspath(path))
-                for name, text in request.beside.items():
-                    atomic_write_text(os.path.join(directory, name), text)
+                for name, content in request.beside.items():
+                    if isinstance(content, bytes):
+                        atomic_write_bytes(os.path.join(directory, name), content)
+                    else:
+                        atomic_write_text(os.path.join(directory, name), content)
                 return
             except OSError as exc:
                 cause = exc.strerror or str(exc)

@@ -10,7 +10,6 @@ differs, with its source line.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -22,7 +21,8 @@ from torch.export import graph_signature as gs
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
-from dynamo_onnx.io.caches import cache_parts, copy_caches, is_cache
+from dynamo_onnx.foreign_text import fx_node_target, read_ort_error
+from dynamo_onnx.integrations import copy_family_values, family_of, output_leaves
 from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
 from dynamo_onnx.io.runner import Runner, quiet_session_options
 from dynamo_onnx.passes.base import PassName
@@ -59,10 +59,9 @@ def _leaves(value: Any) -> list[Any]:
         return [leaf for name in names for leaf in _leaves(getattr(value, name))]
     if isinstance(value, torch.Tensor):
         return [value]
-    if is_cache(value):  # its tensors, as the export returns them
-        return [t for _, t in cache_parts(value)]
-    if hasattr(value, "to_tuple"):  # transformers' ModelOutput
-        value = value.to_tuple()
+    family_value = output_leaves(value)  # a cache's tensors, an output class's tuple...
+    if family_value is not None:
+        return _leaves(family_value)
     if isinstance(value, Mapping):
         return [leaf for v in value.values() for leaf in _leaves(v)]
     if isinstance(value, (list, tuple)):
@@ -141,8 +140,10 @@ def _eager(
     reference: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> list[Any]:
     with buffers_restored(_buffers_of(reference)), torch.no_grad():
-        # a cache among the inputs grows in place when the model runs: the caller's stays
-        return _leaves(reference(*copy_caches(tuple(args)), **copy_caches(dict(kwargs))))
+        # a family value among the inputs (a KV cache) may grow in place when the model
+        # runs: the caller's stays
+        args, kwargs = copy_family_values(tuple(args)), copy_family_values(dict(kwargs))
+        return _leaves(reference(*args, **kwargs))
 
 
 def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
@@ -227,7 +228,8 @@ def _run(
         if other is None:
             raise
         shapes, traced = other
-        primary, frames, node = _failing_node(ctx, request.model, str(exc))
+        error = read_ort_error(str(exc))
+        primary, frames, node = _failing_node(ctx, request.model, error.failed_node)
         ctx.record(
             "fails-at-another-size",
             locations=[primary],
@@ -236,7 +238,7 @@ def _run(
             shapes=shapes,
             traced=traced,
             node=node,
-            reason=_runtime_reason(str(exc)),
+            reason=error.reason,
         )
         return None
 
@@ -273,12 +275,10 @@ def _other_sizes(
 
 
 def _failing_node(
-    ctx: DiagnosticContext, model: ir.Model, error: str
+    ctx: DiagnosticContext, model: ir.Model, name: str | None
 ) -> tuple[Location | None, list[Location], str]:
-    """The user's line, the stack and a description of the ONNX node ONNX Runtime names in
-    ``error`` (``Name:'squeeze_n1'``), from the origin translation kept in its metadata."""
-    match = re.search(r"Name:'([^']*)'", error)
-    name = match.group(1) if match else None
+    """The user's line, the stack and a description of the ONNX node ONNX Runtime named
+    (``Name:'squeeze_n1'``), from the origin translation kept in its metadata."""
     node = next(
         (n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.name == name), None
     )
@@ -287,22 +287,10 @@ def _failing_node(
     props = node.metadata_props
     frames = list(stack_frames(ctx, props.get(STACK_TRACE, "")))
     primary = ctx.user_frame(frames)
-    target = re.search(r"target=(?:torch\.ops\.)?([^\]]+)\]", props.get(FX_NODE, ""))
-    origin = f"`{target.group(1)}`" if target else "an operator"
+    target = fx_node_target(props.get(FX_NODE, ""))
+    origin = f"`{target}`" if target else "an operator"
     where = f" at {ctx.display(primary)}" if primary is not None else ""
     return primary, frames, f"its `{node.op_type}` node `{name}` (from {origin}{where})"
-
-
-def _runtime_reason(error: str) -> str:
-    """ONNX Runtime's reason in its own words, without its source file and C++ signature:
-    the sentence after "... was false." when there is one, else the message's first line."""
-    text = error.split("Status Message:", 1)[-1]
-    if " was false. " in text:
-        text = text.split(" was false. ", 1)[1]
-    text = re.sub(r"^\s*\S+\.(?:h|cc|cpp):\d+\s+", "", text)
-    first = text.strip().splitlines()[0] if text.strip() else error
-    first = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first)
-    return first.split(" shape=")[0].rstrip(". ")
 
 
 def _compare_all(
@@ -370,7 +358,7 @@ def _second_inputs(
     shared by several inputs, within its range), or None when the program has none or the
     inputs are nested."""
     flat = [*args, *kwargs.values()]
-    if any(isinstance(a, (list, tuple, dict)) or is_cache(a) for a in flat):
+    if any(isinstance(a, (list, tuple, dict)) or family_of(a) is not None for a in flat):
         return None
     specs = [s for s in ep.graph_signature.input_specs if s.kind == gs.InputKind.USER_INPUT]
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}

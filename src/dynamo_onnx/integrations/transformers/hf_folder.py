@@ -38,11 +38,13 @@ BATCH, NEW, PAST = 2, 3, 4
 
 @dataclasses.dataclass(frozen=True)
 class HFFolder:
-    """A causal LM loaded from ``path``, and the tokenizer files found beside it."""
+    """A causal LM loaded from ``path``, the inputs to export it with, and the tokenizer
+    files found beside it (to copy beside the exported model)."""
 
     path: pathlib.Path
     model: Any  # a transformers PreTrainedModel, in eval mode
-    tokenizer_files: tuple[pathlib.Path, ...]
+    inputs: dict[str, Any]  # forward's keyword inputs: a decoding step with its cache
+    files_to_copy: tuple[pathlib.Path, ...]
 
 
 def _cache_parameter(model: Any) -> str:
@@ -109,4 +111,5 @@ def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> HFFolder:
     if problem is not None:
         ctx.fail("hf-folder-unusable", InvalidOptionValueError, path=os.fspath(path), cause=problem)
     files = tuple(folder / name for name in TOKENIZER_FILES if (folder / name).is_file())
-    return HFFolder(folder, model.eval(), files)
+    model = model.eval()
+    return HFFolder(folder, model, example_inputs(model), files)

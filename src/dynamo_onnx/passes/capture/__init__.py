@@ -30,15 +30,16 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
+from dynamo_onnx.foreign_text import is_about_a_guard, read_capture_failure
+from dynamo_onnx.integrations import capturing
 from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import (
-    EAGER_FAILURE_TEXT,
+    EAGER_FAILURE,
     data_dependence,
     known_cause,
     source_expression,
 )
 from dynamo_onnx.passes.capture.eager import eager_failure, runs_eagerly, tensor_devices
-from dynamo_onnx.passes.capture.experts import traceable_experts
 from dynamo_onnx.passes.capture.onnx_export_flag import onnx_export_flag
 from dynamo_onnx.passes.fx import is_none_output, static_size
 from dynamo_onnx.passes.logs import (
@@ -48,6 +49,7 @@ from dynamo_onnx.passes.logs import (
     torch_deprecations_ignored,
 )
 from dynamo_onnx.passes.model import as_module, describe_value, flat_forward, forward_signature
+from dynamo_onnx.passes.probe import agrees_outside
 
 __all__ = ["STRATEGIES", "CapturePass", "TorchExportStrategy", "copy_program"]
 
@@ -127,7 +129,7 @@ class _ShapeLog(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         stack: tuple[Location, ...] = ()
-        if "[guard added]" in message:
+        if is_about_a_guard(message):
             stack = tuple(
                 Location(fs.filename, fs.lineno or 1, fs.name)
                 for fs in reversed(traceback.extract_stack())
@@ -256,9 +258,9 @@ class CapturePass:
             _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(exported_program=program)
         module = as_module(model)
-        with traceable_experts(ctx, module, state.valid.registry):
-            if state.valid.cache_inputs is not None:
-                with flat_forward(module, state.valid.cache_inputs):
+        with capturing(ctx, module, state.valid.registry):
+            if state.valid.family_inputs is not None:
+                with flat_forward(module, state.valid.family_inputs):
                     return self._capture(ctx, module, state)
             widened = _widened_capture(ctx, self.strategies[0], module, state)
             if widened is not None:
@@ -302,6 +304,15 @@ class CapturePass:
                     cause=cause,
                 )
                 continue
+            records = tuple(shape_log.records)
+            if not deferred:
+                kept = _kept_dynamic(strategy, module, inputs, spec, program, state)
+                if kept is not None:
+                    # the first capture's records still say which line fixed each size
+                    # that stays static (torch names a symbol by its source: the same
+                    # symbol in both captures is the same dimension)
+                    program, spec, records = kept[0], kept[1], records + kept[2]
+                    label += " deferring size guards"
             ctx.record(
                 "capture-strategy-succeeded",
                 strategy=label,
@@ -311,7 +322,7 @@ class CapturePass:
             return state.replace(
                 checked=dataclasses.replace(state.valid, dynamic_shapes=spec),
                 exported_program=program,
-                shape_log=tuple(shape_log.records),
+                shape_log=records,
             )
         _fail_with_cause(ctx, module, inputs, failures)
         ctx.fail(
@@ -387,10 +398,10 @@ def _fail_with_cause(
             _fail_data_dependent(ctx, exc, where, dependence.branch, dependence.condition)
     eager_ran = runs_eagerly(module)
     for exc, where in failures:
-        recognized = known_cause(type(exc).__name__, str(exc))
-        if recognized is None and not eager_ran:
-            text = f"{type(exc).__name__} {exc}"
-            recognized = EAGER_FAILURE_TEXT if EAGER_FAILURE_TEXT.pattern.search(text) else None
+        failure = read_capture_failure(type(exc).__name__, str(exc))
+        recognized = known_cause(failure)
+        if recognized is None and not eager_ran and failure.inputs_do_not_fit:
+            recognized = EAGER_FAILURE
         if recognized is None:
             continue
         if recognized.rule == "data-dependent-control-flow":
@@ -492,6 +503,114 @@ def _widened_capture(
     return state.replace(exported_program=program, shape_log=tuple(shape_log.records))
 
 
+#: How many times a dimension's example size the probe tries it at, beyond the example.
+_PROBE_STEPS = (1, 2)
+
+
+def _kept_dynamic(
+    strategy: TorchExportStrategy,
+    module: torch.nn.Module,
+    inputs: tuple[tuple[Any, ...], Mapping[str, Any]],
+    spec: Any,
+    program: torch.export.ExportedProgram,
+    state: ExportState,
+) -> tuple[torch.export.ExportedProgram, Any, tuple[ShapeLogRecord, ...]] | None:
+    """A capture that keeps dynamic the dimensions ``program`` fixed although they were
+    asked dynamic, where the model works at other sizes; None to keep ``program``.
+
+    torch.export fixes a ``Dim.AUTO`` dimension on any guard that compares it to a number,
+    also one inside an operator's shape check that holds at every size
+    (``torch.take_along_dim`` fixes all the sizes of both inputs). Deferring the guards, as
+    torch.onnx captures, keeps such a size symbolic (its range collapsed to the example);
+    the dimension then stays dynamic if the program runs and matches eager at other sizes.
+    Dimensions where eager itself refuses another size (a Linear's features) are taken out
+    of the spec and the capture is made once more, so the ONNX model keeps them fixed as
+    the plain capture did. Only for a module with real weights (probing runs it).
+    """
+    fixed = _fixed_requested(program, state)
+    if not fixed or spec is None:
+        return None
+    model_inputs = (tuple(state.valid.args), dict(state.valid.kwargs))
+    for _ in range(2):
+        shape_log = _ShapeLog(show=False)
+        try:
+            with shape_log.listening():
+                deferred = strategy.capture(module, *inputs, spec, deferred=True)
+        except Exception:  # noqa: BLE001 - the plain capture stands
+            return None
+        symbols = _symbols_of(deferred, fixed)
+        working = {
+            dim
+            for dim, symbol in symbols.items()
+            if agrees_outside(
+                deferred,
+                state.valid.model,
+                model_inputs,
+                symbol,
+                [fixed[dim] + step for step in _PROBE_STEPS],
+                must_run=True,
+            )
+        }
+        if not working:
+            return None
+        if working == set(symbols):
+            return deferred, spec, tuple(shape_log.records)
+        spec = _without_dims(state.valid.parameter_names(spec), set(symbols) - working)
+        if spec is None:
+            return None
+        fixed = {dim: fixed[dim] for dim in working}
+    return None
+
+
+def _fixed_requested(
+    program: torch.export.ExportedProgram, state: ExportState
+) -> dict[tuple[str, int], int]:
+    """(input name, dimension) -> size, for each dimension asked dynamic that ``program``
+    has as a constant (size-0/1 examples aside: torch's 0/1 rule, not the model's)."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    fixed: dict[tuple[str, int], int] = {}
+    for (name, dim), example in state.valid.requested_dims.items():
+        node = placeholders.get(name)
+        val = node.meta.get("val") if node is not None else None
+        if not isinstance(val, torch.Tensor) or dim >= val.dim() or example in (0, 1):
+            continue
+        size = static_size(val.shape[dim])
+        if size is not None:
+            fixed[(name, dim)] = size
+    return fixed
+
+
+def _symbols_of(
+    program: torch.export.ExportedProgram, dims: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], str]:
+    """The symbol of each of ``dims`` that ``program`` keeps as a plain symbolic size."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    symbols: dict[tuple[str, int], str] = {}
+    for name, dim in dims:
+        node = placeholders.get(name)
+        val = node.meta.get("val") if node is not None else None
+        if not isinstance(val, torch.Tensor) or dim >= val.dim():
+            continue
+        size = val.shape[dim]
+        if isinstance(size, torch.SymInt) and str(size).isidentifier():
+            symbols[(name, dim)] = str(size)
+    return symbols
+
+
+def _without_dims(spec: Any, dims: set[tuple[str, int]]) -> dict[str, Any] | None:
+    """``spec`` (by parameter name) with ``dims`` static; None if one is not a dimension
+    of a top-level tensor's ``{dim: ...}`` entry (a nested input's spec is left alone)."""
+    if not isinstance(spec, dict):
+        return None
+    spec = dict(spec)
+    for name, dim in dims:
+        entry = spec.get(name)
+        if not isinstance(entry, dict) or dim not in entry:
+            return None
+        spec[name] = {d: v for d, v in entry.items() if d != dim} or None
+    return spec
+
+
 def _specialized(program: torch.export.ExportedProgram, dims: list[tuple[str, int]]) -> bool:
     """Whether the program has any of ``dims`` (input name, dimension) as a constant: the
     model fixed the size it was traced at (``if x.shape[0] == 2``, ``x.reshape(2, ...)``)."""
@@ -516,17 +635,9 @@ def _report_size_one(ctx: DiagnosticContext, state: ExportState) -> None:
         )
 
 
-def _suggested_fixes(text: str) -> list[str]:
-    """The lines under torch.export's "Suggested fixes:" (``batch = Dim('batch', min=5)``)."""
-    if "Suggested fixes:" not in text:
-        return []
-    lines = text.split("Suggested fixes:", 1)[1].splitlines()
-    return [line.strip() for line in lines if line.startswith("  ") and "=" in line]
-
-
 def _refined(exc: BaseException, spec: Any) -> Any:
     """``spec`` with torch.export's suggested fixes applied, or None when there are none."""
-    fixes = _suggested_fixes(str(exc))
+    fixes = read_capture_failure(type(exc).__name__, str(exc)).suggested_fixes
     if spec is None or not fixes:
         return None
     refine = torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes
@@ -540,7 +651,9 @@ def _refined(exc: BaseException, spec: Any) -> Any:
 def _violates_constraints(exc: BaseException, spec: Any) -> bool:
     """Whether torch.export refused ``spec`` for a guard on a size ("Constraints
     violated"), the failure ``CapturePass._attempts`` retries deferring such guards."""
-    return spec is not None and "Constraints violated" in str(exc)
+    return (
+        spec is not None and read_capture_failure(type(exc).__name__, str(exc)).constraints_violated
+    )
 
 
 def _report_refined(
@@ -558,15 +671,14 @@ def _report_refined(
     for record in reversed(records):
         if where is None and record.stack:
             where = ctx.user_frame(record.stack)
-    violations = [
-        line.strip().lstrip("- ") for line in str(exc).splitlines() if line.strip().startswith("- ")
-    ]
+    failure = read_capture_failure(type(exc).__name__, str(exc))
+    violations = failure.violations
     ctx.record(
         "dynamic-shapes-refined",
         locations=[where],
         stack=frames,
         violation="; ".join(violations) if violations else exception_summary(exc),
-        fixes="; ".join(_suggested_fixes(str(exc))),
+        fixes="; ".join(failure.suggested_fixes),
         spec=repr(refined),
         source=ctx.display(where) if where else "an unknown line",
     )

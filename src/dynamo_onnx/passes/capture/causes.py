@@ -13,7 +13,8 @@ A data-dependent branch is decided from torch's exception itself
 (``GuardOnDataDependentSymNode`` carries the sympy condition it could not decide) and told in
 words: the user's expression, read from their line, and torch's condition written as Python
 (``u0 == 1``). Only strict mode's failure ("Data-dependent branching") is known by its text;
-the texts are kept here, each with a test that feeds it a recorded message.
+the texts are read by ``dynamo_onnx.foreign_text`` (:func:`read_capture_failure`), whose
+tests feed it messages recorded from torch; here each kind read maps to its rule.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ from __future__ import annotations
 import ast
 import dataclasses
 import linecache
-import re
 from typing import Any
 
 import sympy
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from dynamo_onnx.diagnostics import Location
+from dynamo_onnx.foreign_text import CaptureFailureText, FailureKind
 
 __all__ = [
-    "EAGER_FAILURE_TEXT",
+    "EAGER_FAILURE",
     "KNOWN_CAUSES",
     "DataDependence",
     "KnownCause",
@@ -43,48 +44,33 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class KnownCause:
-    """A capture failure recognized by its exception text."""
+    """A capture failure recognized by what its exception says, and its rule."""
 
     rule: str
-    pattern: re.Pattern[str]
+    #: the kind torch's message says (None: eager PyTorch's error on inputs that do not fit)
+    kind: FailureKind | None
     #: extra message fields for rules shared with other passes
     fields: tuple[tuple[str, str], ...] = ()
 
 
 #: Errors eager PyTorch raises on inputs that do not fit; read only when the model cannot
 #: be run to see (weights on the meta device).
-EAGER_FAILURE_TEXT = KnownCause(
-    "example-inputs-do-not-fit",
-    re.compile(
-        r"shapes cannot be multiplied|same reduction dim|must match the size of tensor|"
-        r"expected input\[|to have \d+ channels|Given groups=|size mismatch|"
-        r"Dimension out of range|out of bounds for dimension|is invalid for input of size|"
-        r"expected scalar type|must have the same dtype|Expected \d+D|index out of range",
-        re.IGNORECASE,
-    ),
-)
+EAGER_FAILURE = KnownCause("example-inputs-do-not-fit", None)
 
 KNOWN_CAUSES: tuple[KnownCause, ...] = (
-    KnownCause(
-        "data-dependent-control-flow",
-        re.compile(r"guard ?on ?data-?dependent|data-dependent", re.IGNORECASE),
-    ),
-    KnownCause(
-        "untraceable-kernel",
-        re.compile(r"data pointer|data_ptr", re.IGNORECASE),
-    ),
+    KnownCause("data-dependent-control-flow", FailureKind.DATA_DEPENDENT),
+    KnownCause("untraceable-kernel", FailureKind.DATA_POINTER),
     KnownCause(
         "dtype-not-in-onnx",
-        re.compile(r"quantized", re.IGNORECASE),
+        FailureKind.QUANTIZED,
         (("what", "model's tensor"), ("dtype", "quantized")),
     ),
 )
 
 
-def known_cause(exception_type: str, text: str) -> KnownCause | None:
-    """The known cause of a capture failure with this exception type and message, if any."""
-    subject = f"{exception_type} {text}"
-    return next((c for c in KNOWN_CAUSES if c.pattern.search(subject)), None)
+def known_cause(failure: CaptureFailureText) -> KnownCause | None:
+    """The known cause of a capture failure, from what its exception says, if any."""
+    return next((c for c in KNOWN_CAUSES if c.kind is not None and c.kind is failure.kind), None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +131,9 @@ def source_expression(location: Location | None) -> str | None:
     line = linecache.getline(location.path, location.line).strip()
     if not line:
         return None
-    header = re.sub(r"^elif\b", "if", line)
+    after = line[4:5]
+    elif_ = line.startswith("elif") and not (after.isalnum() or after == "_")
+    header = "if" + line[4:] if elif_ else line
     for candidate in (header, header + "\n    pass"):  # a statement, or a block's header
         try:
             statement = ast.parse(candidate).body[0]

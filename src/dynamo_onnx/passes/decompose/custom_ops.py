@@ -16,7 +16,6 @@ operators of ``torch.onnx.ops`` are never traced through either: they name ONNX 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ import torch
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import exception_frames, exception_summary
 from dynamo_onnx.diagnostics.findings import Location
+from dynamo_onnx.foreign_text import kernel_registered_in_python
 from dynamo_onnx.passes.fx import graph_modules, has_decomposition, is_higher_order
 from dynamo_onnx.passes.metadata import node_source
 from dynamo_onnx.registry import OnnxRegistry, target_name
@@ -44,8 +44,6 @@ _TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "higher_order", "_c10d_f
 #: decomposition table lowers (``torch.onnx.ops.aten_decompositions()``): never traced.
 _ONNX_NAMESPACES = frozenset({"onnx", "onnx_symbolic"})
 _NEVER_TRACED = _TORCH_NAMESPACES | _ONNX_NAMESPACES
-#: How the dispatcher describes a kernel registered from Python.
-_PYTHON_KERNEL = re.compile(r"registered at .+\.py:\d+")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +64,7 @@ def python_kernel(op: Any) -> Callable[..., Any] | None:
         kernel = torch.library.get_kernel(op, "CPU")
     except (RuntimeError, ValueError):
         return None
-    if not _PYTHON_KERNEL.search(repr(kernel)):
+    if not kernel_registered_in_python(repr(kernel)):
         return None
     keys = torch.DispatchKeySet(torch.DispatchKey.CPU)
 

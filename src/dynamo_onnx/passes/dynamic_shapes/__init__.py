@@ -8,9 +8,7 @@ string or a ``Dim``'s name) in the ONNX model, else ``<input>_dim_<i>``.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import sys
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -19,17 +17,20 @@ import torch
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
-from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
-from dynamo_onnx.passes.dynamic_shapes.range_probe import agrees_outside
+from dynamo_onnx.foreign_text import (
+    Guard,
+    ProgramCondition,
+    ShapeLog,
+    mentions,
+    program_conditions,
+    read_shape_log,
+    symbol_mentions,
+)
+from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.fx import range_bounds, static_size
+from dynamo_onnx.passes.probe import agrees_outside
 
 __all__ = ["DynamicShapesPass", "dimension_names"]
-
-_CREATE = re.compile(r"create_symbol (\w+) = \d+ for L\['(\w+)'\]\.size\(\)\[(\d+)\]")
-#: A guard torch added (not one it logs as suppressed: those hold for no program).
-_GUARD = re.compile(
-    r"eval (?!\[guard suppressed\])(.+?) \[guard added\].*?\((\S+?):(\d+) in (\w+)\)"
-)
 
 
 class DynamicShapesPass:
@@ -42,10 +43,11 @@ class DynamicShapesPass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         program = state.exported_program
         assert program is not None
-        _report_specializations(ctx, program, state)
+        log = read_shape_log(state.shape_log)  # torch's words, read once
+        _report_specializations(ctx, program, state, log)
         names = dimension_names(program, state.valid.parameter_names(state.valid.named_spec))
-        _report_narrowing(ctx, program, state, names)
-        _report_constant_guards(ctx, program, state)
+        _report_narrowing(ctx, program, state, names, log)
+        _report_constant_guards(ctx, program, state, log)
         return state.replace(dim_names=names)
 
 
@@ -60,29 +62,33 @@ def _resolve(suffix: str) -> str | None:
     return None
 
 
-def _guards(
-    ctx: DiagnosticContext, records: tuple[ShapeLogRecord, ...]
-) -> tuple[dict[tuple[str, int], str], list[tuple[str, Location | None]]]:
-    """From torch's symbolic-shape records of the capture: the symbol made for each input
-    dimension, and every guard with the user's line behind it (innermost user frame of the
-    stack when it was added; torch's own frame otherwise names a file by its tail)."""
-    symbols: dict[tuple[str, int], str] = {}
-    guards: list[tuple[str, Location | None]] = []
-    for record in records:
-        message = record.message
-        if created := _CREATE.search(message):
-            symbols[(created[2], int(created[3]))] = created[1]
-        elif guard := _GUARD.search(message):
-            where = ctx.user_frame(record.stack)
-            if where is None and (path := _resolve(guard[2])):
-                where = Location(path, int(guard[3]), guard[4])
-                where = where if ctx.user_frame([where]) is not None else None
-            guards.append((guard[1], where))
-    return symbols, guards
+def _guard_line(ctx: DiagnosticContext, guard: Guard) -> Location | None:
+    """The user's line behind a guard: the innermost user frame of the stack when it was
+    added; torch's own frame otherwise names a file by its tail."""
+    where = ctx.user_frame(guard.stack)
+    if where is None and guard.frame is not None and (path := _resolve(guard.frame.path_tail)):
+        where = Location(path, guard.frame.line, guard.frame.function)
+        where = where if ctx.user_frame([where]) is not None else None
+    return where
+
+
+def _unknown_line(log: ShapeLog) -> str:
+    """The ``source`` of a finding whose guard was not found: an unknown line, and, when
+    torch logged a guard or a symbol in words this version cannot read, that message quoted
+    (a reworded message must not silently make the finding vaguer)."""
+    if not log.unparsed:
+        return "an unknown line"
+    return (
+        f"an unknown line (dynamo-onnx could not read torch's message "
+        f'"{log.unparsed[0].text[:300]}")'
+    )
 
 
 def _report_specializations(
-    ctx: DiagnosticContext, program: torch.export.ExportedProgram, state: ExportState
+    ctx: DiagnosticContext,
+    program: torch.export.ExportedProgram,
+    state: ExportState,
+    log: ShapeLog,
 ) -> None:
     """Requested-dynamic dimensions the captured program has as constants.
 
@@ -93,7 +99,7 @@ def _report_specializations(
     note (DO128) that lists them.
     """
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    symbols, guards = _guards(ctx, state.shape_log)
+    guards = [(g.expression, g.symbols, _guard_line(ctx, g)) for g in log.guards]
     kept: list[str] = []
     #: the model's lines that fix a kept dimension: the note is at the first, as it says
     fixed_at: list[Location] = []
@@ -108,12 +114,9 @@ def _report_specializations(
         declared = (input_name, dim) in state.valid.declared_dims
         if declared and example in (0, 1):
             continue  # torch's 0/1 rule, not a line of the model: DO105 says it
-        symbol = symbols.get((input_name, dim))
-        pattern = re.compile(rf"\b{re.escape(symbol)}\b") if symbol else None
-        culprit = next(
-            (g for g in reversed(guards) if pattern is not None and pattern.search(g[0])), None
-        )
-        guard, where = culprit if culprit is not None else ("unknown", None)
+        symbol = log.symbol_of(input_name, dim)
+        culprit = next((g for g in reversed(guards) if symbol is not None and symbol in g[1]), None)
+        guard, where = (culprit[0], culprit[2]) if culprit is not None else ("unknown", None)
         if not declared:
             because = f", because of `{guard}` at {ctx.display(where)}" if where else ""
             kept.append(f"`{state.valid.label(input_name)}` dimension {dim} = {value}{because}")
@@ -126,7 +129,7 @@ def _report_specializations(
             dim=dim,
             value=value,
             guard=guard,
-            source=ctx.display(where) if where else "an unknown line",
+            source=ctx.display(where) if where else _unknown_line(log),
         )
     if kept:
         ctx.record(
@@ -155,6 +158,7 @@ def _report_narrowing(
     program: torch.export.ExportedProgram,
     state: ExportState,
     names: Mapping[str, str],
+    log: ShapeLog,
 ) -> None:
     """A warning for each requested-dynamic dimension that torch.export kept dynamic over a
     narrower range than asked, or only as a multiple of a number."""
@@ -173,7 +177,9 @@ def _report_narrowing(
         if static_size(size) is not None:
             continue  # specialized: DO106
         expression = str(size)
-        symbols = [s for s in ranges if re.search(rf"\b{re.escape(s)}\b", expression)]
+        # the range constraints' keys are symbols and, for a derived Dim, expressions
+        # (``32*s52``): a size mentioning two of them is the caller's declared multiple
+        symbols = [s for s in ranges if mentions(expression, s)]
         if len(symbols) != 1:
             continue
         symbol = symbols[0]
@@ -190,8 +196,8 @@ def _report_narrowing(
         got_low, got_high = range_bounds(ranges[symbol])
         parts = []
         if expression != symbol:  # e.g. 32*s12: only multiples are accepted
-            multiple = re.match(r"^(\d+)\*" + re.escape(symbol) + "$", expression)
-            factor = multiple[1] if multiple else None
+            head, star, tail = expression.partition("*")
+            factor = head if star and tail == symbol and head.isdigit() else None
             valid = f"multiples of {factor}" if factor else f"sizes of the form {expression}"
             spec = (
                 f'{factor} * torch.export.Dim("{name}")'
@@ -199,9 +205,7 @@ def _report_narrowing(
                 else f"the expression {expression}"
             )
         else:
-            if _report_divisibility(
-                ctx, state.shape_log, state.valid.label(input_name), dim, symbol, name
-            ):
+            if _report_divisibility(ctx, log, state.valid.label(input_name), dim, symbol, name):
                 continue
             narrower_low = got_low is not None and got_low > low
             narrower_high = got_high is not None and (high is None or got_high < high)
@@ -217,8 +221,9 @@ def _report_narrowing(
             if got_high is not None:
                 parts.append(f"max={got_high}")
             spec = f'torch.export.Dim("{name}", {", ".join(parts)})'
-        guard, where = _narrowing_guard(ctx, state.shape_log, symbol)
-        if len(_SYMBOL.findall(guard)) > 1 and expression == symbol:
+        guard, where = _narrowing_guard(ctx, log, symbol)
+        sizes_in_guard = [s for s in symbol_mentions(guard) if s.startswith("s")]
+        if len(sizes_in_guard) > 1 and expression == symbol:
             # a relation between dims (the mask's length <= past + new tokens): the bound
             # follows from the others' ranges, not from a line that narrows this one
             continue
@@ -240,6 +245,7 @@ def _report_narrowing(
             guard,
             where,
             f"declare it as {spec} to accept that, or rewrite the line",
+            log,
         )
 
 
@@ -262,6 +268,7 @@ def _narrowed(
     guard: str,
     where: Location | None,
     remedy: str,
+    log: ShapeLog,
 ) -> None:
     ctx.record(
         "dynamic-dim-narrowed",
@@ -270,14 +277,14 @@ def _narrowed(
         dim=dim,
         valid=valid,
         guard=guard,
-        source=ctx.display(where) if where else "an unknown line",
+        source=ctx.display(where) if where else _unknown_line(log),
         remedy=remedy,
     )
 
 
 def _report_divisibility(
     ctx: DiagnosticContext,
-    records: tuple[ShapeLogRecord, ...],
+    log: ShapeLog,
     input_name: str,
     dim: int,
     symbol: str,
@@ -285,24 +292,23 @@ def _report_divisibility(
 ) -> bool:
     """DO124 for a guard on the remainder of ``symbol`` (``h % 32 == 0``, or ``!= 0``):
     torch.export keeps the range but the graph holds only for (non-)multiples. True if found."""
-    pattern = re.compile(rf"^(Eq|Ne)\(Mod\({re.escape(symbol)}, (\d+)\), 0\)$")
-    for record in records:
-        guard = _GUARD.search(record.message)
-        found = pattern.match(guard[1]) if guard else None
-        if found is None:
+    for guard in log.guards:
+        remainder = guard.remainder
+        if remainder is None or remainder.symbol != symbol:
             continue
-        where = ctx.user_frame(record.stack)
-        kind, factor = found.groups()
-        if kind == "Eq":
+        where = ctx.user_frame(guard.stack)
+        factor = remainder.factor
+        if remainder.equal:
             spec = f'{factor} * torch.export.Dim("{name}_div_{factor}")'
             _narrowed(
                 ctx,
                 input_name,
                 dim,
                 f"multiples of {factor}",
-                guard[1],
+                guard.expression,
                 where,
                 f"declare it as {spec} to accept that, or rewrite the line",
+                log,
             )
         else:
             _narrowed(
@@ -310,29 +316,21 @@ def _report_divisibility(
                 input_name,
                 dim,
                 f"sizes that are not multiples of {factor}",
-                guard[1],
+                guard.expression,
                 where,
                 "no Dim spec expresses that: rewrite the line with torch.cond, "
                 "which exports both branches",
+                log,
             )
         return True
     return False
 
 
-#: A condition of torch.export's program equating a number computed from sizes to a constant
-#: (``math.trunc(L['x'].size()[0] / 2) == 4``), as its module checks it when called.
-#: (``!=`` conditions are not constants: ``(n // 2) != 1`` is torch keeping a derived size
-#: off 1, where it would broadcast.)
-_CONSTANT_GUARD = re.compile(r"^(?P<expr>.*\.size\(\)\[\d+\].*?) == (?P<value>-?\d+)$")
-_BARE_SIZE = re.compile(r"^L\[[^\]]+\](\[[^\]]+\])*\.size\(\)\[\d+\]$")
-_INPUT = re.compile(r"L\['(\w+)'\]")
-_INPUT_SIZE = re.compile(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]")
-#: Newer torch names inputs by their flat position (``L['flat_args'][0].size()[1]``).
-_FLAT_ARG = re.compile(r"L\['flat_args'\]\[(\d+)\]")
-
-
 def _report_constant_guards(
-    ctx: DiagnosticContext, program: torch.export.ExportedProgram, state: ExportState
+    ctx: DiagnosticContext,
+    program: torch.export.ExportedProgram,
+    state: ExportState,
+    log: ShapeLog,
 ) -> None:
     """DO124 for each condition the program holds under that no range expresses: a number
     computed from a dynamic size and used as a constant (``x[: int(n / 2)]`` slices 4 rows
@@ -345,26 +343,19 @@ def _report_constant_guards(
     """
     if not state.valid.requested_dims:
         return
-    flat_names = program.graph_signature.user_inputs
-    for raw in getattr(program, "_guards_code", None) or ():
-        code = _FLAT_ARG.sub(
-            lambda m: f"L['{flat_names[int(m[1])]}']" if int(m[1]) < len(flat_names) else m[0],
-            str(raw),
-        )
-        found = _CONSTANT_GUARD.match(code)
-        if found is None or _BARE_SIZE.match(found["expr"]) or "%" in found["expr"]:
+    for condition in program_conditions(program):
+        if not condition.fixes_a_computed_size or condition.value is None:
             continue
-        if _holds_at_other_sizes(code, state.valid.requested_dims):
+        if _holds_at_other_sizes(condition, state.valid.requested_dims):
             continue  # a check on the sizes (reshape's), not a size standing for a constant
-        condition = _INPUT.sub(lambda m: state.valid.label(m[1]), str(code))
-        first = _INPUT_SIZE.search(str(code))
-        input_name, dim = (first[1], int(first[2])) if first else ("?", 0)
-        guard, where = _constant_guard_line(ctx, state.shape_log, found["value"])
-        truncates = "trunc" in code or "int(" in code or "floor" in code
+        written = condition.written_with(state.valid.label)
+        first = condition.sizes[0] if condition.sizes else None
+        input_name, dim = (first.input, first.dim) if first else ("?", 0)
+        guard, where = _constant_guard_line(ctx, log, condition.value)
         remedy = (
             "no Dim spec expresses that: compute the number with integer arithmetic on the "
             "size (`n // 2`, not `int(n / 2)`), which the model keeps symbolic"
-            if truncates
+            if condition.truncates
             else "no Dim spec expresses that: compute the number from the size with "
             "operations torch.export keeps symbolic, or branch with torch.cond"
         )
@@ -372,56 +363,45 @@ def _report_constant_guards(
             ctx,
             state.valid.label(input_name),
             dim,
-            f"sizes where `{condition}` (the ONNX model uses {found['value']} at every size)",
-            guard or condition,
+            f"sizes where `{written}` (the ONNX model uses {condition.value} at every size)",
+            guard or written,
             where,
             remedy,
+            log,
         )
 
 
-def _holds_at_other_sizes(code: str, example: Mapping[tuple[str, int], int]) -> bool:
+def _holds_at_other_sizes(
+    condition: ProgramCondition, example: Mapping[tuple[str, int], int]
+) -> bool:
     """Whether the condition still holds with every dynamic size doubled and with every one
     two larger: ``(n * m) // trunc(n * m / 2) == 2`` (``x.reshape(int(n * m / 2), 2)``)
     does, the model computes the size at run time; ``trunc(n / 2) == 4`` does not, the
     model slices 4 rows at every size. False when the condition cannot be evaluated."""
-    sizes = [(m[0], (m[1], int(m[2]))) for m in _INPUT_SIZE.finditer(code)]
-    if not all(key in example for _, key in sizes):
+    keys = [(size.input, size.dim) for size in condition.sizes]
+    if not all(key in example for key in keys):
         return False  # a size of a dimension that is not dynamic: not ours to vary
     for grow in (lambda size: 2 * size, lambda size: size + 2):
-        text = code
-        for written, key in sizes:
-            text = text.replace(written, str(grow(example[key])))
-        try:
-            if eval(text, {"__builtins__": {}, "math": math}) is not True:  # noqa: S307 - torch's guard, numbers only
-                return False
-        except Exception:  # noqa: BLE001 - not plain arithmetic: the finding stands
-            return False
+        if condition.holds_at({key: grow(example[key]) for key in keys}) is not True:
+            return False  # not plain arithmetic, or it fails: the finding stands
     return True
 
 
 def _constant_guard_line(
-    ctx: DiagnosticContext, records: tuple[ShapeLogRecord, ...], value: str
+    ctx: DiagnosticContext, log: ShapeLog, value: str
 ) -> tuple[str | None, Location | None]:
     """The logged guard (``Eq(TruncToInt(IntTrueDiv(s77, 2)), 4)``) setting an expression
     of sizes to ``value``, and the user's line behind it."""
-    pattern = re.compile(rf"^Eq\((?!\w+, )(.+), {re.escape(value)}\)$")
-    for record in records:
-        guard = _GUARD.search(record.message)
-        if guard and pattern.match(guard[1]) and not guard[1].startswith("Eq(Mod("):
-            return guard[1], ctx.user_frame(record.stack)
+    for guard in log.guards:
+        if guard.fixed_value == value:
+            return guard.expression, ctx.user_frame(guard.stack)
     return None, None
 
 
-_SAME = re.compile(r"^Eq\((\w+), (\w+)\)$")
-_SYMBOL = re.compile(r"\bs\d+\b")
-
-
-def _aliases(records: tuple[ShapeLogRecord, ...], symbol: str) -> set[str]:
+def _aliases(log: ShapeLog, symbol: str) -> set[str]:
     """``symbol`` and every symbol a guard made equal to it (``Eq(s53, s70)``: the mask's
     length is the ids' length), whose guards then constrain it too."""
-    same = [
-        m.groups() for r in records if (g := _GUARD.search(r.message)) and (m := _SAME.match(g[1]))
-    ]
+    same = [guard.same for guard in log.guards if guard.same is not None]
     found = {symbol}
     grew = True
     while grew:
@@ -434,17 +414,15 @@ def _aliases(records: tuple[ShapeLogRecord, ...], symbol: str) -> set[str]:
 
 
 def _narrowing_guard(
-    ctx: DiagnosticContext, records: tuple[ShapeLogRecord, ...], symbol: str
+    ctx: DiagnosticContext, log: ShapeLog, symbol: str
 ) -> tuple[str, Location | None]:
     """The last guard on ``symbol`` (or a symbol made equal to it) that is not an equality,
     and the user's line behind it."""
-    names = "|".join(re.escape(a) for a in sorted(_aliases(records, symbol)))
-    pattern = re.compile(rf"\b({names})\b")
+    names = _aliases(log, symbol)
     found: tuple[str, Location | None] = ("unknown", None)
-    for record in records:
-        guard = _GUARD.search(record.message)
-        if guard and pattern.search(guard[1]) and not guard[1].startswith("Eq("):
-            found = (guard[1], ctx.user_frame(record.stack))
+    for guard in log.guards:
+        if guard.symbols & names and not guard.is_equality:
+            found = (guard.expression, ctx.user_frame(guard.stack))
     return found
 
 

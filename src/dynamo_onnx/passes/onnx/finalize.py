@@ -10,7 +10,6 @@ every domain the nodes and functions use.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
@@ -20,7 +19,9 @@ from torch.export import graph_signature as gs
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, SerializationError
-from dynamo_onnx.io.spec_names import cache_suffix, leaf_paths, output_names
+from dynamo_onnx.foreign_text import symbol_renamer
+from dynamo_onnx.integrations import families
+from dynamo_onnx.io.inputs import leaf_paths
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.fx import none_outputs
 from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
@@ -45,10 +46,7 @@ class RenameDimsPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         if not self.names:
             return ir.passes.PassResult(model, modified=False)
-        names = self.names
-        pattern = re.compile(
-            r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b"
-        )
+        rename = symbol_renamer(self.names)
         values = [*model.graph.inputs, *model.graph.outputs]
         values += [
             v for node in ir.traversal.RecursiveGraphIterator(model.graph) for v in node.outputs
@@ -58,9 +56,7 @@ class RenameDimsPass(ir.passes.InPlacePass):
             if value.shape is None:
                 continue
             dims = [
-                pattern.sub(lambda m: names[m.group(1)], d.value)
-                if isinstance(d, ir.SymbolicDim) and isinstance(d.value, str)
-                else d
+                rename(d.value) if isinstance(d, ir.SymbolicDim) and isinstance(d.value, str) else d
                 for d in value.shape
             ]
             shape = ir.Shape(dims)
@@ -149,12 +145,12 @@ class RenameIOPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=modified)
 
 
-def _registered_cache_inputs(state: ExportState, model: ir.Model) -> list[str] | None:
-    """For a program the caller captured with a cache registered as a pytree node, the
-    graph inputs' names with the cache's as runtimes expect them (``past_key_values.0.key``
-    for torch's ``past_key_values_key_cache_0``); None for any other program."""
+def _registered_family_inputs(state: ExportState, model: ir.Model) -> list[str] | None:
+    """For a program the caller captured with a model family's values registered as pytree
+    nodes, the graph inputs' names with those values' tensors named as their family names
+    them (torch names them after the path to them); None for any other program."""
     ep = state.exported_program
-    if state.valid.cache_inputs is not None or ep is None or ep.call_spec.in_spec is None:
+    if state.valid.family_inputs is not None or ep is None or ep.call_spec.in_spec is None:
         return None
     user = [s for s in ep.graph_signature.input_specs if s.kind == gs.InputKind.USER_INPUT]
     paths = list(leaf_paths(ep.call_spec.in_spec))
@@ -163,24 +159,32 @@ def _registered_cache_inputs(state: ExportState, model: ir.Model) -> list[str] |
     tensors = [p for p, s in zip(paths, user) if isinstance(s.arg, gs.TensorArgument)]
     if len(tensors) != len(model.graph.inputs):
         return None
-    suffixes = [cache_suffix(path) for path in tensors]
-    if not any(suffixes):
-        return None
-    return [
-        f"past_key_values.{suffix}" if suffix else str(value.name)
-        for suffix, value in zip(suffixes, model.graph.inputs)
-    ]
+    for family in families():
+        names = family.input_names(tensors)
+        if names is not None:
+            return [name or str(v.name) for name, v in zip(names, model.graph.inputs)]
+    return None
 
 
-def _output_keys(state: ExportState, cache_among_inputs: bool) -> Sequence[str] | None:
-    """With caches among the inputs, the outputs are named by the keys of the dict the
-    model returned (``logits``, ``present.0.key``...), as torch.export recorded them."""
+def _registered_family_outputs(paths: Sequence[tuple[str, ...]]) -> list[str] | None:
+    """The outputs' names, by their paths, of the first family that names them."""
+    for family in families():
+        names = family.output_names(paths)
+        if names is not None:
+            return names
+    return None
+
+
+def _output_keys(state: ExportState, family_among_inputs: bool) -> Sequence[str] | None:
+    """With a model family's values among the inputs, the outputs are named by the keys
+    of the dict the flat forward returned (as its family names them), as torch.export
+    recorded them."""
     ep = state.exported_program
     if ep is None or ep.call_spec.out_spec is None:
         return None
     spec = ep.call_spec.out_spec
-    if state.valid.cache_inputs is None:  # a program captured with the cache registered
-        return output_names(spec) if cache_among_inputs else None
+    if state.valid.family_inputs is None:  # a program captured with the values registered
+        return _registered_family_outputs(list(leaf_paths(spec))) if family_among_inputs else None
     if spec.type is not dict:
         return None
     if not all(spec.child(i).is_leaf() for i in range(spec.num_children)):
@@ -214,7 +218,7 @@ class FinalizePass:
                     f"{option.split('_')[0]}s",
                     allowed=f"it takes at most one name per graph {option.split('_')[0]}, in order",
                 )
-        registered = _registered_cache_inputs(state, model)
+        registered = _registered_family_inputs(state, model)
         passes = ir.passes.Sequential(
             ir.passes.common.RemoveUnusedNodesPass(),
             ir.passes.common.OutputFixPass(),

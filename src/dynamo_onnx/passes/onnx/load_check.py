@@ -15,7 +15,6 @@ checked like any other.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -27,6 +26,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.fake import is_fake
+from dynamo_onnx.foreign_text import UnsupportedType, read_ort_error
 from dynamo_onnx.io.runner import quiet_session_options
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.domains import custom_domain_nodes
@@ -37,14 +37,6 @@ __all__ = ["LoadCheckPass", "weights_as_inputs"]
 #: Initializers up to this size stay in the checked model (shapes and axes an operator may
 #: need as constants); larger ones, and fake ones, become graph inputs for the check.
 _KEPT_BYTES = 1024
-
-#: How the checker ("node name: add_n0", "in 'add_n0 : value'") and ONNX Runtime ("in node
-#: (add_n0)", "node with name 'add_n0'") name a node.
-_NODE = re.compile(
-    r"node name: ([\w./-]+)|node \(([\w./-]+)\)|node with name '([\w./-]+)'|"
-    r"in '([\w./-]+) : ",
-    re.IGNORECASE,
-)
 
 
 class LoadCheckPass:
@@ -131,8 +123,8 @@ def _where(
     """The finding's fields for the node the checker or ONNX Runtime names: that ONNX node,
     its FX node and the user's line that called it."""
     nodes = {node.name: node for node in ir.traversal.RecursiveGraphIterator(model.graph)}
-    candidates = [next(filter(None, groups)) for groups in _NODE.findall(str(exc))]
-    named = next((m for m in candidates if m in nodes), None)
+    error = read_ort_error(str(exc))  # the checker's words or ONNX Runtime's
+    named = next((m for m in error.nodes if m in nodes), None)
     node = nodes.get(named) if named else None
     trace = node.metadata_props.get(STACK_TRACE, "") if node is not None else ""
     frames = stack_frames(ctx, trace)
@@ -143,7 +135,11 @@ def _where(
         else "?"
     )
     cause = exception_summary(exc)
-    hint = _opset_hint(str(exc), model.opset_imports.get("", 0))
+    hint = (
+        _opset_hint(error.unsupported_type, model.opset_imports.get("", 0))
+        if error.unsupported_type is not None
+        else None
+    )
     return where, {
         "stack": frames,
         "node": named or "unknown",
@@ -157,23 +153,10 @@ def _where(
     }
 
 
-#: The checker's "op_type:X ... unsupported type tensor(T)" and ONNX Runtime's "Type
-#: 'tensor(T)' of input parameter (v) of operator (X)".
-_UNSUPPORTED_TYPE = re.compile(
-    r"op_type:(?P<op>\w+).*unsupported type:? tensor\((?P<type>\w+)\)|"
-    r"Type 'tensor\((?P<type2>\w+)\)' of (?:input|output) parameter \([^)]*\) of operator "
-    r"\((?P<op2>\w+)\)"
-)
-
-
-def _opset_hint(message: str, opset: int) -> str | None:
-    """For "op_type:X ... unsupported type tensor(T)": the first opset whose X takes T, or
-    that none does (a float4 tensor can be stored, but few operators compute on it)."""
-    found = _UNSUPPORTED_TYPE.search(message)
-    if found is None:
-        return None
-    op_type = found.group("op") or found.group("op2")
-    type_name = found.group("type") or found.group("type2")
+def _opset_hint(unsupported: UnsupportedType, opset: int) -> str | None:
+    """For an operator given a type it does not take: the first opset whose operator takes
+    it, or that none does (a float4 tensor can be stored, but few operators compute on it)."""
+    op_type, type_name = unsupported.op_type, unsupported.type_name
     latest = onnx.defs.onnx_opset_version()
     for version in range(opset + 1, latest + 1):
         try:

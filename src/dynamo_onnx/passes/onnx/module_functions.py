@@ -9,7 +9,6 @@ cannot see the graph's initializers). The values computed are unchanged.
 
 from __future__ import annotations
 
-import re
 from typing import ClassVar
 
 import onnx_ir as ir
@@ -56,7 +55,7 @@ class ModuleFunctionsPass:
 
 
 def _function_name(path: str) -> str:
-    return re.sub(r"[^0-9A-Za-z_]", "_", path)
+    return "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in path)
 
 
 def _chain(node: ir.Node) -> list[str]:

@@ -1,15 +1,24 @@
-"""Opset-18 attributes on the nodes of a model of an older opset, taken out.
+"""Opset-18 nodes in a model of an older opset: attributes taken out, nodes carried over.
 
-ONNX's version converter leaves some on the nodes it converts down, and onnxscript's
-optimizer writes ``Split(num_outputs=...)`` whatever the model's opset: both the opset
-conversion and the optimization passes call :func:`drop_newer_attributes` after them.
+ONNX's version converter leaves some attributes on the nodes it converts down, and
+onnxscript's optimizer writes ``Split(num_outputs=...)`` whatever the model's opset: both
+the opset conversion and the optimization passes call :func:`drop_newer_attributes` after
+them. The converter also has no adapter down from 18 for some operators whose opset-18 form,
+as torch_lib writes it, means what the older one does: :func:`hidden_from_converter` carries
+those over unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import onnx_ir as ir
 
-__all__ = ["drop_newer_attributes"]
+__all__ = ["drop_newer_attributes", "hidden_from_converter"]
+
+#: A domain the version converter leaves alone, for the nodes it must not look at.
+_HIDDEN = "dynamo_onnx.hidden"
 
 
 #: Reductions that took ``noop_with_empty_axes`` with their axes input in opset 18.
@@ -54,6 +63,62 @@ def drop_newer_attributes(model: ir.Model, target: int) -> None:
                     del node.attributes["noop_with_empty_axes"]
             elif node.op_type == "Split" and "num_outputs" in node.attributes:
                 _split_sizes_as_input(node)
+
+
+#: The oldest opset whose version of the operator reads its opset-18 form (without what 18
+#: added) the same: ``Pad`` took its pads as an input from 11, ``Split`` its sizes from 13.
+_SAME_SINCE = {"Pad": 11, "Split": 13, "LpPool": 11}
+
+
+def _same_below_18(node: ir.Node, target: int) -> bool:
+    """An opset-18 node that reads as its version at ``target`` (the converter has no
+    adapter between them): a ``Pad`` without the ``axes`` input 18 added, a ``Split``
+    without ``num_outputs``, an ``LpPool`` without ``ceil_mode``."""
+    if node.domain not in ("", "ai.onnx") or target < _SAME_SINCE.get(node.op_type, 18):
+        return False
+    if node.op_type == "Pad":
+        return len(node.inputs) < 4 or node.inputs[3] is None
+    if node.op_type == "Split":
+        return "num_outputs" not in node.attributes
+    if node.op_type == "LpPool":
+        ceil = node.attributes.get("ceil_mode")
+        return ceil is None or ceil.value == 0
+    return False
+
+
+@contextlib.contextmanager
+def hidden_from_converter(model: ir.Model, target: int) -> Iterator[None]:
+    """While converting ``model`` down to ``target`` (< 18), the nodes that mean the same
+    at ``target`` sit in a domain of their own, so the converter neither refuses the model
+    ("No Adapter To Version 17 for Pad": a ``LocalResponseNorm`` at opset 17) nor touches
+    them; they are put back after, converted or not. torch.onnx keeps such a model at
+    opset 18 when the user asked 17."""
+    hidden = False
+    if target < 18:
+        for node in _nodes(model):
+            if _same_below_18(node, target):
+                node.domain = _HIDDEN
+                hidden = True
+    if hidden:
+        model.opset_imports[_HIDDEN] = 1
+    try:
+        yield
+    finally:
+        # found again: the C API's fallback converts a copy, whose nodes replace these
+        for node in _nodes(model) if hidden else ():
+            if node.domain == _HIDDEN:
+                node.domain = ""
+        model.opset_imports.pop(_HIDDEN, None)
+        for function in model.functions.values():
+            function.opset_imports.pop(_HIDDEN, None)
+
+
+def _nodes(model: ir.Model) -> list[ir.Node]:
+    return [
+        node
+        for graph in [model.graph, *model.functions.values()]
+        for node in ir.traversal.RecursiveGraphIterator(graph)
+    ]
 
 
 def _split_sizes_as_input(node: ir.Node) -> None:

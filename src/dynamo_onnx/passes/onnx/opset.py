@@ -8,7 +8,6 @@ first one's line in the model.
 
 from __future__ import annotations
 
-import re
 from typing import ClassVar
 
 import onnx
@@ -20,11 +19,12 @@ import onnxscript.version_converter
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
+from dynamo_onnx.foreign_text import converter_message
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.logs import dropped
 from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
 from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
-from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
+from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes, hidden_from_converter
 from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden, report_inlined
 
 __all__ = ["OpsetConversionPass"]
@@ -48,21 +48,15 @@ class OpsetConversionPass:
         return state
 
 
-def _converter_text(text: str) -> str:
-    """The converter's message as a sentence: its C++ formats numbers with a stray ``$``
-    ("No Adapter From Version $13 for Gemm")."""
-    return re.sub(r"\$(\d+)", r"\1", text)
-
-
 def _try_convert(model: ir.Model, target: int) -> str | None:
     """Convert in place; None when it happened, else why not. The converter logs its
     fallback and the C API's traceback: the finding reports the cause, the log is dropped."""
     cause = "the ONNX version converter left the model unchanged"
     try:
-        with dropped(_CONVERTER_LOGGER):
+        with dropped(_CONVERTER_LOGGER), hidden_from_converter(model, target):
             onnxscript.version_converter.convert_version(model, target, fallback=True)
     except Exception as exc:  # noqa: BLE001 - reported as the finding's cause
-        cause = _converter_text(exception_summary(exc))
+        cause = converter_message(exception_summary(exc))
     return None if model.opset_imports.get("") == target else cause
 
 
@@ -242,7 +236,7 @@ def _blocking_nodes(model: ir.Model, source: int, target: int) -> dict[str, tupl
             onnx.version_converter.convert_version(_probe_model(node, source), target)
         except Exception as exc:  # noqa: BLE001 - the reason is the finding
             reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            reason = _converter_text(reason.split("failed: ", 1)[-1])
+            reason = converter_message(reason.split("failed: ", 1)[-1])
             trace = node.metadata_props.get(STACK_TRACE, "")
             blockers[op_type] = (1, reason, trace)
     return blockers

@@ -18,7 +18,7 @@ from torch.export import graph_signature as gs
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.findings import Location
 from dynamo_onnx.errors import OnnxExporterError, TranslationError
-from dynamo_onnx.io.spec_names import leaf_paths
+from dynamo_onnx.io.inputs import leaf_paths
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.domains import custom_domain_nodes
 from dynamo_onnx.passes.fx import is_none_output, none_outputs

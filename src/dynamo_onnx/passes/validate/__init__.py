@@ -3,7 +3,9 @@
 Bad input should fail before any work, with the rule, the cause and the fix, instead of
 deep inside torch.export. Each check fails through ``ctx.fail``, so the reports say it.
 The pass also normalizes what the caller gave: ``args`` as a tuple, ``kwargs`` as a dict,
-the dynamic-shape spec in torch.export's terms, and the registry to translate with.
+the dynamic-shape spec in torch.export's terms, and the registry to translate with. With a
+model family's values among the inputs (a KV cache), its family takes them as flat tensors
+(``CheckedRequest.family_inputs``) and reads their spec (``dynamo_onnx.integrations``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from dynamo_onnx.errors import (
     InvalidOptionValueError,
     OnnxExporterError,
 )
-from dynamo_onnx.io.caches import CACHE_PARAMETERS, CacheInputs, is_cache, spread
-from dynamo_onnx.io.inputs import call_arguments
+from dynamo_onnx.integrations import FamilyInputs, ModelFamily, family_of, input_family
+from dynamo_onnx.io.inputs import call_arguments, spread
 from dynamo_onnx.options import (
     DEFAULT_OPSET,
     ExportOptions,
@@ -36,7 +38,6 @@ from dynamo_onnx.options import (
 from dynamo_onnx.passes.base import CheckedRequest, ExportState, PassName
 from dynamo_onnx.passes.model import code_location, describe_value, forward_signature
 from dynamo_onnx.passes.validate import spec_forms, torch_onnx
-from dynamo_onnx.passes.validate.caches import flat_spec, widen_decoding_example
 from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = ["ValidatePass", "normalize_dynamic_shapes"]
@@ -126,29 +127,33 @@ class ValidatePass:
         bound = _check_inputs(ctx, signature, args, kwargs, request.torch_onnx is not None)
         spread_out = spread(signature, bound) if signature is not None else bound
         spec = _checked_spec(ctx, request, args, kwargs, signature, bound, spread_out)
-        cache_inputs = None
-        if signature is not None and (
-            any(is_cache(v) for v in spread_out.values())
-            or _returns_cache(request.model, signature)
-        ):
+        family_inputs = None
+        family = (
+            input_family(request.model, signature, spread_out.values())
+            if signature is not None
+            else None
+        )
+        if family is not None and signature is not None:
             flat_from = spread_out
-            cache_inputs = _cache_inputs(ctx, signature, flat_from)
+            family_inputs = _family_inputs(ctx, family, signature, flat_from)
             if spec is not True and request.dynamic_axes is None:
-                spec = flat_spec(spec_forms.named(spec, signature, bound), flat_from, cache_inputs)
-            bound = cache_inputs.flat(flat_from)
+                spec = family.flat_spec(
+                    spec_forms.named(spec, signature, bound), flat_from, family_inputs
+                )
+            bound = family_inputs.flat(flat_from)
             if isinstance(spec, dict):
-                bound, widened = widen_decoding_example(bound, cache_inputs.names, spec)
+                bound, widened = family.widen_example(bound, family_inputs, spec)
                 for input_name, dim in widened:
                     ctx.record(
                         "dynamic-dim-example-widened",
                         locations=[ctx.call_site],
-                        input=cache_inputs.names[input_name],
+                        input=family_inputs.names[input_name],
                         dim=dim,
                     )
             checked = dataclasses.replace(
                 checked,
-                cache_inputs=cache_inputs,
-                input_names=checked.input_names or tuple(cache_inputs.names.values()),
+                family_inputs=family_inputs,
+                input_names=checked.input_names or tuple(family_inputs.names.values()),
             )
         if request.dynamic_axes is not None:
             spec = torch_onnx.dynamic_axes_to_shapes(
@@ -156,7 +161,7 @@ class ValidatePass:
                 request.dynamic_axes,
                 request.input_names,
                 request.output_names,
-                _axes_keys(bound, request.input_names, cache_inputs),
+                _axes_keys(bound, request.input_names, family_inputs),
             )
         options = request.export_options
         # Two spellings of one request: every dimension dynamic where the model allows it.
@@ -167,12 +172,12 @@ class ValidatePass:
         spec = normalize_dynamic_shapes(spec)
         if isinstance(spec, dict) and bound and set(spec) <= set(bound):
             # torch.export wants every input named; one the caller left out is static
-            # (``use_cache=True`` beside a spec for ``input_ids``)
+            # (a flag beside a spec for the token ids)
             spec = {name: spec.get(name) for name in bound}
         requested = _requested_dynamic(spec, bound)
         labels = _input_labels(bound, request.input_names)
-        if cache_inputs is not None and not request.input_names:
-            labels = dict(cache_inputs.names)
+        if family_inputs is not None and not request.input_names:
+            labels = dict(family_inputs.names)
         if not everything:  # there, a size-1 dimension is one the model may keep static
             for (input_name, dim), size in requested.items():
                 if size == 0:  # size 1: capture traces it at size 2 (DO129), or says DO105
@@ -211,14 +216,18 @@ def _checked_spec(
     no input a ``dynamic-spec-unknown-name`` error (torch.export would fail later, and
     the failure would read as the model's)."""
     spec = request.dynamic_shapes
-    caches = [name for name, value in spread_out.items() if is_cache(value)]
-    has_cache = bool(caches)
+    structured = {
+        name: family
+        for name, value in spread_out.items()
+        if (family := family_of(value)) is not None
+    }
     if isinstance(spec, (torch.export.ShapesCollection, torch.export.AdditionalInputs)):
-        if not has_cache:
+        if not structured:
             return spec  # torch.export resolves it (and checks AdditionalInputs' inputs)
-        try:  # a cache's tensors are found only where the cache is a registered pytree
+        try:  # a family value's tensors are found only where it is a registered pytree
             spec = spec.dynamic_shapes(request.model, args, kwargs)
         except ValueError:
+            name, family = next(iter(structured.items()))
             ctx.fail(
                 "dynamic-spec-mismatch",
                 InvalidExportOptionsError,
@@ -226,7 +235,7 @@ def _checked_spec(
                 given=f"a {type(spec).__name__} that finds no tensor of the cache (it looks "
                 "into registered pytree classes only)",
                 expected="a dict by forward's parameter names, or a tuple by position",
-                spec=f'dynamic_shapes={{"{caches[0]}": {{0: "batch", 2: "past"}}, ...}}',
+                spec=f'dynamic_shapes={{"{name}": {family.spec_example(name)}, ...}}',
             )
     try:
         checked = spec_forms.spec_by_parameter(
@@ -244,9 +253,10 @@ def _checked_spec(
         )
     except spec_forms.UnknownSpecName as problem:
         _unknown_name(ctx, "dynamic_shapes", problem, "input of this call")
-    if isinstance(spec, Mapping) and isinstance(checked, dict) and not has_cache:
+    if isinstance(spec, Mapping) and isinstance(checked, dict) and not structured:
         # torch.export wants the given inputs' names only: an entry of None for a
-        # parameter given no input says nothing (a cache's spec is read by its own names)
+        # parameter given no input says nothing (a family value's spec is read by its
+        # family)
         return {k: v for k, v in spec.items() if k in bound or v is not None}
     return checked if isinstance(spec, Mapping) else spec
 
@@ -267,20 +277,20 @@ def _unknown_name(
 
 
 def _axes_keys(
-    bound: Mapping[str, Any], input_names: Any, cache_inputs: CacheInputs | None
+    bound: Mapping[str, Any], input_names: Any, family_inputs: FamilyInputs | None
 ) -> dict[str, list[str]]:
     """Every name ``dynamic_axes`` may key an input by -> the export's inputs it stands
-    for: an ``input_names`` entry (by position), a parameter given an input, a cache
-    tensor's ONNX name (``past_key_values.0.key``), a cache parameter (all its tensors)."""
+    for: an ``input_names`` entry (by position), a parameter given an input, the ONNX name
+    of a family value's tensor, a family value's parameter (all its tensors)."""
     keys: dict[str, list[str]] = {}
     flat = list(bound)
-    if cache_inputs is not None:
-        for key, onnx_name in cache_inputs.names.items():
+    if family_inputs is not None:
+        for key, onnx_name in family_inputs.names.items():
             keys.setdefault(onnx_name, [key])
             prefix = onnx_name.split(".", 1)[0]
             if "." in onnx_name:
-                for parameter, cache_prefix in cache_inputs.prefixes.items():
-                    if cache_prefix == prefix:
+                for parameter, value_prefix in family_inputs.prefixes.items():
+                    if value_prefix == prefix:
                         keys.setdefault(parameter, []).append(key)
     else:
         keys.update({name: [name] for name in flat})
@@ -350,23 +360,16 @@ def _static_in_program(program: Any, spec: Any, input_names: Any, axes: bool) ->
     return static
 
 
-def _returns_cache(model: Any, signature: inspect.Signature) -> bool:
-    """A transformers model whose ``forward`` takes a cache may return one it made itself
-    (``use_cache`` defaults to its config's): its outputs are taken as tensors too."""
-    config = getattr(model, "config", None)
-    return (
-        getattr(config, "model_type", None) is not None
-        and getattr(config, "use_cache", False)
-        and any(name in signature.parameters for name in CACHE_PARAMETERS)
-    )
-
-
-def _cache_inputs(
-    ctx: DiagnosticContext, signature: inspect.Signature, bound: dict[str, Any]
-) -> CacheInputs:
-    """How the caches among the inputs are taken as tensors; DO108 for one that holds none."""
+def _family_inputs(
+    ctx: DiagnosticContext,
+    family: ModelFamily,
+    signature: inspect.Signature,
+    bound: dict[str, Any],
+) -> FamilyInputs:
+    """How the family's values among the inputs are taken as tensors; DO108 for one that
+    cannot be (a cache that holds no tensors)."""
     try:
-        return CacheInputs(signature, bound)
+        return family.inputs(signature, bound)
     except ValueError as exc:
         ctx.fail("invalid-arguments", InvalidExportOptionsError, problem=str(exc))
 
@@ -411,7 +414,7 @@ def _check_arguments(
         )
     leaves, _ = pytree.tree_flatten((args, dict(kwargs)))
     for leaf in leaves:
-        if not isinstance(leaf, _LEAF_TYPES) and not is_cache(leaf):
+        if not isinstance(leaf, _LEAF_TYPES) and family_of(leaf) is None:
             ctx.fail(
                 "invalid-arguments",
                 InvalidExportOptionsError,

@@ -8,18 +8,24 @@ torch keeps a derived size off 0 and 1 (``x[:, :-1]`` has ``n - 1`` rows, so ``n
 ``x[:, 1:3]`` gets ``n >= 3``), or eager PyTorch itself rejects the sizes outside
 (a ``Conv1d`` with kernel 3 needs 3 steps, a 32-row mask sliced by ``n`` needs ``n <= 32``).
 Running both answers which kind a narrowing is, without reading torch's log.
+
+Capture asks the same question of a dimension torch fixed to its example size although the
+caller asked it dynamic (``Dim.AUTO``, a named axis, ``dynamic_shapes=True``): captured again
+with torch's guards deferred, the program keeps the size symbolic, and the dimension stays
+dynamic if that program runs and matches eager at other sizes (``must_run``: a Linear's
+features, where eager itself refuses another size, stay fixed).
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 
 from dynamo_onnx.fake import is_fake
+from dynamo_onnx.foreign_text import symbols_in
 
 __all__ = ["agrees_outside"]
 
@@ -30,13 +36,16 @@ def agrees_outside(
     inputs: tuple[tuple[Any, ...], dict[str, Any]],
     symbol: str,
     sizes: Iterable[int],
+    must_run: bool = False,
 ) -> bool:
     """True if, at each of ``sizes`` for the dimensions of size ``symbol``, the program's
     graph computes what ``model`` does on ``inputs`` (the example's args and kwargs) so
     resized, or both raise. False when it differs, when only one raises, or when it cannot
     be tried (a callable or an ``ExportedProgram`` as the model, an input that is not a
     tensor at the top level, a size derived from ``symbol``, a program that mutates state,
-    weights or inputs without data: fake mode, where both would raise and so "agree")."""
+    weights or inputs without data: fake mode, where both would raise and so "agree").
+    With ``must_run``, a size where eager raises is a disagreement: the question is then
+    whether the model works at that size, not whether the program is as strict as eager."""
     if not isinstance(model, torch.nn.Module) or program.graph_signature.buffers_to_mutate:
         return False
     leaves = [*model.parameters(), *model.buffers(), *inputs[0], *inputs[1].values()]
@@ -57,7 +66,10 @@ def agrees_outside(
                 return False
             bound.arguments[name] = resized
         args, kwargs = bound.args, bound.kwargs
-        if not _same(_run(graph, args, kwargs), _run(_stateless(model), args, kwargs)):
+        expected = _run(_stateless(model), args, kwargs)
+        if must_run and isinstance(expected, _Raised):
+            return False
+        if not _same(_run(graph, args, kwargs), expected):
             return False
     return True
 
@@ -82,13 +94,9 @@ def _resized(leaf: Any, val: Any, symbol: str, size: int) -> Any:
         if text == symbol:
             index = torch.arange(size) % leaf.shape[dim]
             leaf = leaf.index_select(dim, index)
-        elif symbol in _symbols(text):
+        elif symbol in symbols_in(text):
             return _UNSUPPORTED  # 2*s: which size it takes is not this dimension's
     return leaf
-
-
-def _symbols(text: str) -> set[str]:
-    return set(re.findall(r"\b[su]\d+\b", text))
 
 
 def _no_tensors(value: Any) -> bool:

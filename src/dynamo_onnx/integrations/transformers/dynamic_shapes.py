@@ -2,7 +2,7 @@
 export takes (``past_key_values_0_key``...).
 
 The caller spells the spec by ``forward``'s parameters; a cache's entry is in any of the
-forms :func:`~dynamo_onnx.passes.validate.spec_forms.cache_specs` reads (one spec for every
+forms :func:`~dynamo_onnx.integrations.transformers.spec_forms.cache_specs` reads (one spec for every
 tensor, transformers' keys-then-values nesting, one per tensor in layer order). With no
 spec, the dims get the names onnxruntime-genai and Optimum use: ``batch_size``,
 ``sequence_length``, ``total_sequence_length`` (the attention mask),
@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from dynamo_onnx.io.caches import CacheInputs, cache_parts, is_cache
-from dynamo_onnx.passes.validate.spec_forms import cache_specs
+from dynamo_onnx.integrations.transformers.caches import CacheInputs, cache_parts, is_cache
+from dynamo_onnx.integrations.transformers.spec_forms import cache_specs
 
-__all__ = ["cache_dynamic_shapes", "flat_spec"]
+__all__ = ["cache_dynamic_shapes", "flat_spec", "widen_decoding_example"]
 
 _TOKENS = frozenset({"input_ids", "position_ids", "token_type_ids", "decoder_input_ids"})
 

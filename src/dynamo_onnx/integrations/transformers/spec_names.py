@@ -12,39 +12,15 @@ the model itself is exported (``past_key_values.0.key``, ``logits``, ``present.0
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Sequence
 
-__all__ = ["cache_suffix", "leaf_paths", "output_names"]
+__all__ = ["cache_suffix", "input_names", "output_names"]
 
 #: A cache's tensors in a registered flattening: ``key_cache``/``value_cache`` (transformers),
 #: ``keys``/``values`` (its layers), followed by the layer's index.
 _KIND = re.compile(r"^(key|value)s?(_cache)?$")
 #: The parameters and output fields that hold a transformers cache.
 CACHE_FIELDS = frozenset({"past_key_values", "cache"})
-
-
-def _keys(spec: Any) -> list[str]:
-    """The name of each child of a spec node: its key where the node has keys, else its
-    position."""
-    n, context = spec.num_children, spec.context
-    if isinstance(context, (list, tuple)):
-        if len(context) == n and all(isinstance(k, str) for k in context):
-            return list(context)
-        first = context[0] if context else None
-        if isinstance(first, (list, tuple)) and len(first) == n:
-            if all(isinstance(k, str) for k in first):
-                return list(first)
-    return [str(i) for i in range(n)]
-
-
-def leaf_paths(spec: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    """The path of every leaf of a ``TreeSpec``, in flattening order."""
-    if spec.is_leaf():
-        yield prefix
-        return
-    for i, key in enumerate(_keys(spec)):
-        yield from leaf_paths(spec.child(i), (*prefix, key))
 
 
 def cache_suffix(path: tuple[str, ...]) -> str | None:
@@ -60,10 +36,19 @@ def cache_suffix(path: tuple[str, ...]) -> str | None:
     return None
 
 
-def output_names(spec: Any) -> list[str] | None:
-    """The outputs' names from the output spec, when a cache is among them: ``logits``,
-    ``present.0.key``...; None otherwise (FX names stay)."""
-    paths = list(leaf_paths(spec))
+def input_names(paths: Sequence[tuple[str, ...]]) -> list[str | None] | None:
+    """The runtime name of each tensor input by its path (``past_key_values.0.key`` for
+    ``['past_key_values', 'key_cache', 0]``; None for an input of no cache), or None when
+    no input is a cache's."""
+    suffixes = [cache_suffix(path) for path in paths]
+    if not any(suffixes):
+        return None
+    return [f"past_key_values.{suffix}" if suffix else None for suffix in suffixes]
+
+
+def output_names(paths: Sequence[tuple[str, ...]]) -> list[str] | None:
+    """The outputs' names by their paths in the output spec, when a cache is among them:
+    ``logits``, ``present.0.key``...; None otherwise (FX names stay)."""
     suffixes = [cache_suffix(p) for p in paths]
     if not any(suffixes):
         return None

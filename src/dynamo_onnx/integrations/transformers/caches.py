@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch.export import pytree
 
+from dynamo_onnx.io.inputs import spread
+
 __all__ = [
     "CACHE_PARAMETERS",
     "CacheInputs",
@@ -27,7 +29,6 @@ __all__ = [
     "is_cache",
     "output_parts",
     "rebuild_cache",
-    "spread",
 ]
 
 
@@ -174,19 +175,6 @@ def _onnx_prefix(name: str) -> str:
     return "past_key_values" if name in CACHE_PARAMETERS else name
 
 
-def spread(signature: inspect.Signature, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Bound arguments with a ``**kwargs`` parameter's entries as arguments of their own
-    (a ``past_key_values=`` that reaches ``forward`` through ``**kwargs``)."""
-    spread_out: dict[str, Any] = {}
-    for name, value in arguments.items():
-        parameter = signature.parameters.get(name)
-        if parameter is not None and parameter.kind is parameter.VAR_KEYWORD:
-            spread_out.update(value)
-        else:
-            spread_out[name] = value
-    return spread_out
-
-
 def _key(name: str) -> str:
     """A flat input's parameter name (``past_key_values_0_key``): torch.export binds inputs
     to parameters, whose names are identifiers."""
@@ -194,7 +182,8 @@ def _key(name: str) -> str:
 
 
 class CacheInputs:
-    """The inputs of a model that takes caches, as the export takes them: every tensor
+    """The inputs of a model that takes caches, as the export takes them
+    (:class:`~dynamo_onnx.integrations.base.FamilyInputs`): every tensor
     input by its parameter name, every cache as its tensors (parameter
     ``past_key_values_0_key``, named ``past_key_values.0.key`` in the ONNX model), as keyword
     inputs; other values (``use_cache=True``) are constants of the export."""
@@ -261,6 +250,10 @@ class CacheInputs:
         """The caller's inputs (as ``forward`` takes them) -> the export's, ((), flat)."""
         bound = self.signature.bind(*args, **kwargs).arguments
         return (), self.flat(spread(self.signature, bound))
+
+    def output_parts(self, output: Any) -> list[tuple[str, Any]]:
+        """The model's output as (name, value) pairs, caches as ``present.0.key``..."""
+        return output_parts(output)
 
     def model_inputs(self, flat: Mapping[str, torch.Tensor]) -> dict[str, Any]:
         """The export's inputs -> the model's keyword arguments, caches rebuilt."""

@@ -1,0 +1,128 @@
+"""The installed model families, and the questions generic code asks them.
+
+Generic code never names a family's concepts: it asks "the family that recognizes this
+value" (:func:`family_of`) or each family in turn, through the protocol in
+:mod:`dynamo_onnx.integrations.base`. Adding a family is a package under ``integrations/``
+implementing :class:`~dynamo_onnx.integrations.base.ModelFamily` and one entry in
+:data:`FAMILIES` (docs/architecture.md, "Model families as plug-ins").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import os
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from dynamo_onnx.integrations.base import FamilyInputs, ModelFamily
+from dynamo_onnx.integrations.transformers import TransformersFamily, hf_folder
+from dynamo_onnx.integrations.transformers.hf_folder import HFFolder as SavedModel
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    import torch
+
+    from dynamo_onnx.diagnostics import DiagnosticContext
+    from dynamo_onnx.registry import OnnxRegistry
+
+__all__ = [
+    "FAMILIES",
+    "FamilyInputs",
+    "ModelFamily",
+    "SavedModel",
+    "capturing",
+    "copy_family_values",
+    "families",
+    "family_of",
+    "files_beside",
+    "input_family",
+    "load_folder",
+    "output_leaves",
+    "runtime_passes",
+]
+
+#: The installed families, built once at import (each is stateless).
+FAMILIES: tuple[ModelFamily, ...] = (TransformersFamily(),)
+
+
+def families() -> tuple[ModelFamily, ...]:
+    """Every installed model family, in the order they are asked."""
+    return FAMILIES
+
+
+def load_folder(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> SavedModel:
+    """The model saved in the folder ``path`` (a Hugging Face folder: the one format
+    saved on disk a family reads today), with the inputs to export it with and the files
+    to copy beside the exported model; a folder no family can load fails with its rule."""
+    return hf_folder.load(ctx, path)
+
+
+def family_of(value: Any) -> ModelFamily | None:
+    """The family that recognizes ``value`` as one of its objects, or None."""
+    return next((f for f in FAMILIES if f.recognizes(value)), None)
+
+
+def input_family(
+    model: Any, signature: inspect.Signature, values: Iterable[Any]
+) -> ModelFamily | None:
+    """The family whose inputs the export takes apart for this call: the first that
+    recognizes one of ``values`` (the inputs, bound and spread) or takes the model's
+    inputs as its own (a model that makes its own cache)."""
+    values = list(values)
+    for family in FAMILIES:
+        if any(family.recognizes(v) for v in values) or family.takes_structured_inputs(
+            model, signature
+        ):
+            return family
+    return None
+
+
+@contextlib.contextmanager
+def capturing(
+    ctx: DiagnosticContext, module: torch.nn.Module, registry: OnnxRegistry | None
+) -> Iterator[None]:
+    """While the block runs, every family's capture wrapper is on (each puts its settings
+    back afterwards, in reverse order)."""
+    with contextlib.ExitStack() as stack:
+        for family in FAMILIES:
+            stack.enter_context(family.capturing(ctx, module, registry))
+        yield
+
+
+def output_leaves(value: Any) -> Any | None:
+    """A family value a model returned, as plain containers and tensors; None when no
+    family recognizes it."""
+    for family in FAMILIES:
+        found = family.output_leaves(value)
+        if found is not None:
+            return found
+    return None
+
+
+def copy_family_values(values: Any) -> Any:
+    """``values`` (args, kwargs, nested) with every family value deep-copied: running the
+    model may change one in place (a KV cache grows), and the caller's must not change."""
+    if family_of(values) is not None:
+        return copy.deepcopy(values)
+    if isinstance(values, dict):
+        return {k: copy_family_values(v) for k, v in values.items()}
+    if isinstance(values, (list, tuple)):
+        return type(values)(copy_family_values(v) for v in values)
+    return values
+
+
+def files_beside(
+    model: ir.Model, reference: Any, inputs: FamilyInputs | None, filename: str
+) -> dict[str, str | bytes]:
+    """Every family's files to save beside ``model`` saved as ``filename``."""
+    found: dict[str, str | bytes] = {}
+    for family in FAMILIES:
+        found.update(family.files_beside(model, reference, inputs, filename))
+    return found
+
+
+def runtime_passes(model: ir.Model, reference: Any, runtime: str) -> list[ir.passes.PassBase]:
+    """The ONNX-side passes the families want for ``runtime``, in family order."""
+    return [p for f in FAMILIES for p in f.runtime_passes(model, reference, runtime)]

@@ -1,0 +1,139 @@
+"""transformers' models as a model family: everything the exporter knows of transformers.
+
+Its KV caches as inputs and outputs (``caches.py``: a cache taken as its tensors, named
+``past_key_values.0.key`` / ``present.0.key`` as onnxruntime-genai and Optimum name them),
+the forms a cache's spec takes (``spec_forms.py``) and its default dim names
+(``dynamic_shapes.py``, home of the public ``cache_dynamic_shapes``), the names of a program
+captured with the cache registered as a pytree node (``spec_names.py``), mixture-of-experts
+layers traced with an implementation that exports (``experts.py``), and the
+``genai_config.json`` written beside a causal LM (``genai.py``). Nothing here imports
+transformers: its objects are recognized by duck typing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dynamo_onnx.integrations.transformers import genai, spec_names
+from dynamo_onnx.integrations.transformers.caches import (
+    CACHE_PARAMETERS,
+    CacheInputs,
+    cache_parts,
+    is_cache,
+)
+from dynamo_onnx.integrations.transformers.dynamic_shapes import (
+    cache_dynamic_shapes,
+    flat_spec,
+    widen_decoding_example,
+)
+from dynamo_onnx.integrations.transformers.experts import traceable_experts
+from dynamo_onnx.integrations.transformers.spec_forms import CACHE_EXAMPLE, cache_specs
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    import torch
+
+    from dynamo_onnx.diagnostics import DiagnosticContext
+    from dynamo_onnx.integrations.base import FamilyInputs
+    from dynamo_onnx.registry import OnnxRegistry
+
+__all__ = ["TransformersFamily", "cache_dynamic_shapes"]
+
+
+def _config(model: Any) -> Any:
+    """The transformers configuration of ``model`` (a ``PretrainedConfig``), or None."""
+    config = getattr(model, "config", None)
+    return config if getattr(config, "model_type", None) is not None else None
+
+
+class TransformersFamily:
+    """transformers' models and caches (:class:`~dynamo_onnx.integrations.base.ModelFamily`)."""
+
+    name = "transformers"
+
+    def recognizes(self, value: Any) -> bool:
+        return is_cache(value)
+
+    def takes_structured_inputs(self, model: Any, signature: inspect.Signature) -> bool:
+        """A model whose ``forward`` takes a cache may return one it made itself
+        (``use_cache`` defaults to its config's): its outputs are taken as tensors too."""
+        return bool(self.facts(model).get("use_cache")) and any(
+            name in signature.parameters for name in CACHE_PARAMETERS
+        )
+
+    def inputs(self, signature: inspect.Signature, bound: Mapping[str, Any]) -> CacheInputs:
+        return CacheInputs(signature, bound)
+
+    def parameter_aliases(self, given: Mapping[str, Any]) -> dict[str, str]:
+        """The other name of the cache parameter (``past_key_values`` for ``cache``,
+        transformers 5.24's new name, and back)."""
+        found = [n for n in CACHE_PARAMETERS if n in given and is_cache(given[n])]
+        return {other: found[0] for other in CACHE_PARAMETERS if found and other not in given}
+
+    def value_specs(self, entry: Any, value: Any, parameter: str) -> list[Any]:
+        return cache_specs(entry, value, parameter)
+
+    def spec_example(self, parameter: str) -> str:
+        del parameter  # every cache's tensors take the same entry
+        return CACHE_EXAMPLE
+
+    def flat_spec(self, spec: Any, bound: Mapping[str, Any], inputs: FamilyInputs) -> Any:
+        assert isinstance(inputs, CacheInputs)
+        return flat_spec(spec, bound, inputs)
+
+    def widen_example(
+        self, flat: Mapping[str, torch.Tensor], inputs: FamilyInputs, spec: Mapping[str, Any]
+    ) -> tuple[dict[str, torch.Tensor], list[tuple[str, int]]]:
+        return widen_decoding_example(flat, inputs.names, spec)
+
+    def capturing(
+        self, ctx: DiagnosticContext, module: torch.nn.Module, registry: OnnxRegistry | None
+    ) -> contextlib.AbstractContextManager[None]:
+        return traceable_experts(ctx, module, registry)
+
+    def input_names(self, paths: Sequence[tuple[str, ...]]) -> list[str | None] | None:
+        return spec_names.input_names(paths)
+
+    def output_names(self, paths: Sequence[tuple[str, ...]]) -> list[str] | None:
+        return spec_names.output_names(paths)
+
+    def output_leaves(self, value: Any) -> Any | None:
+        """A cache as its tensors (as the export returns them), a ``ModelOutput`` as its
+        tuple."""
+        if is_cache(value):
+            return [t for _, t in cache_parts(value)]
+        if hasattr(value, "to_tuple"):
+            return value.to_tuple()
+        return None
+
+    def files_beside(
+        self, model: ir.Model, reference: Any, inputs: FamilyInputs | None, filename: str
+    ) -> dict[str, str]:
+        """``genai_config.json`` for a causal LM exported with its cache (onnxruntime-genai
+        then runs the folder as it is)."""
+        config = _config(reference)
+        if not isinstance(inputs, CacheInputs) or config is None or inputs.sliding():
+            return {}  # (a sliding window is not described to onnxruntime-genai yet)
+        found = genai.genai_config(model, config, filename)
+        return {genai.FILENAME: genai.dumps(found)} if found is not None else {}
+
+    def runtime_passes(
+        self, model: ir.Model, reference: Any, runtime: str
+    ) -> list[ir.passes.PassBase]:
+        """None yet: the ORT fusions and quantization of issue 35 land here."""
+        del model, reference, runtime
+        return []
+
+    def facts(self, model: Any) -> dict[str, Any]:
+        """``model_type``, ``use_cache`` and the sliding window of a transformers model."""
+        config = _config(model)
+        if config is None:
+            return {}
+        return {
+            "model_type": config.model_type,
+            "use_cache": bool(getattr(config, "use_cache", False)),
+            "sliding_window": getattr(config, "sliding_window", None),
+        }

@@ -1,0 +1,182 @@
+"""The model-family protocol answered by the transformers family, on hand-built values:
+a real ``DynamicCache``, a real config, a three-node ONNX model; no export (unit layer)."""
+
+from __future__ import annotations
+
+import inspect
+
+import onnx_ir as ir
+import pytest
+import torch
+import transformers
+
+import dynamo_onnx
+from dynamo_onnx import integrations
+from dynamo_onnx.integrations.transformers import TransformersFamily, genai
+
+LAYERS, HEADS, PAST, HEAD_DIM = 2, 2, 3, 4
+
+
+def _config() -> transformers.LlamaConfig:
+    return transformers.LlamaConfig(
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        hidden_size=HEADS * HEAD_DIM,
+        intermediate_size=16,
+        vocab_size=50,
+        max_position_embeddings=32,
+    )
+
+
+def _cache() -> transformers.DynamicCache:
+    cache = transformers.DynamicCache(config=_config())
+    for layer in range(LAYERS):
+        shape = (2, HEADS, PAST, HEAD_DIM)
+        cache.update(torch.full(shape, 10.0 * layer), torch.full(shape, 10.0 * layer + 1), layer)
+    return cache
+
+
+class _WithConfig(torch.nn.Module):
+    """A model that carries a transformers config, the way the family reads one."""
+
+    def __init__(self, config: object) -> None:
+        super().__init__()
+        self.config = config
+
+    def forward(self, input_ids, past_key_values=None, use_cache=True):
+        return input_ids
+
+
+def test_the_family_of_a_cache_is_transformers_and_of_anything_else_none():
+    family = integrations.family_of(_cache())
+    assert isinstance(family, TransformersFamily) and family.name == "transformers"
+    for other in (torch.ones(2), {"a": torch.ones(2)}, [torch.ones(2)], None, 3):
+        assert integrations.family_of(other) is None
+
+
+def test_a_model_that_makes_its_own_cache_is_the_familys_and_a_plain_one_is_not():
+    model = _WithConfig(_config())
+    signature = inspect.signature(model.forward)
+    assert integrations.input_family(model, signature, [torch.ones(1, 2)]) is not None
+    plain = torch.nn.Linear(2, 2)
+    assert integrations.input_family(plain, inspect.signature(plain.forward), []) is None
+    no_cache = _WithConfig(transformers.LlamaConfig(use_cache=False))
+    assert integrations.input_family(no_cache, signature, [torch.ones(1, 2)]) is None
+
+
+def test_a_cache_is_taken_as_named_tensors_and_rebuilt_from_them():
+    family, cache, ids = TransformersFamily(), _cache(), torch.ones(2, 1, dtype=torch.int64)
+    signature = inspect.signature(_WithConfig.forward)
+    bound = {"input_ids": ids, "past_key_values": cache, "use_cache": True}
+    inputs = family.inputs(signature, bound)
+    assert list(inputs.names.items()) == [
+        ("input_ids", "input_ids"),
+        ("past_key_values_0_key", "past_key_values.0.key"),
+        ("past_key_values_0_value", "past_key_values.0.value"),
+        ("past_key_values_1_key", "past_key_values.1.key"),
+        ("past_key_values_1_value", "past_key_values.1.value"),
+    ]
+    flat = inputs.flat(bound)
+    assert float(flat["past_key_values_1_value"][0, 0, 0, 0]) == 11.0
+    flat["past_key_values_1_value"] = torch.zeros(2, HEADS, PAST + 2, HEAD_DIM)
+    rebuilt = inputs.model_inputs(flat)
+    assert rebuilt["use_cache"] is True and rebuilt["input_ids"] is ids
+    assert rebuilt["past_key_values"] is not cache  # the caller's cache is not changed
+    assert rebuilt["past_key_values"].layers[1].values.shape[2] == PAST + 2
+    assert cache.layers[1].values.shape[2] == PAST
+    assert list(inputs.forward_signature().parameters) == list(inputs.names)
+
+
+def test_a_cache_that_holds_no_tensors_is_a_value_error():
+    empty = transformers.DynamicCache(config=_config())
+    with pytest.raises(ValueError, match="holds no tensors"):
+        TransformersFamily().inputs(inspect.signature(_WithConfig.forward), {"x": empty})
+
+
+def test_names_of_a_program_captured_with_the_cache_registered_come_from_the_paths():
+    family = TransformersFamily()
+    paths = [("kwargs", "input_ids"), ("kwargs", "past_key_values", "key_cache", "1")]
+    assert family.input_names(paths) == [None, "past_key_values.1.key"]
+    assert family.input_names([("kwargs", "x")]) is None
+    assert family.output_names([("logits",), ("past_key_values", "value_cache", "0")]) == [
+        "logits",
+        "present.0.value",
+    ]
+    assert family.output_names([("logits",), ("hidden_states", "0")]) is None
+
+
+def test_output_leaves_are_a_caches_tensors_and_an_output_classs_tuple():
+    cache = _cache()
+    leaves = integrations.output_leaves(cache)
+    assert [float(t.flatten()[0]) for t in leaves] == [0.0, 1.0, 10.0, 11.0]
+    logits = torch.randn(2, 1, 50)
+    output = transformers.modeling_outputs.CausalLMOutputWithPast(logits=logits)
+    assert integrations.output_leaves(output) == (logits,)
+    assert integrations.output_leaves(logits) is None
+    assert integrations.output_leaves({"logits": logits}) is None
+
+
+def test_family_values_are_deep_copied_and_tensors_are_not():
+    cache, x = _cache(), torch.ones(2)
+    args, kwargs = integrations.copy_family_values(((x,), {"past_key_values": cache}))
+    assert args[0] is x
+    copied = kwargs["past_key_values"]
+    assert copied is not cache and copied.layers[0].keys is not cache.layers[0].keys
+    assert torch.equal(copied.layers[1].values, cache.layers[1].values)
+
+
+def _decoder_model() -> ir.Model:
+    """A graph with a causal LM's runtime names, the way an export with a cache names it."""
+    names = ["input_ids", *(f"past_key_values.{i}.{kv}" for i in range(LAYERS) for kv in "kv")]
+    names = [n.replace(".k", ".key").replace(".v", ".value") for n in names]
+    inputs = [ir.Value(name=n) for n in names]
+    node = ir.node("Identity", [inputs[0]])
+    outputs = [node.outputs[0]]
+    outputs[0].name = "logits"
+    presents = [ir.node("Identity", [v]) for v in inputs[1:]]
+    for value, present in zip(inputs[1:], presents):
+        present.outputs[0].name = value.name.replace("past_key_values", "present")
+    graph = ir.Graph(
+        inputs,
+        outputs + [p.outputs[0] for p in presents],
+        nodes=[node, *presents],
+        opset_imports={"": 20},
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+def test_files_beside_a_causal_lm_are_its_genai_config_and_nothing_for_another_model():
+    config, cache = _config(), _cache()
+    reference = _WithConfig(config)
+    bound = {"input_ids": torch.ones(2, 1, dtype=torch.int64), "past_key_values": cache}
+    inputs = TransformersFamily().inputs(inspect.signature(_WithConfig.forward), bound)
+    files = integrations.files_beside(_decoder_model(), reference, inputs, "model.onnx")
+    assert list(files) == [genai.FILENAME]
+    assert '"filename": "model.onnx"' in files[genai.FILENAME]
+    assert '"num_hidden_layers": 2' in files[genai.FILENAME]
+    assert integrations.files_beside(_decoder_model(), reference, None, "model.onnx") == {}
+    linear = torch.nn.Linear(2, 2)
+    assert integrations.files_beside(_decoder_model(), linear, inputs, "model.onnx") == {}
+
+
+def test_facts_and_runtime_passes_of_a_transformers_model():
+    family = TransformersFamily()
+    config = transformers.MistralConfig(sliding_window=16, use_cache=True)
+    assert family.facts(_WithConfig(config)) == {
+        "model_type": "mistral",
+        "use_cache": True,
+        "sliding_window": 16,
+    }
+    assert family.facts(torch.nn.Linear(2, 2)) == {}
+    # the slot of issue 35's ORT fusions and quantization: nothing yet
+    assert integrations.runtime_passes(_decoder_model(), _WithConfig(config), "onnxruntime") == []
+
+
+def test_the_public_cache_dynamic_shapes_comes_from_the_integration():
+    from dynamo_onnx.integrations.transformers import dynamic_shapes
+
+    assert dynamo_onnx.cache_dynamic_shapes is dynamic_shapes.cache_dynamic_shapes
+    assert dynamo_onnx.cache_dynamic_shapes(_cache()) == [
+        {0: "batch_size", 2: "past_sequence_length"}
+    ] * (2 * LAYERS)
