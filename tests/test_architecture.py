@@ -30,12 +30,13 @@ LAYERS = {
     "registry": 4,
     "io": 4,
     "passes": 5,
+    "runtimes": 5,
     "program": 6,
     "exporter": 6,
     "cli": 7,
     "__init__": 7,
 }
-SAME_LAYER_EDGES = {("exporter", "program"), ("cli", "__init__")}
+SAME_LAYER_EDGES = {("exporter", "program"), ("cli", "__init__"), ("runtimes", "passes")}
 #: Packages that must know nothing of torch, ONNX or the passes.
 PURE = {"diagnostics", "reports"}
 FORBIDDEN_IN_PURE = {"torch", "onnx", "onnx_ir", "onnxscript", "onnxruntime"}
