@@ -24,6 +24,7 @@ from onnxscript.rewriter import pattern
 import dynamo_onnx
 import hf_models
 from conftest import line_of
+from dynamo_onnx.runtimes.onnxruntime.fusions import canonical_dims
 from dynamo_onnx.runtimes.onnxruntime.rules import (
     CosSinCacheOfProduct,
     GroupQueryAttentionOfIndexMask,
@@ -285,6 +286,22 @@ def test_a_same_shape_reshape_is_removed_and_a_real_one_kept(result, left):
     model = _reshape_graph(result)
     pattern.RewriteRuleSet([SameShapeReshape.rule()]).apply_to_model(model)
     assert _count(model, "Reshape") == left
+
+
+def test_equal_sums_of_dimensions_are_written_alike_and_names_are_left_alone():
+    model = _reshape_graph(["B", 4, "sequence_length + past_sequence_length", 8])
+    model.graph.inputs[0].shape = ir.Shape(
+        ["batch-size", 4, "past_sequence_length + sequence_length", 8]
+    )
+    assert canonical_dims(model) == 1
+    assert [str(d) for d in model.graph.outputs[0].shape] == [
+        "B",
+        "4",
+        "past_sequence_length + sequence_length",
+        "8",
+    ]
+    assert str(model.graph.inputs[0].shape[0]) == "batch-size"
+    assert canonical_dims(model) == 0
 
 
 def _rotary_graph(axes: list[int]) -> ir.Model:

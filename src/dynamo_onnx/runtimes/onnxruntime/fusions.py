@@ -52,7 +52,7 @@ from dynamo_onnx.runtimes.onnxruntime.rules import (
     SameShapeReshape,
 )
 
-__all__ = ["FUSED_OPS", "MatchFailure", "fuse", "op_counts"]
+__all__ = ["FUSED_OPS", "MatchFailure", "canonical_dims", "fuse", "op_counts"]
 
 #: The ONNX Runtime operators a fusion makes, by the kind of block they replace.
 FUSED_OPS: Mapping[str, tuple[str, ...]] = {
@@ -111,6 +111,7 @@ def _steps(max_positions: int | None) -> list[tuple[str, Fusion, dict[str, objec
         ("cse", _cse, {}),
         ("partial_rotary_embedding", fuse_partial_rotary_embedding, {}),
         ("sdpa", fuse_sdpa, {"apply_shape_inference": True}),
+        ("canonical_dims", canonical_dims, {}),
         ("same_shape_reshape", _same_shape_reshapes, {}),
         ("gqa", _rules(GroupQueryAttentionOfIndexMask.rule()), {}),  # for onnxscript's: rules.py
         ("packed_qkv_for_gqa", fuse_qkv_gqa, {}),
@@ -142,6 +143,49 @@ def _pre_optimize(model: ir.Model, optimize: Callable[[ir.Model], None]) -> None
     optimize(model)
     shape_optimization.rules.apply_to_model(model)
     optimize(model)
+    canonical_dims(model)
+
+
+#: How sympy and ONNX's shape inference write an operator in a dimension's expression.
+_OPERATORS = (" + ", " - ", "*", "//")
+
+
+def canonical_dims(model: ir.Model) -> int:
+    """Write every symbolic dimension that is an expression in one canonical form (sympy's),
+    so that equal sizes compare equal; the number of dimensions rewritten.
+
+    The export names ``past + new`` as sympy prints it (``past_sequence_length +
+    sequence_length``); ONNX's shape inference, run between the fusions, writes the sum it
+    computes in its operands' order (``sequence_length + past_sequence_length``). The
+    matchers compare dimensions by their text: GroupQueryAttention's saw two sizes where
+    there is one, and left some layers of a Llama unfused.
+    """
+    import sympy  # torch's dependency; only needed here
+
+    seen: dict[str, str] = {}
+    count = 0
+    values = [*model.graph.inputs, *(o for node in model.graph for o in node.outputs)]
+    for value in values:
+        if value.shape is None:
+            continue
+        dims = list(value.shape)
+        changed = False
+        for i, dim in enumerate(dims):
+            text = dim.value if isinstance(dim, ir.SymbolicDim) else None
+            if not text or not any(op in text for op in _OPERATORS):
+                continue  # a name (a user's `batch-size` is not a difference)
+            if text not in seen:
+                try:
+                    seen[text] = str(sympy.sympify(text))
+                except (sympy.SympifyError, SyntaxError, TypeError):
+                    seen[text] = text
+            if seen[text] != text:
+                dims[i] = ir.SymbolicDim(seen[text])
+                changed = True
+        if changed:
+            value.shape = ir.Shape(dims)
+            count += 1
+    return count
 
 
 def fuse(
