@@ -138,9 +138,10 @@ def test_verify_compares_the_fused_model_with_eager(fused):
 @pytest.mark.parametrize("name", ["mistral", "gemma2"])
 @pytest.mark.xfail(
     strict=True,
-    reason="sliding-window layers: transformers keeps window - 1 tokens of the cache (the "
-    "present is a Slice of the concatenation) and computes the key positions from an "
-    "offset, neither of which GroupQueryAttention's pattern takes yet",
+    reason="sliding-window layers: transformers keeps the last window - 1 tokens of their "
+    "cache (the present is a Slice of the concatenation, the key positions start at an "
+    "offset), where GroupQueryAttention keeps the whole cache from position 0 and masks by "
+    "local_window_size; Gemma 2 also scales and soft-caps the scores",
 )
 def test_sliding_window_models_fuse_into_gqa(name):
     model = _model(name)

@@ -133,6 +133,7 @@ def _same_shape_reshapes(model: ir.Model) -> int:
 
 
 def _cse(model: ir.Model) -> int:
+    """onnxscript runs it between the rotary fusions (0: it counts no fusion)."""
     common_passes.CommonSubexpressionEliminationPass()(model)
     return 0
 
@@ -152,7 +153,7 @@ _OPERATORS = (" + ", " - ", "*", "//")
 
 def canonical_dims(model: ir.Model) -> int:
     """Write every symbolic dimension that is an expression in one canonical form (sympy's),
-    so that equal sizes compare equal; the number of dimensions rewritten.
+    so that equal sizes compare equal; the number of values whose shape was rewritten.
 
     The export names ``past + new`` as sympy prints it (``past_sequence_length +
     sequence_length``); ONNX's shape inference, run between the fusions, writes the sum it
@@ -209,9 +210,6 @@ def fuse(
         kwargs = dict(options)
         if kwargs.pop("only_after_mha", False) and not (counts["mha1"] or counts["mha2"]):
             counts[name] = 0
-            continue
-        if name == "cse":
-            _cse(model)
             continue
         counts[name] = step(model, **kwargs)
         if failures is not None and name in _TRACED:
