@@ -135,6 +135,15 @@ def test_verify_compares_the_fused_model_with_eager(fused):
     assert "DO602" in ids and "DO601" not in ids and "DO604" not in ids
 
 
+def test_several_new_tokens_after_a_past_at_batch_two_are_gqas_limit_and_say_so(fused):
+    _, model, program = fused
+    with pytest.raises(dynamo_onnx.VerificationError, match="DO600") as info:
+        program.verify((), llm_generate.example_inputs(model, 2, 3, 4))
+    assert "batch_size must be 1 when sequence_length > 1 and past context is given" in str(
+        info.value
+    )
+
+
 @pytest.mark.parametrize("name", ["mistral", "gemma2"])
 @pytest.mark.xfail(
     strict=True,
