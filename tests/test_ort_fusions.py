@@ -25,6 +25,7 @@ import dynamo_onnx
 import hf_models
 from conftest import line_of
 from dynamo_onnx.runtimes.onnxruntime.fusions import canonical_dims
+from dynamo_onnx.runtimes.onnxruntime.optimize import layer_spans
 from dynamo_onnx.runtimes.onnxruntime.rules import (
     CosSinCacheOfProduct,
     GroupQueryAttentionOfIndexMask,
@@ -296,6 +297,13 @@ def test_a_same_shape_reshape_is_removed_and_a_real_one_kept(result, left):
     model = _reshape_graph(result)
     pattern.RewriteRuleSet([SameShapeReshape.rule()]).apply_to_model(model)
     assert _count(model, "Reshape") == left
+
+
+def test_the_summary_writes_runs_of_layers_as_spans():
+    assert layer_spans(
+        ["model.layers.1", "model.layers.2", "model.layers.3", "model.layers.5"]
+    ) == ("model.layers.1-3, model.layers.5")
+    assert layer_spans(["lm_head", "model.layers.0"]) == "model.layers.0, lm_head"
 
 
 def test_equal_sums_of_dimensions_are_written_alike_and_names_are_left_alone():

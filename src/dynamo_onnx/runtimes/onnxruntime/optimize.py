@@ -31,6 +31,7 @@ __all__ = [
     "FusionReport",
     "FusionRequest",
     "OnnxRuntimeFusionPass",
+    "layer_spans",
     "optimize_for_onnxruntime",
 ]
 
@@ -177,7 +178,23 @@ def _per_layer(model: ir.Model) -> str:
         groups[key].append(layer or "(outside the modules)")
     if not groups:
         return "nothing fused"
-    return "; ".join(f"{', '.join(layers)}: {key}" for key, layers in groups.items())
+    return "; ".join(f"{layer_spans(layers)}: {key}" for key, layers in groups.items())
+
+
+def layer_spans(layers: list[str]) -> str:
+    """``model.layers.1, model.layers.2, model.layers.3`` -> ``model.layers.1-3``."""
+    spans: list[tuple[str, int, int]] = []
+    others: list[str] = []
+    for layer in layers:
+        prefix, _, index = layer.rpartition(".")
+        if not index.isdigit():
+            others.append(layer)
+        elif spans and spans[-1][0] == prefix and spans[-1][2] + 1 == int(index):
+            spans[-1] = (prefix, spans[-1][1], int(index))
+        else:
+            spans.append((prefix, int(index), int(index)))
+    texts = [f"{p}.{a}" if a == b else f"{p}.{a}-{b}" for p, a, b in spans]
+    return ", ".join(texts + others)
 
 
 def optimize_for_onnxruntime(
