@@ -1,0 +1,1 @@
+"""Optimizing an exported model for the runtime that will run it."""
