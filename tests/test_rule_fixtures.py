@@ -335,6 +335,46 @@ def _optimize(tmp_path):
     return program
 
 
+class TinyNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(8))
+
+    def forward(self, x):
+        # over the heads' axis, not the last: no RMS norm pattern of ONNX Runtime's
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6)  # marker: DO504
+
+
+class TinyAttention(torch.nn.Module):
+    """Attention with a norm and a rotary embedding none of ONNX Runtime's fusions take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = TinyNorm()
+
+    def forward(self, q, k, v, cos, sin):
+        q = self.norm(q)
+        half = torch.cat((-q[..., 4:], q[..., :4]), dim=-1)  # marker: DO505
+        q = q * cos + half * sin
+        return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v  # marker: DO503
+
+
+class AttentionLayer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = TinyAttention()
+
+    def forward(self, q, k, v, cos, sin):
+        return self.attn(q, k, v, cos, sin)
+
+
+def _unfused_for_onnxruntime(tmp_path):
+    qkv = tuple(torch.randn(1, 2, 3, 8) for _ in range(3))
+    rotary = (torch.randn(1, 1, 3, 8), torch.randn(1, 1, 3, 8))
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning):
+        return dynamo_onnx.export(AttentionLayer(), qkv + rotary, optimize="onnxruntime")
+
+
 def _broken_optimizer(tmp_path, monkeypatch):
     program = dynamo_onnx.export(Lin(), (X,))
     monkeypatch.setattr(optimize_pass, "optimize", lambda m: 1 / 0)
@@ -468,6 +508,10 @@ FIXTURES = {
     "DO413": (_optimize_module_functions, None),
     "DO500": (_broken_optimizer, None),
     "DO501": (_optimize, None),
+    "DO502": (lambda t: dynamo_onnx.export(Lin(), (X,), optimize="onnxruntime"), None),
+    "DO503": (_unfused_for_onnxruntime, "DO503"),
+    "DO504": (_unfused_for_onnxruntime, "DO504"),
+    "DO505": (_unfused_for_onnxruntime, "DO505"),
     "DO506": (_quantize, None),
     "DO507": (_not_a_model_folder, None),
     "DO508": (_broken_quantizer, None),

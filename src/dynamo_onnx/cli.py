@@ -481,6 +481,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 source_root=args.source_root or default_source_root(),
                 progress=ProgressPrinter(sys.stderr) if show_progress else None,
                 verbose=args.verbose,
+                optimize=args.optimize_for or True,
                 **translation,
             )
         ctx = program.diagnostics
@@ -833,6 +834,12 @@ def _parser() -> argparse.ArgumentParser:
         "--source-root",
         help="SARIF paths are relative to this (default: the top of the git work tree "
         "holding the working directory, else the working directory)",
+    )
+    export.add_argument(
+        "--optimize-for",
+        choices=["onnxruntime"],
+        help="also fuse the model for this runtime (attention into GroupQueryAttention, "
+        "rotary embeddings, RMS norms: docs/llm.md)",
     )
     export.add_argument(
         "--quiet",

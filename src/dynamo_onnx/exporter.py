@@ -136,7 +136,7 @@ def _run(
     *,
     report: bool,
     artifacts_dir: str | os.PathLike[str],
-    optimize: bool,
+    optimize: bool | str,
     verify: bool,
     source_root: str | os.PathLike[str] | None,
     progress: Callable[[ProgressEvent], None] | None,
@@ -177,8 +177,8 @@ def _run(
             model_location=state.checked.model_location,
             inputs=state.checked.family_inputs,
         )
-        if optimize:
-            program.optimize()  # describes the optimized model again
+        if optimize:  # describes the optimized model again
+            program.optimize(optimize if isinstance(optimize, str) else None)
         if verify:
             program.verify(state.checked.args, state.checked.kwargs)
         if save is not None:
@@ -248,7 +248,7 @@ def export(
     dynamic_shapes: Any = None,
     custom_translation_table: Mapping[Any, Any] | None = None,
     report: bool = False,
-    optimize: bool = True,
+    optimize: bool | str = True,
     verify: bool = False,
     profile: bool = False,
     dump_exported_program: bool = False,
@@ -297,7 +297,9 @@ def export(
             registered as ``OnnxRegistry.register_op`` would.
         report: write ``<artifacts_dir>/<Model>.sarif`` and ``<Model>.md``, on success and
             on failure (then the exception message names both paths).
-        optimize: run the onnxscript optimizer on the result (default True, as torch.onnx).
+        optimize: run the onnxscript optimizer on the result (default True, as torch.onnx);
+            ``"onnxruntime"`` also fuses it for ONNX Runtime (``GroupQueryAttention``,
+            ``RotaryEmbedding``, ``SimplifiedLayerNormalization``: docs/llm.md).
         verbose: print each pass as it runs, with its time, to standard error (as the
             command line does), and let torch's own messages during capture through (the
             partial graph of a failed capture, symbolic-shape warnings), which are hidden
@@ -371,7 +373,7 @@ def export(
         request,
         report=report,
         artifacts_dir=artifacts_dir,
-        optimize=optimize and not request.module_functions,
+        optimize=False if request.module_functions else optimize,
         verify=verify,
         source_root=source_root,
         progress=progress if progress is not None or not verbose else ProgressPrinter(sys.stderr),

@@ -36,10 +36,14 @@ __all__ = [
     "diagnostic_options_problem",
     "export_options_problem",
     "opset_problem",
+    "optimize_problem",
 ]
 
 #: The opset of an export when none is asked for: torch_lib's.
 DEFAULT_OPSET = 18
+
+#: The runtimes ``export(optimize=...)`` fuses a model for, besides True and False.
+OPTIMIZE_RUNTIMES = ("onnxruntime",)
 
 _VALID_LEVELS = (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR)
 
@@ -222,3 +226,13 @@ class ONNXRuntimeOptions:
     session_options: Sequence[onnxruntime.SessionOptions] | onnxruntime.SessionOptions | None = None
     execution_providers: Sequence[str | tuple[str, Mapping[Any, Any]]] | None = None
     execution_provider_options: Sequence[Mapping[Any, Any]] | None = None
+
+
+def optimize_problem(value: Any) -> OptionProblem | None:
+    """What is wrong with an ``optimize`` argument (True, False or a runtime), or None."""
+    allowed = "it takes True, False or " + " or ".join(repr(r) for r in OPTIMIZE_RUNTIMES)
+    if isinstance(value, bool) or value in OPTIMIZE_RUNTIMES:
+        return None
+    if isinstance(value, str):
+        return OptionProblem("optimize", f"is {value!r}", allowed)
+    return _type_problem("optimize", value, allowed)

@@ -36,6 +36,7 @@ from dynamo_onnx.passes.verify import (
     VerifyRequest,
 )
 from dynamo_onnx.reports import ReportingContext
+from dynamo_onnx.runtimes.onnxruntime.optimize import FusionRequest, OnnxRuntimeFusionPass
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization, QuantizePass, QuantizeRequest
 
 __all__ = ["ONNXProgram"]
@@ -120,14 +121,25 @@ class ONNXProgram:
         self._run([ApplyWeightsPass()], WeightsRequest(self.model, state_dict, self.model_location))
         self.release()
 
-    def optimize(self) -> None:
+    def optimize(self, runtime: str | None = None) -> None:
         """Optimize the ONNX model in place with the onnxscript optimizer.
 
         Constant folding and the elimination of redundancies. Fake weights are hidden from
         the optimizer while it runs, so it works before and after ``apply_weights``. A
         ``model-optimized`` finding records the node counts before and after.
+
+        ``runtime="onnxruntime"`` also fuses the model for ONNX Runtime (attention with its
+        cache into ``GroupQueryAttention``, rotary embeddings, RMS norms: docs/llm.md); a
+        ``runtime-optimized`` note says what fused per layer, a warning each block that did
+        not.
         """
-        self._run([OptimizePass()], self.model)
+        if runtime is None:
+            self._run([OptimizePass()], self.model)
+        else:
+            config = getattr(self.reference, "config", None)
+            positions = getattr(config, "max_position_embeddings", None)
+            request = FusionRequest(self.model, positions if isinstance(positions, int) else None)
+            self._run([OnnxRuntimeFusionPass()], request)
         self.release()
 
     def quantize(

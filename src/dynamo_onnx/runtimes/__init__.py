@@ -1,1 +1,1 @@
-"""Optimizations for a runtime."""
+"""Optimizing an exported model for the runtime that will run it."""

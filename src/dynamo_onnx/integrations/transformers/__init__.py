@@ -30,6 +30,7 @@ from dynamo_onnx.integrations.transformers.dynamic_shapes import (
     widen_decoding_example,
 )
 from dynamo_onnx.integrations.transformers.experts import traceable_experts
+from dynamo_onnx.integrations.transformers.shared_buffer import genai_search_options
 from dynamo_onnx.integrations.transformers.spec_forms import CACHE_EXAMPLE, cache_specs
 
 if TYPE_CHECKING:
@@ -118,7 +119,11 @@ class TransformersFamily:
         if not isinstance(inputs, CacheInputs) or config is None or inputs.sliding():
             return {}  # (a sliding window is not described to onnxruntime-genai yet)
         found = genai.genai_config(model, config, filename)
-        return {genai.FILENAME: genai.dumps(found)} if found is not None else {}
+        if found is None:
+            return {}
+        # a model fused for ONNX Runtime may share the cache's past and present buffers
+        found["search"].update(genai_search_options(model))
+        return {genai.FILENAME: genai.dumps(found)}
 
     def runtime_passes(
         self, model: ir.Model, reference: Any, runtime: str

@@ -34,6 +34,7 @@ from dynamo_onnx.options import (
     diagnostic_options_problem,
     export_options_problem,
     opset_problem,
+    optimize_problem,
 )
 from dynamo_onnx.passes.base import CheckedRequest, ExportState, PassName
 from dynamo_onnx.passes.model import code_location, describe_value, forward_signature
@@ -88,6 +89,7 @@ class ValidatePass:
             diagnostic_options_problem(request.diagnostic_options),
             export_options_problem(request.export_options),
             opset_problem(request.opset_version),
+            optimize_problem(request.torch_onnx.optimize if request.torch_onnx else True),
         ):
             _fail_option(ctx, problem)
         _check_model(ctx, request.model)

@@ -46,7 +46,7 @@ class TorchOnnxArguments:
     training: Any = TrainingMode.EVAL
     operator_export_type: Any = OperatorExportTypes.ONNX
     do_constant_folding: bool = True
-    optimize: bool = True
+    optimize: bool | str = True
     autograd_inlining: bool = True
     export_modules_as_functions: Any = False
     #: The names of the arguments the caller wrote (a value equal to the default can be

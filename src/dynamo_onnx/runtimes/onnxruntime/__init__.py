@@ -1,1 +1,2 @@
-"""ONNX Runtime: fusions and weight quantization."""
+"""ONNX Runtime: its fused operators (GroupQueryAttention, RotaryEmbedding,
+SimplifiedLayerNormalization) and its quantized MatMulNBits weights."""

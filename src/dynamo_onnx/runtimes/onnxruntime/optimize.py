@@ -1,0 +1,266 @@
+"""The pass that optimizes an exported model for ONNX Runtime, and its findings: a summary of
+what fused, per layer, and each attention, normalization or rotary block that did not, at
+the line of the module that computes it, with the matcher's reason and its cost in nodes.
+
+Blocks are found from the nodes' origin (``metadata_props``: the module path and classes
+the export writes): an ``...Attention`` module is an attention block, an ``...Norm`` module a
+normalization, an attention module's ``rotate_half`` (its ``Neg``) a rotary embedding.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import re
+from typing import ClassVar
+
+import onnx_ir as ir
+
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.errors import OnnxExporterError, OptimizationError
+from dynamo_onnx.passes.base import PassName
+from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
+from dynamo_onnx.passes.metadata import MODULE_CLASSES, MODULE_PATH, STACK_TRACE, stack_frames
+from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
+from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden
+from dynamo_onnx.passes.onnx.optimizer_pipeline import optimize
+from dynamo_onnx.runtimes.onnxruntime.fusions import FUSED_OPS, MatchFailure, fuse, op_counts
+
+__all__ = [
+    "Block",
+    "FusionReport",
+    "FusionRequest",
+    "OnnxRuntimeFusionPass",
+    "layer_spans",
+    "optimize_for_onnxruntime",
+]
+
+#: The rule of an unfused block, by kind.
+_RULES = {
+    "attention": "attention-not-fused",
+    "norm": "normalization-not-fused",
+    "rotary": "rotary-not-fused",
+}
+#: The node of a block whose line the finding points at: the one that computes it.
+_ANCHOR_OPS = {"attention": ("Softmax", "MatMul"), "norm": ("ReduceMean",), "rotary": ("Neg",)}
+_LAYER = re.compile(r"^(.*?\.\d+)(?:\.|$)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One attention, normalization or rotary block of the model before fusion.
+
+    Attributes:
+        kind: ``attention``, ``norm`` or ``rotary``.
+        module: the module path (``model.layers.3.self_attn``).
+        trace: the stack trace of the node that computes it (its source line).
+    """
+
+    kind: str
+    module: str
+    trace: str
+
+
+@dataclasses.dataclass(frozen=True)
+class FusionReport:
+    """What the fusions did: op counts before and after, fusions applied, blocks unfused."""
+
+    before: collections.Counter[str]
+    after: collections.Counter[str]
+    fusions: dict[str, int]
+    blocks: tuple[Block, ...]
+    unfused: tuple[Block, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class FusionRequest:
+    """The model to fuse in place, and the rows of its rotary caches (None: computed)."""
+
+    model: ir.Model
+    max_positions: int | None = None
+
+
+class OnnxRuntimeFusionPass:
+    """``FusionRequest`` -> :class:`FusionReport`; the model fused in place (DO502-DO505)."""
+
+    name: ClassVar[str] = PassName.OPTIMIZATION
+    error_type: ClassVar[type[OnnxExporterError]] = OptimizationError
+    changes_input: ClassVar[bool] = True
+
+    def __call__(self, ctx: DiagnosticContext, request: FusionRequest) -> FusionReport:
+        with dropped(*ONNX_IR_CHATTER):  # onnx_ir's remarks while it rewrites are not the user's
+            return optimize_for_onnxruntime(request.model, ctx, max_positions=request.max_positions)
+
+
+def _module(node: ir.Node) -> str:
+    return node.metadata_props.get(MODULE_PATH, "")
+
+
+def _class_name(node: ir.Node) -> str:
+    return node.metadata_props.get(MODULE_CLASSES, "").split(";")[-1].rpartition(".")[2]
+
+
+def _rank(kind: str, node: ir.Node) -> int:
+    """How well ``node`` says where a block of ``kind`` is computed (lower is better)."""
+    ops = _ANCHOR_OPS[kind]
+    return ops.index(node.op_type) if node.op_type in ops else len(ops)
+
+
+def find_blocks(model: ir.Model) -> list[Block]:
+    """The attention, normalization and rotary blocks of ``model``, from its nodes' origin."""
+    anchors: dict[tuple[str, str], ir.Node] = {}
+    for node in model.graph:
+        module, name = _module(node), _class_name(node)
+        if not module:
+            continue
+        kinds = []
+        if name.endswith("Attention"):
+            kinds.append("attention")
+            if node.op_type == "Neg":
+                kinds.append("rotary")
+        elif name.endswith("Norm"):
+            kinds.append("norm")
+        for kind in kinds:
+            known = anchors.get((kind, module))
+            if known is None or _rank(kind, node) < _rank(kind, known):
+                anchors[(kind, module)] = node
+    return [
+        Block(kind, module, node.metadata_props.get(STACK_TRACE, ""))
+        for (kind, module), node in anchors.items()
+    ]
+
+
+def _is_fused(block: Block, nodes: list[ir.Node]) -> bool:
+    for node in nodes:
+        if block.kind == "attention" and node.op_type == "GroupQueryAttention":
+            return True
+        if block.kind == "rotary" and (
+            node.op_type == "RotaryEmbedding"
+            and node.domain == "com.microsoft"
+            or node.op_type == "GroupQueryAttention"
+            and node.attributes.get_int("do_rotary", 0)
+        ):
+            return True
+        if block.kind == "norm" and node.op_type in FUSED_OPS["norm"]:
+            return True
+    return False
+
+
+_FUSED = frozenset(op for ops in FUSED_OPS.values() for op in ops)
+
+
+def _is_fused_op(node: ir.Node) -> bool:
+    """An operator a fusion made (``SimplifiedLayerNormalization`` is in the ONNX domain)."""
+    return node.domain == "com.microsoft" or (node.op_type in _FUSED and node.domain == "")
+
+
+def _layer(module: str) -> str:
+    found = _LAYER.match(module)
+    return found[1] if found else module
+
+
+def _listing(counts: collections.Counter[str], limit: int = 6) -> str:
+    items = [f"{op} x{n}" if n > 1 else op for op, n in counts.most_common(limit)]
+    more = len(counts) - limit
+    return ", ".join(items) + (f" and {more} more kinds" if more > 0 else "")
+
+
+def _per_layer(model: ir.Model) -> str:
+    """``layers 0-7: 1 GroupQueryAttention, 2 SkipSimplifiedLayerNormalization``: fused ops
+    by layer, layers with the same counts together."""
+    by_layer: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for node in model.graph:
+        if _is_fused_op(node):
+            by_layer[_layer(_module(node))][node.op_type] += 1
+    groups: dict[str, list[str]] = collections.defaultdict(list)
+    for layer, counts in by_layer.items():
+        key = ", ".join(f"{n} {op}" for op, n in sorted(counts.items()))
+        groups[key].append(layer or "(outside the modules)")
+    if not groups:
+        return "nothing fused"
+    return "; ".join(f"{layer_spans(layers)}: {key}" for key, layers in groups.items())
+
+
+def layer_spans(layers: list[str]) -> str:
+    """``model.layers.1, model.layers.2, model.layers.3`` -> ``model.layers.1-3``."""
+    spans: list[tuple[str, int, int]] = []
+    others: list[str] = []
+    for layer in layers:
+        prefix, _, index = layer.rpartition(".")
+        if not index.isdigit():
+            others.append(layer)
+        elif spans and spans[-1][0] == prefix and spans[-1][2] + 1 == int(index):
+            spans[-1] = (prefix, spans[-1][1], int(index))
+        else:
+            spans.append((prefix, int(index), int(index)))
+    texts = [f"{p}.{a}" if a == b else f"{p}.{a}-{b}" for p, a, b in spans]
+    return ", ".join(texts + others)
+
+
+def optimize_for_onnxruntime(
+    model: ir.Model, ctx: DiagnosticContext, *, max_positions: int | None = None
+) -> FusionReport:
+    """Fuse ``model`` in place for ONNX Runtime (onnxscript's ORT fusions with the rules of
+    ``rules.py``) and record what fused (DO502) and each block that did not (DO503-DO505).
+
+    Call it inside a pass of ``ctx`` (``OnnxRuntimeFusionPass`` is one). ``max_positions``:
+    the rows of the rotary cos/sin caches (``max_position_embeddings``); None computes them
+    in the graph from the position ids.
+    """
+    blocks = find_blocks(model)
+    before = op_counts(model)
+    failures: list[MatchFailure] = []
+    with fake_weights_hidden(model):
+        fusions = fuse(model, max_positions=max_positions, optimize=optimize, failures=failures)
+    drop_newer_attributes(model, model.opset_imports.get("", 18))
+    after = op_counts(model)
+    by_module: dict[str, list[ir.Node]] = collections.defaultdict(list)
+    for node in model.graph:
+        by_module[_module(node)].append(node)
+    unfused = [b for b in blocks if not _is_fused(b, by_module.get(b.module, []))]
+    for block in unfused:
+        _record_unfused(ctx, block, by_module.get(block.module, []), failures)
+    fused_ops = collections.Counter(node.op_type for node in model.graph if _is_fused_op(node))
+    ctx.record(
+        "runtime-optimized",
+        runtime="ONNX Runtime",
+        before=sum(before.values()),
+        after=sum(after.values()),
+        fused_ops=_listing(fused_ops, limit=10) or "none",
+        per_layer=_per_layer(model),
+        unfused=len(unfused),
+        blocks=len(blocks),
+    )
+    return FusionReport(before, after, fusions, tuple(blocks), tuple(unfused))
+
+
+def _record_unfused(
+    ctx: DiagnosticContext, block: Block, nodes: list[ir.Node], failures: list[MatchFailure]
+) -> None:
+    reasons = list(
+        dict.fromkeys(
+            f.reason.strip().rstrip(".")
+            for f in failures
+            if f.kind == block.kind and _module(f.node) == block.module
+        )
+    )
+    frames = stack_frames(ctx, block.trace)
+    where: Location | None = ctx.user_frame(frames)
+    instead = next(
+        (
+            n.op_type
+            for n in nodes
+            if block.kind == "attention" and n.op_type in FUSED_OPS["attention"]
+        ),
+        None,
+    )
+    ctx.record(
+        _RULES[block.kind],
+        locations=[where],
+        stack=frames,
+        module=block.module,
+        reason="; ".join(reasons) or "no pattern of the fusion matched its nodes",
+        nodes=len(nodes),
+        ops=_listing(collections.Counter(n.op_type for n in nodes)) or "none",
+        instead=f" (fused into {instead} instead, without the shared KV buffer)" if instead else "",
+    )
