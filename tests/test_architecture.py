@@ -416,12 +416,6 @@ def _frame_local_channels(module: str, source: str, tree: ast.Module | None = No
     return sorted(set(offenders))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 34: the CLI still hands the exporter its call site through a frame local "
-    "(cli.py's __dynamo_onnx_call_site__, read by exporter._call_site); remove this mark "
-    "when it passes it as an argument",
-)
 def test_no_value_is_passed_through_a_stack_frame():
     offenders = [
         o
