@@ -443,6 +443,104 @@ def test_the_frame_local_check_can_fail():
     ]
 
 
+def _is_opset_number(node: ast.AST | None) -> bool:
+    """An int literal an export could target (7 and up: 0 stands for "none", 1 for a custom
+    domain's first version)."""
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int)
+        and not isinstance(node.value, bool)
+        and node.value >= 7
+    )
+
+
+def _names_opset(node: ast.AST) -> bool:
+    return "opset" in ast.unparse(node).lower()
+
+
+def _literal_opset_defaults(module: str, tree: ast.Module) -> list[str]:
+    """Where ``module`` picks an opset by a number of its own: a name or parameter with
+    "opset" in it given an int literal (``opset: int = 18``, ``def f(opset_version=20)``,
+    ``OPSET = 18``), ``opset_imports.get("", 18)``, ``opset or 18``, ``20 if opset is None
+    else opset``. Every default opset comes from dynamo_onnx.options."""
+    found: list[int] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            if _is_opset_number(node.value) and any(_names_opset(t) for t in node.targets):
+                found.append(node.lineno)
+        elif isinstance(node, ast.AnnAssign):
+            if _is_opset_number(node.value) and _names_opset(node.target):
+                found.append(node.lineno)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            positional = [*a.posonlyargs, *a.args]
+            pairs = list(zip(positional[len(positional) - len(a.defaults) :], a.defaults))
+            pairs += [(arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+            found += [
+                d.lineno for arg, d in pairs if "opset" in arg.arg.lower() and _is_opset_number(d)
+            ]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in ("get", "setdefault", "pop")
+                and _names_opset(func.value)
+                and len(node.args) == 2
+                and _is_opset_number(node.args[1])
+            ):
+                found.append(node.lineno)
+            found += [
+                k.value.lineno
+                for k in node.keywords
+                if k.arg and "opset" in k.arg.lower() and _is_opset_number(k.value)
+            ]
+        elif isinstance(node, ast.IfExp):
+            if _names_opset(node.test) and (
+                _is_opset_number(node.body) or _is_opset_number(node.orelse)
+            ):
+                found.append(node.lineno)
+        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            if _names_opset(node.values[0]) and any(_is_opset_number(v) for v in node.values[1:]):
+                found.append(node.lineno)
+    return [f"{module}:{line}" for line in sorted(set(found))]
+
+
+def test_every_default_opset_comes_from_the_options():
+    """One place defines the opset defaults (dynamo_onnx.options: 20 for export, 18 for
+    dynamo_export, torch_lib's 18); no other module picks one by a number of its own."""
+    offenders = [
+        o
+        for module, path in MODULES.items()
+        if module != "dynamo_onnx.options"
+        for o in _literal_opset_defaults(module, _tree(path))
+    ]
+    assert not offenders, offenders
+
+
+def test_the_default_opset_check_can_fail():
+    """The check above, on a made-up module with each way of picking an opset by number."""
+    source = (
+        "OPSET = 18\n"
+        "opset: int = 20\n"
+        "def convert(model, opset_version=18, *, target_opset=17, size=64):\n"
+        "    version = model.opset_imports.get('', 18)\n"
+        "    custom = model.opset_imports.get('custom', 1)\n"  # a custom domain's: allowed
+        "    chosen = opset_version or 20\n"
+        "    return 20 if opset_version is None else opset_version\n"
+        "build(opset_version=19)\n"
+    )
+    assert _literal_opset_defaults("m", ast.parse(source)) == [
+        "m:1",
+        "m:2",
+        "m:3",
+        "m:4",
+        "m:6",
+        "m:7",
+        "m:8",
+    ]
+    assert _literal_opset_defaults("m", ast.parse("size = 20\nopset = model.opset\n")) == []
+
+
 def test_the_unit_layer_refuses_a_full_export():
     """This module is in the unit layer (`make test-fast`): an export in it fails, so the
     layer cannot grow slow unnoticed (tests/conftest.py)."""

@@ -40,9 +40,6 @@ from dynamo_onnx.versions import package_version, tool_versions
 
 __all__ = ["dynamo_export", "export", "export_from", "export_passes"]
 
-#: torch.onnx.export's opset when none is given (dynamo_export keeps the seed's, 18).
-TORCH_ONNX_OPSET = 20
-
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -166,7 +163,7 @@ def _run(
             model_location=state.checked.model_location,
             inputs=state.checked.cache_inputs,
         )
-        if optimize:
+        if optimize and not state.checked.module_functions:
             program.optimize()  # describes the optimized model again
         if verify:
             program.verify(state.checked.args, state.checked.kwargs)
@@ -311,10 +308,10 @@ def _export(
         args,
         kwargs,
         dynamic_shapes,
-        TORCH_ONNX_OPSET if opset_version is None else opset_version,
+        opset_version,
         registry,
         diagnostic_options,
-        module_functions=module_functions or bool(export_modules_as_functions),
+        module_functions=module_functions,
         torch_onnx=arguments,
         input_names=input_names,
         output_names=output_names,
@@ -337,7 +334,7 @@ def _export(
         request,
         report=report,
         artifacts_dir=artifacts_dir,
-        optimize=optimize and not request.module_functions,
+        optimize=optimize,
         verify=verify,
         source_root=source_root,
         progress=progress if progress is not None or not verbose else ProgressPrinter(sys.stderr),

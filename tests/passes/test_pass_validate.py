@@ -8,8 +8,10 @@ from helpers import Tiny, validated
 
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.options import DYNAMO_EXPORT_OPSET, EXPORT_OPSET
 from dynamo_onnx.passes.base import ExportRequest, ExportState
 from dynamo_onnx.passes.validate import ValidatePass
+from dynamo_onnx.passes.validate.torch_onnx import TorchOnnxArguments
 
 
 def test_the_checked_request_applies_the_default_opset_and_binds_forward_once():
@@ -19,6 +21,34 @@ def test_the_checked_request_applies_the_default_opset_and_binds_forward_once():
     assert list(checked.bound) == ["x"] and checked.bound["x"] is x
     assert checked.model_location is not None and checked.model_location.function == "forward"
     assert checked.args == (x,) and dict(checked.kwargs) == {}
+
+
+def test_each_entry_points_default_opset_is_applied_by_validation_alone():
+    """export() hands validation the opset as given (None); validation applies the entry
+    point's default: torch.onnx.export's 20 for a call in its form, the seed's 18 else."""
+    x = torch.randn(2, 4)
+    as_export = TorchOnnxArguments(passed=frozenset({"model", "args"}))
+    assert validated(Tiny(), (x,), torch_onnx=as_export).valid.opset == EXPORT_OPSET == 20
+    assert validated(Tiny(), (x,)).valid.opset == DYNAMO_EXPORT_OPSET == 18
+    for opset in (17, 21):
+        assert validated(Tiny(), (x,), opset_version=opset, torch_onnx=as_export).valid.opset == (
+            opset
+        )
+        assert validated(Tiny(), (x,), opset_version=opset).valid.opset == opset
+
+
+@pytest.mark.parametrize(
+    ("module_functions", "as_functions", "expected"),
+    [(False, False, False), (True, False, True), (False, True, True), (False, {Tiny}, True)],
+)
+def test_export_modules_as_functions_is_merged_into_module_functions_by_validation(
+    module_functions, as_functions, expected
+):
+    arguments = TorchOnnxArguments(export_modules_as_functions=as_functions)
+    checked = validated(
+        Tiny(), (torch.randn(2, 4),), module_functions=module_functions, torch_onnx=arguments
+    ).valid
+    assert checked.module_functions is expected
 
 
 def test_names_and_labels_are_checked_and_typed():

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import PassRecord
 from dynamo_onnx.errors import OnnxExporterError
+from dynamo_onnx.options import TORCHLIB_OPSET
 from dynamo_onnx.passes import contract
 from dynamo_onnx.passes.logs import deprecations_ignored
 from dynamo_onnx.rules import catalog
@@ -87,6 +88,7 @@ class ExportRequest:
     registry: OnnxRegistry | None = None
     diagnostic_options: Any = None
     export_options: Any = None
+    #: as given: validation merges torch.onnx.export's ``export_modules_as_functions``
     module_functions: bool = False
     #: torch.onnx.export's arguments (a ``TorchOnnxArguments``), when called that way.
     torch_onnx: Any = None
@@ -107,7 +109,9 @@ class CheckedRequest:
         args, kwargs: the example inputs, checked (a tuple and a dict).
         bound: ``forward`` parameter -> its example input, bound once (empty for an
             ``ExportedProgram`` or a callable without a signature).
-        opset: the ONNX opset of the result (the default applied).
+        opset: the ONNX opset of the result, the default applied (by validation:
+            :func:`~dynamo_onnx.options.default_opset`; a request built by hand keeps
+            translation's, which converts nothing).
         input_names, output_names: the caller's names of the graph's inputs and outputs.
         model_location: where the model's code starts (its ``forward``), the anchor of
             findings that have no line of their own.
@@ -134,7 +138,7 @@ class CheckedRequest:
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     bound: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    opset: int = 18
+    opset: int = TORCHLIB_OPSET
     input_names: tuple[str, ...] | None = None
     output_names: tuple[str, ...] | None = None
     model_location: Location | None = None

@@ -26,9 +26,9 @@ from dynamo_onnx.errors import (
 from dynamo_onnx.io.caches import CACHE_PARAMETERS, CacheInputs, is_cache, spread
 from dynamo_onnx.io.inputs import call_arguments
 from dynamo_onnx.options import (
-    DEFAULT_OPSET,
     ExportOptions,
     OptionProblem,
+    default_opset,
     diagnostic_options_problem,
     export_options_problem,
     opset_problem,
@@ -90,10 +90,12 @@ class ValidatePass:
         ):
             _fail_option(ctx, problem)
         _check_model(ctx, request.model)
+        # torch.onnx.export's export_modules_as_functions=True is module_functions=True
+        module_functions = bool(request.module_functions) or bool(
+            getattr(request.torch_onnx, "export_modules_as_functions", False)
+        )
         if request.torch_onnx is not None:
-            torch_onnx.report_arguments(
-                ctx, request.torch_onnx, request.model, request.module_functions
-            )
+            torch_onnx.report_arguments(ctx, request.torch_onnx, request.model, module_functions)
         torch_onnx.check_names(ctx, request.input_names, request.output_names)
         args, kwargs = _check_arguments(ctx, request.args, request.kwargs)
         registry = request.registry if request.registry is not None else OnnxRegistry()
@@ -103,11 +105,13 @@ class ValidatePass:
             request.model,
             args,
             kwargs,
-            opset=request.opset_version if request.opset_version is not None else DEFAULT_OPSET,
+            opset=request.opset_version
+            if request.opset_version is not None
+            else default_opset(torch_onnx_call=request.torch_onnx is not None),
             input_names=_names(request.input_names),
             output_names=_names(request.output_names),
             registry=registry,
-            module_functions=bool(request.module_functions),
+            module_functions=module_functions,
             custom_opsets=dict(request.custom_opsets or {}),
             verbose=bool(getattr(request.torch_onnx, "verbose", False)),
         )
