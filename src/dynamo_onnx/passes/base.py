@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = [
+    "CaptureRecord",
     "CheckedRequest",
     "ExportRequest",
     "ExportState",
@@ -172,28 +173,46 @@ class CheckedRequest:
 
 
 @dataclasses.dataclass(frozen=True)
+class CaptureRecord:
+    """What the capture pass did, beside the program it returns: the checked request stays
+    as validation left it.
+
+    Attributes:
+        strategy: the strategy that captured the program (``torch.export.export(strict=False)``),
+            or ``the given ExportedProgram``.
+        dynamic_shapes: the spec the program was captured with: the checked request's, or
+            torch's refinement of it (its suggested fixes, tried once: DO125).
+    """
+
+    strategy: str
+    dynamic_shapes: Any = None
+    shape_log: tuple[ShapeLogRecord, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class ExportState:
     """What the export knows after each pass; each pass returns a new one.
 
     Attributes:
         request: the caller's arguments, as given: only the validate pass reads them.
         checked: the request as validation checked it, for every later pass.
+        capture: what the capture pass did (its strategy, the spec it used, torch's
+            symbolic-shape log), for the passes after it.
         exported_program: the captured, then decomposed, program (never the caller's object).
         captured_program: the program as captured, kept by decomposition: the user's
             in-place operators as written (the semantics pass's lines for what the
             decomposed program's signature says is written). Decomposition's in-place
             rewrites (aliases, lifted copies, casts) are in it; when the program is not
             re-traced, it is the same object as ``exported_program``.
-        shape_log: torch's symbolic-shape log records of the capture that succeeded.
         dim_names: torch's dimension symbols (``s17``) -> names in the ONNX model.
         onnx_model: the ONNX model, from translation on.
     """
 
     request: ExportRequest
     checked: CheckedRequest | None = None
+    capture: CaptureRecord | None = None
     exported_program: torch.export.ExportedProgram | None = None
     captured_program: torch.export.ExportedProgram | None = None
-    shape_log: tuple[ShapeLogRecord, ...] = ()
     dim_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     onnx_model: ir.Model | None = None
 
@@ -202,6 +221,12 @@ class ExportState:
         """The checked request (the validate pass has run)."""
         assert self.checked is not None, "the validate pass runs first"
         return self.checked
+
+    @property
+    def captured(self) -> CaptureRecord:
+        """What the capture pass did (it has run)."""
+        assert self.capture is not None, "the capture pass runs first"
+        return self.capture
 
     def replace(self, **changes: Any) -> ExportState:
         """A copy with ``changes``: passes never change the state they were given."""

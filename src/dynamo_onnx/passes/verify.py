@@ -93,13 +93,13 @@ def compare(
     return Comparison(index, name, max_abs, max_rel, ok, detail)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class VerifyRequest:
     """What to verify: the model, the program it came from, how to run it, on what inputs.
 
     ``run`` runs the ONNX model in ONNX Runtime (a session the session pass made); ``reference``
-    computes the eager outputs (default: the exported program's module). The pass fills in
-    ``comparisons``.
+    computes the eager outputs (default: the exported program's module). The pass returns a
+    copy with ``comparisons``; the request it was given is not changed.
     """
 
     model: ir.Model
@@ -113,7 +113,7 @@ class VerifyRequest:
     find_divergence: bool = False
     #: Also compare at a second size of every dynamic dimension.
     second_shape: bool = True
-    comparisons: list[Comparison] = dataclasses.field(default_factory=list)
+    comparisons: tuple[Comparison, ...] = ()
 
 
 class VerifyPass:
@@ -125,7 +125,7 @@ class VerifyPass:
 
     def __call__(self, ctx: DiagnosticContext, request: VerifyRequest) -> VerifyRequest:
         comparisons = _verify(ctx, request)
-        return dataclasses.replace(request, comparisons=comparisons)
+        return dataclasses.replace(request, comparisons=tuple(comparisons))
 
 
 def _buffers_of(reference: Callable[..., Any]) -> list[torch.Tensor]:

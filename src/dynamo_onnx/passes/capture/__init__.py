@@ -30,7 +30,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
-from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
+from dynamo_onnx.passes.base import CaptureRecord, ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import (
     EAGER_FAILURE_TEXT,
     data_dependence,
@@ -247,14 +247,14 @@ class CapturePass:
     def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         model = state.valid.model
         if isinstance(model, torch.export.ExportedProgram):
-            ctx.record(
-                "capture-strategy-succeeded",
-                strategy="the given ExportedProgram",
-                nodes=len(model.graph.nodes),
-            )
+            given = "the given ExportedProgram"
+            ctx.record("capture-strategy-succeeded", strategy=given, nodes=len(model.graph.nodes))
             program = copy_program(model)
             _check_outputs(ctx, program, state.valid.model_location)
-            return state.replace(exported_program=program)
+            return state.replace(
+                capture=CaptureRecord(given, state.valid.dynamic_shapes),
+                exported_program=program,
+            )
         module = as_module(model)
         with traceable_experts(ctx, module, state.valid.registry):
             if state.valid.cache_inputs is not None:
@@ -309,9 +309,8 @@ class CapturePass:
             )
             _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(
-                checked=dataclasses.replace(state.valid, dynamic_shapes=spec),
+                capture=CaptureRecord(label, spec, tuple(shape_log.records)),
                 exported_program=program,
-                shape_log=tuple(shape_log.records),
             )
         _fail_with_cause(ctx, module, inputs, failures)
         ctx.fail(
@@ -489,7 +488,8 @@ def _widened_capture(
         "capture-strategy-succeeded", strategy=strategy.label, nodes=len(program.graph.nodes)
     )
     _check_outputs(ctx, program, state.valid.model_location)
-    return state.replace(exported_program=program, shape_log=tuple(shape_log.records))
+    record = CaptureRecord(strategy.label, state.valid.dynamic_shapes, tuple(shape_log.records))
+    return state.replace(capture=record, exported_program=program)
 
 
 def _specialized(program: torch.export.ExportedProgram, dims: list[tuple[str, int]]) -> bool:

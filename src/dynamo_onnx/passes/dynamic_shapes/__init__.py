@@ -93,7 +93,7 @@ def _report_specializations(
     note (DO128) that lists them.
     """
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    symbols, guards = _guards(ctx, state.shape_log)
+    symbols, guards = _guards(ctx, state.captured.shape_log)
     kept: list[str] = []
     #: the model's lines that fix a kept dimension: the note is at the first, as it says
     fixed_at: list[Location] = []
@@ -163,7 +163,7 @@ def _report_narrowing(
     ranges = {str(symbol): vr for symbol, vr in program.range_constraints.items()}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     reported: set[str] = set()
-    asked = state.valid.parameter_names(state.valid.dynamic_shapes)  # the spec by name
+    asked = state.valid.parameter_names(state.captured.dynamic_shapes)  # the spec by name
     for (input_name, dim), _ in state.valid.requested_dims.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
@@ -185,7 +185,7 @@ def _report_narrowing(
             if expression.isidentifier()
             else f"{input_name}_dim_{dim}"
         )
-        # the spec capture used: the caller's, or torch's refinement of it (DO125)
+        # the spec capture used (its record's): the caller's, or torch's refinement (DO125)
         low, high = _asked_range(asked, input_name, dim)
         got_low, got_high = range_bounds(ranges[symbol])
         parts = []
@@ -200,7 +200,7 @@ def _report_narrowing(
             )
         else:
             if _report_divisibility(
-                ctx, state.shape_log, state.valid.label(input_name), dim, symbol, name
+                ctx, state.captured.shape_log, state.valid.label(input_name), dim, symbol, name
             ):
                 continue
             narrower_low = got_low is not None and got_low > low
@@ -217,7 +217,7 @@ def _report_narrowing(
             if got_high is not None:
                 parts.append(f"max={got_high}")
             spec = f'torch.export.Dim("{name}", {", ".join(parts)})'
-        guard, where = _narrowing_guard(ctx, state.shape_log, symbol)
+        guard, where = _narrowing_guard(ctx, state.captured.shape_log, symbol)
         if len(_SYMBOL.findall(guard)) > 1 and expression == symbol:
             # a relation between dims (the mask's length <= past + new tokens): the bound
             # follows from the others' ranges, not from a line that narrows this one
@@ -359,7 +359,7 @@ def _report_constant_guards(
         condition = _INPUT.sub(lambda m: state.valid.label(m[1]), str(code))
         first = _INPUT_SIZE.search(str(code))
         input_name, dim = (first[1], int(first[2])) if first else ("?", 0)
-        guard, where = _constant_guard_line(ctx, state.shape_log, found["value"])
+        guard, where = _constant_guard_line(ctx, state.captured.shape_log, found["value"])
         truncates = "trunc" in code or "int(" in code or "floor" in code
         remedy = (
             "no Dim spec expresses that: compute the number with integer arithmetic on the "
