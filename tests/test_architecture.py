@@ -541,6 +541,88 @@ def test_the_default_opset_check_can_fail():
     assert _literal_opset_defaults("m", ast.parse("size = 20\nopset = model.opset\n")) == []
 
 
+def _is_context(node: ast.AST) -> bool:
+    """``ctx`` or ``<anything>.ctx``: the diagnostic context, by the name the code gives it."""
+    return (isinstance(node, ast.Name) and node.id == "ctx") or (
+        isinstance(node, ast.Attribute) and node.attr == "ctx"
+    )
+
+
+def _unpacked(target: ast.expr) -> list[ast.expr]:
+    """The targets of one assignment target: ``a, (b, *c)`` -> a, b, c."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [t for element in target.elts for t in _unpacked(element)]
+    if isinstance(target, ast.Starred):
+        return _unpacked(target.value)
+    return [target]
+
+
+def _context_writes(module: str, tree: ast.Module) -> list[str]:
+    """Where ``module`` sets an attribute of the diagnostic context (``ctx.x = ...``,
+    ``self.ctx.x += ...``, ``setattr(ctx, ...)``): outside diagnostics/ the context is
+    changed through its methods, and what it holds from the start is given to its
+    constructor."""
+    found: list[str] = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets for t in _unpacked(target)]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        found += [
+            f"{module}:{node.lineno} sets ctx.{t.attr}"
+            for t in targets
+            if isinstance(t, ast.Attribute) and _is_context(t.value)
+        ]
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and node.args
+            and _is_context(node.args[0])
+        ):
+            found.append(f"{module}:{node.lineno} calls {node.func.id} on ctx")
+    return sorted(found, key=lambda text: int(text.split(":")[1].split()[0]))
+
+
+def test_no_module_outside_diagnostics_sets_an_attribute_of_the_context():
+    offenders = [
+        o
+        for module, path in MODULES.items()
+        if not module.startswith("dynamo_onnx.diagnostics")
+        for o in _context_writes(module, _tree(path))
+    ]
+    assert not offenders, offenders
+
+
+def test_the_context_write_check_can_fail():
+    """The check above, on a made-up module writing the context each way it could."""
+    source = (
+        "def run(ctx, other):\n"
+        "    ctx.model_location = where\n"
+        "    other.model_location = where\n"  # not the context: allowed
+        "    ctx.summary.operators = []\n"  # the summary's field, filled by the passes
+        "    a, ctx.subject = 1, 'x'\n"
+        "    ctx.count += 1\n"
+        "    setattr(ctx, 'all_rules', True)\n"
+        "class Pass:\n"
+        "    def __call__(self):\n"
+        "        self.ctx.listener: object = None\n"
+        "        del ctx.sources\n"
+        "        print(ctx.model_location)\n"  # a read: allowed
+    )
+    assert _context_writes("m", ast.parse(source)) == [
+        "m:2 sets ctx.model_location",
+        "m:5 sets ctx.subject",
+        "m:6 sets ctx.count",
+        "m:7 calls setattr on ctx",
+        "m:10 sets ctx.listener",
+        "m:11 sets ctx.sources",
+    ]
+
+
 def test_the_unit_layer_refuses_a_full_export():
     """This module is in the unit layer (`make test-fast`): an export in it fails, so the
     layer cannot grow slow unnoticed (tests/conftest.py)."""

@@ -342,7 +342,6 @@ def _report_usage_error(args: argparse.Namespace, exc: UsageError, location: Any
 def _write_reports(ctx: Any, args: argparse.Namespace) -> tuple[list[str], list[CommandError]]:
     """Write each report asked for; one that cannot be written does not stop the other.
     Returns what was written and why each of the others was not (DO902)."""
-    ctx.all_rules = args.all_rules
     written, failed = [], []
     for label, what, path, keyword in (
         ("SARIF", "SARIF log", args.sarif, "sarif_path"),
@@ -352,7 +351,7 @@ def _write_reports(ctx: Any, args: argparse.Namespace) -> tuple[list[str], list[
             continue
         try:
             with _writing(what, path):
-                ctx.save_reports(**{keyword: path})
+                ctx.save_reports(all_rules=args.all_rules, **{keyword: path})
         except CommandError as exc:
             failed.append(exc)
         else:

@@ -137,6 +137,8 @@ def _run(
         options if isinstance(options, DiagnosticOptions) else None,
         source_root=source_root,
         call_site=call_site,
+        # the reports' anchor for findings without a line of their own
+        model_location=code_location(request.model),
         library_prefixes=default_library_prefixes(torch, sys.modules[__package__]),
         arguments=[f"export({subject})"],
         versions={"dynamo-onnx": package_version(), **tool_versions()},
@@ -144,9 +146,6 @@ def _run(
         listener=progress,
     )
     ctx.sources.update(_pseudo_source(call_site))
-    # The reports' anchor for findings without a line of their own (report metadata, like
-    # the call site; the passes read the checked request's).
-    ctx.model_location = code_location(request.model)
     try:
         state = run_pipeline(ctx, export_passes(), ExportState(request))
         assert state.onnx_model is not None and state.checked is not None

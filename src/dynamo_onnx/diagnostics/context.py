@@ -104,6 +104,10 @@ class DiagnosticContext:
             directory; see :func:`default_source_root`).
         call_site: the user's line that called the exporter; findings with no user frame
             of their own are anchored there.
+        model_location: where the model's code is (its ``forward``): the anchor of findings
+            that have no line of their own when the export call is outside the source root
+            (the CLI). Report metadata, like ``call_site``: the passes read the checked
+            request's.
         library_prefixes: path prefixes of code that is not the user's (torch, this
             package, the standard library); stack frames under them are never primary.
         arguments: the command line or call, recorded in the SARIF invocation.
@@ -119,6 +123,7 @@ class DiagnosticContext:
         *,
         source_root: str | os.PathLike[str] | None = None,
         call_site: Location | None = None,
+        model_location: Location | None = None,
         library_prefixes: Sequence[str] = (),
         arguments: Sequence[str] = (),
         versions: dict[str, str] | None = None,
@@ -139,9 +144,7 @@ class DiagnosticContext:
         self.versions = dict(versions or {})
         self.subject = subject
         self.listener = listener
-        #: Where the model's code is (its ``forward``): the anchor of findings that have no
-        #: line of their own when the export call is outside the source root (the CLI).
-        self.model_location: Location | None = None
+        self.model_location = model_location
         self.findings: list[Finding] = []
         self.passes: list[PassRecord] = []
         #: What the export produced, for the reports.
