@@ -84,3 +84,42 @@ def test_a_bad_opset_fails_in_validate_with_its_rule():
         ValidatePass()(ctx, state)
     assert info.value.rule_id == "DO109"
     assert [f.rule.id for f in ctx.findings] == ["DO109"]
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "argument", "level"),
+    [
+        ({"dynamic_shapes": {"x": {0: "batch"}}}, "dynamic_shapes", "WARNING"),
+        ({"dynamic_shapes": ({0: torch.export.Dim("batch")},)}, "dynamic_shapes", "WARNING"),
+        ({"dynamic_axes": {"x": [0]}}, "dynamic_axes", "WARNING"),
+        ({"dynamic_axes": {"x": {0: "batch"}}}, "dynamic_axes", "WARNING"),
+        (
+            {"export_options": dynamo_onnx.ExportOptions(dynamic_shapes=True)},
+            "ExportOptions.dynamic_shapes",
+            "WARNING",
+        ),
+    ],
+)
+def test_a_spec_beside_an_exported_program_is_read_and_reported(request_fields, argument, level):
+    """Validation returns early for an ExportedProgram, but only after reading every spec
+    argument: each is a DO111 (a warning: this program has the dims static), none dropped."""
+    x = torch.randn(2, 4)
+    program = torch.export.export(Tiny(), (x,))
+    ctx = DiagnosticContext()
+    state = ValidatePass()(ctx, ExportState(ExportRequest(program, (x,), **request_fields)))
+    (finding,) = ctx.by_rule("argument-ignored")
+    assert finding.rule.id == "DO111" and finding.level.name == level
+    assert f"`{argument}`" in finding.message or argument in finding.message
+    assert "fixed when torch.export.export captured it" in finding.message
+    assert state.valid.model is program  # never changed, never re-captured
+
+
+def test_every_dimension_dynamic_beside_a_dynamic_exported_program_is_a_note():
+    x = torch.randn(2, 4)
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(Tiny(), (x,), dynamic_shapes={"x": {0: batch}})
+    options = dynamo_onnx.ExportOptions(dynamic_shapes=True)
+    ctx = DiagnosticContext()
+    ValidatePass()(ctx, ExportState(ExportRequest(program, (x,), export_options=options)))
+    (finding,) = ctx.by_rule("DO111")
+    assert finding.level.name == "NOTE" and "every dimension static" not in finding.message

@@ -295,10 +295,10 @@ def _axes_keys(
 
 
 def _report_spec_of_program(ctx: DiagnosticContext, request: Any) -> None:
-    """``dynamic_shapes``/``dynamic_axes`` beside an ExportedProgram: its dims were fixed
-    when it was captured, so the argument changes nothing. A warning where it asks for a
-    dim the program has static (the ONNX model will not take other sizes there), else a
-    note."""
+    """``dynamic_shapes``/``dynamic_axes`` (or ``ExportOptions(dynamic_shapes=True)``)
+    beside an ExportedProgram: its dims were fixed when it was captured, so the argument
+    changes nothing. A warning where it asks for a dim the program has static (the ONNX
+    model will not take other sizes there), else a note: never dropped in silence."""
     for argument in ("dynamic_shapes", "dynamic_axes"):
         value = getattr(request, argument)
         if value is None:
@@ -313,6 +313,34 @@ def _report_spec_of_program(ctx: DiagnosticContext, request: Any) -> None:
             "it, or pass the model itself to dynamo_onnx.export"
         )
         torch_onnx.ignored(ctx, argument, _short_repr(value), reason, warning=bool(static))
+    options = request.export_options
+    if isinstance(options, ExportOptions) and options.dynamic_shapes:
+        # dynamo_export's spelling of "every dimension dynamic": a warning when the program
+        # has no dynamic dimension at all (features a Linear fixes are static in any case)
+        dims = _tensor_dims(request.model)
+        static = all(isinstance(size, int) for size in dims)
+        reason = (
+            "the ExportedProgram's dims were fixed when torch.export.export captured it"
+            + (", and it has every dimension static" if static else "")
+            + "; to change them, pass dynamic_shapes to torch.export.export when capturing "
+            "it, or pass the model itself to dynamo_onnx.dynamo_export"
+        )
+        torch_onnx.ignored(
+            ctx, "ExportOptions.dynamic_shapes", "True", reason, warning=static and bool(dims)
+        )
+
+
+def _tensor_dims(program: Any) -> list[Any]:
+    """The sizes of every dimension of ``program``'s top-level tensor inputs."""
+    user_inputs = set(program.graph_signature.user_inputs)
+    return [
+        size
+        for node in program.graph.nodes
+        if node.op == "placeholder"
+        and node.name in user_inputs
+        and isinstance(val := node.meta.get("val"), torch.Tensor)
+        for size in val.shape
+    ]
 
 
 def _short_repr(value: Any) -> str:
