@@ -623,6 +623,61 @@ def test_the_context_write_check_can_fail():
     ]
 
 
+#: Calls that only the one session factory and the one atomic writer make.
+SINGLE_DOORS = {
+    "InferenceSession": "dynamo_onnx.io.sessions",
+    "os.replace": "dynamo_onnx.files",
+    "os.rename": "dynamo_onnx.files",
+    "shutil.move": "dynamo_onnx.files",
+    "tempfile.NamedTemporaryFile": "dynamo_onnx.files",
+    "tempfile.mkstemp": "dynamo_onnx.files",
+}
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _side_doors(module: str, tree: ast.Module) -> list[str]:
+    """Where ``module`` makes an ONNX Runtime session or moves a file into place itself
+    instead of through ``io.sessions.inference_session`` / ``files``' atomic writer."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        called = ast.unparse(node.func)
+        for door, owner in SINGLE_DOORS.items():
+            if module != owner and (called == door or called.endswith("." + door)):
+                found.append(f"{module}:{node.lineno} calls {called}")
+    return found
+
+
+def test_sessions_and_atomic_writes_have_one_door_each():
+    """One session factory (one SessionOptions policy: logging, threads) and one atomic
+    writer, in src/ and in the benchmarks."""
+    sources = {**MODULES, **{f"benchmarks.{p.stem}": p for p in sorted(BENCHMARKS.glob("*.py"))}}
+    offenders = [o for module, path in sources.items() for o in _side_doors(module, _tree(path))]
+    assert not offenders, offenders
+
+
+def test_the_side_door_check_can_fail():
+    source = (
+        "import os, onnxruntime as ort, onnxruntime, tempfile\n"
+        "s = ort.InferenceSession(path, providers=['CPUExecutionProvider'])\n"
+        "t = onnxruntime.InferenceSession(path)\n"
+        "os.replace(staged, path)\n"
+        "with tempfile.NamedTemporaryFile(delete=False) as f: pass\n"
+        "text = path.replace('a', 'b')\n"  # str.replace: not a file
+        "inference_session(path)\n"
+    )
+    assert _side_doors("m", ast.parse(source)) == [
+        "m:2 calls ort.InferenceSession",
+        "m:3 calls onnxruntime.InferenceSession",
+        "m:4 calls os.replace",
+        "m:5 calls tempfile.NamedTemporaryFile",
+    ]
+    assert _side_doors("dynamo_onnx.io.sessions", ast.parse(source))[:1] == [
+        "dynamo_onnx.io.sessions:4 calls os.replace"
+    ]
+
+
 def test_the_unit_layer_refuses_a_full_export():
     """This module is in the unit layer (`make test-fast`): an export in it fails, so the
     layer cannot grow slow unnoticed (tests/conftest.py)."""

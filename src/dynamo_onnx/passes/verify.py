@@ -24,7 +24,8 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.io.caches import cache_parts, copy_caches, is_cache
 from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
-from dynamo_onnx.io.runner import Runner, quiet_session_options
+from dynamo_onnx.io.runner import Runner
+from dynamo_onnx.io.sessions import inference_session
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.fx import random_outputs, range_bounds
 from dynamo_onnx.passes.metadata import FX_NODE, STACK_TRACE, stack_frames
@@ -480,13 +481,7 @@ def _first_divergence(
         value = by_name[n.name]
         if not value.is_graph_output():
             probe.graph.outputs.append(value)
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(
-        ir.to_proto(probe).SerializeToString(),
-        quiet_session_options(),
-        providers=["CPUExecutionProvider"],
-    )
+    session = inference_session(ir.to_proto(probe).SerializeToString())
     feed_names = [i.name for i in session.get_inputs()]
     feed = {
         name: t.detach().cpu().numpy()
