@@ -32,6 +32,7 @@ __all__ = [
     "DiagnosticContext",
     "PassRecord",
     "ProgressEvent",
+    "StepRecord",
     "default_source_root",
     "exception_summary",
     "finding_text",
@@ -59,6 +60,15 @@ class ProgressEvent:
     total: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class StepRecord:
+    """One step a pass ran on the ONNX model (an onnx_ir pass, by its class name) and
+    whether it changed the model: its ``PassResult.modified``."""
+
+    name: str
+    modified: bool
+
+
 @dataclasses.dataclass
 class PassRecord:
     """When a pass ran, how long it took, and how it ended (``ok`` or ``failed``)."""
@@ -70,6 +80,8 @@ class PassRecord:
     #: The finding an unexplained exception of the pass became (None when it ended well or
     #: failed on purpose with ``ctx.fail``).
     failure: Finding | None = None
+    #: The onnx_ir passes it ran on the ONNX model, in order, each with ``modified``.
+    steps: list[StepRecord] = dataclasses.field(default_factory=list)
 
 
 def _now() -> datetime.datetime:
@@ -154,6 +166,7 @@ class DiagnosticContext:
         self.success: bool | None = None
         self.exception: BaseException | None = None
         self._current_pass = "export"
+        self._current_record: PassRecord | None = None
 
     # -- recording ---------------------------------------------------------------------
 
@@ -283,6 +296,7 @@ class DiagnosticContext:
         record = PassRecord(name, _now())
         self.passes.append(record)
         previous, self._current_pass = self._current_pass, name
+        outer, self._current_record = self._current_record, record
         start = time.perf_counter()
         self._notify(ProgressEvent("start", name))
         try:
@@ -297,7 +311,15 @@ class DiagnosticContext:
         finally:
             record.duration_s = time.perf_counter() - start
             self._current_pass = previous
+            self._current_record = outer
             self._notify(ProgressEvent("end", name, record.duration_s, record.outcome))
+
+    def record_step(self, name: str, modified: bool) -> None:
+        """Record that the running pass ran the step ``name`` on the ONNX model and whether
+        it changed it (onnx_ir's ``PassResult.modified``). Outside a pass (a pass called
+        alone, as in its unit test) there is no record to add it to."""
+        if self._current_record is not None:
+            self._current_record.steps.append(StepRecord(name, modified))
 
     def progress(self, done: int, total: int) -> None:
         """Report progress within the current pass (translation reports nodes)."""

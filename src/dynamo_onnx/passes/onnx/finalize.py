@@ -5,7 +5,8 @@ use), graph inputs used as outputs and repeated outputs given an ``Identity``
 (``OutputFixPass``), unique names (``NameFixPass``, then ``ModelWideNamesPass``: unique
 across subgraphs too); and two of our own, each an onnx_ir
 pass too: torch's dimension symbols renamed to the user's names, and the opset imports of
-every domain the nodes and functions use.
+every domain the nodes and functions use. Each step's ``PassResult.modified`` is recorded
+in the pass record (``steps.run_steps``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dynamo_onnx.io.spec_names import cache_suffix, leaf_paths, output_names
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.fx import none_outputs
 from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
+from dynamo_onnx.passes.onnx.steps import run_steps
 
 __all__ = [
     "AddOpsetImportsPass",
@@ -215,7 +217,7 @@ class FinalizePass:
                     allowed=f"it takes at most one name per graph {option.split('_')[0]}, in order",
                 )
         registered = _registered_cache_inputs(state, model)
-        passes = ir.passes.Sequential(
+        steps = [
             ir.passes.common.RemoveUnusedNodesPass(),
             ir.passes.common.OutputFixPass(),
             UntypedIdentityPass(registry.opset_version),
@@ -227,6 +229,6 @@ class FinalizePass:
             AddOpsetImportsPass(registry.opset_version, request.custom_opsets),
             ir.passes.common.NameFixPass(),
             ModelWideNamesPass(),
-        )
-        passes(model)
+        ]
+        run_steps(ctx, model, steps)  # in place: each step's ``modified`` in the pass record
         return state
