@@ -8,7 +8,9 @@ line: tensors on several devices (DO138) and a model that fails in eager PyTorch
 exception, the rest (DO126, DO309) from its text (``causes``); else DO100 listing every
 cause. When a strategy refuses the dynamic shapes for a guard no ``Dim`` range expresses,
 a last attempt defers such guards to assertions in the graph (``CapturePass._attempts``).
-A program the caller passed in is copied, never rewritten.
+A program the caller passed in is copied, never rewritten. What capture did (the strategy,
+the spec it captured with: the checked one or torch's refinement of it, torch's
+symbolic-shape log) is its own ``CaptureRecord``; the checked request is left as it was.
 """
 
 from __future__ import annotations
