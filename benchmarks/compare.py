@@ -99,11 +99,10 @@ def _flatten(value: Any) -> list[Any]:
 
 
 def _session(path: Path) -> Any:
-    import onnxruntime as ort  # noqa: PLC0415
+    from dynamo_onnx.io.sessions import inference_session  # noqa: PLC0415
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1  # the machine is shared: one thread is the stable figure
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    # the machine is shared: one thread is the stable figure
+    return inference_session(path, threads=1)
 
 
 def latencies(workdir: str) -> dict[str, float]:

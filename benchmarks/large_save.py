@@ -75,9 +75,9 @@ def main() -> None:
     )
     program.release()
     del program
-    import onnxruntime as ort
+    from dynamo_onnx.io.sessions import inference_session
 
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    session = inference_session(path)
     (actual,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
     diff = (torch.from_numpy(actual) - expected).abs().max().item()
     print(f"ONNX Runtime loaded it: max |ORT - eager| = {diff:.2e}")

@@ -281,13 +281,10 @@ def _argmax(folder: Path, sequences: list[list[int]], head_size: int) -> Any:
     """The most likely next token at every position of each sequence, by ONNX Runtime
     alone on the folder's model (one pass over each sequence from an empty past)."""
     import numpy as np  # noqa: PLC0415
-    import onnxruntime as ort  # noqa: PLC0415
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(
-        str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
-    )
+    from dynamo_onnx.io.sessions import inference_session  # noqa: PLC0415
+
+    session = inference_session(folder / "model.onnx", threads=1)
     found = []
     for sequence in sequences:
         ids = np.array([sequence], dtype=np.int64)

@@ -642,12 +642,6 @@ def _frame_local_channels(module: str, source: str, tree: ast.Module | None = No
     return sorted(set(offenders))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 34: the CLI still hands the exporter its call site through a frame local "
-    "(cli.py's __dynamo_onnx_call_site__, read by exporter._call_site); remove this mark "
-    "when it passes it as an argument",
-)
 def test_no_value_is_passed_through_a_stack_frame():
     offenders = [
         o
@@ -672,6 +666,241 @@ def test_the_frame_local_check_can_fail():
         "m:3 reads f_locals",
         "m:5 keeps an unused local (noqa: F841)",
         "m:5 sets the frame local __where__",
+    ]
+
+
+def _is_opset_number(node: ast.AST | None) -> bool:
+    """An int literal an export could target (7 and up: 0 stands for "none", 1 for a custom
+    domain's first version)."""
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int)
+        and not isinstance(node.value, bool)
+        and node.value >= 7
+    )
+
+
+def _names_opset(node: ast.AST) -> bool:
+    return "opset" in ast.unparse(node).lower()
+
+
+def _literal_opset_defaults(module: str, tree: ast.Module) -> list[str]:
+    """Where ``module`` picks an opset by a number of its own: a name or parameter with
+    "opset" in it given an int literal (``opset: int = 18``, ``def f(opset_version=20)``,
+    ``OPSET = 18``), ``opset_imports.get("", 18)``, ``opset or 18``, ``20 if opset is None
+    else opset``. Every default opset comes from dynamo_onnx.options."""
+    found: list[int] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            if _is_opset_number(node.value) and any(_names_opset(t) for t in node.targets):
+                found.append(node.lineno)
+        elif isinstance(node, ast.AnnAssign):
+            if _is_opset_number(node.value) and _names_opset(node.target):
+                found.append(node.lineno)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            positional = [*a.posonlyargs, *a.args]
+            pairs = list(zip(positional[len(positional) - len(a.defaults) :], a.defaults))
+            pairs += [(arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+            found += [
+                d.lineno for arg, d in pairs if "opset" in arg.arg.lower() and _is_opset_number(d)
+            ]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in ("get", "setdefault", "pop")
+                and _names_opset(func.value)
+                and len(node.args) == 2
+                and _is_opset_number(node.args[1])
+            ):
+                found.append(node.lineno)
+            found += [
+                k.value.lineno
+                for k in node.keywords
+                if k.arg and "opset" in k.arg.lower() and _is_opset_number(k.value)
+            ]
+        elif isinstance(node, ast.IfExp):
+            if _names_opset(node.test) and (
+                _is_opset_number(node.body) or _is_opset_number(node.orelse)
+            ):
+                found.append(node.lineno)
+        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            if _names_opset(node.values[0]) and any(_is_opset_number(v) for v in node.values[1:]):
+                found.append(node.lineno)
+    return [f"{module}:{line}" for line in sorted(set(found))]
+
+
+def test_every_default_opset_comes_from_the_options():
+    """One place defines the opset defaults (dynamo_onnx.options: 20 for export, 18 for
+    dynamo_export, torch_lib's 18); no other module picks one by a number of its own."""
+    offenders = [
+        o
+        for module, path in MODULES.items()
+        if module != "dynamo_onnx.options"
+        for o in _literal_opset_defaults(module, _tree(path))
+    ]
+    assert not offenders, offenders
+
+
+def test_the_default_opset_check_can_fail():
+    """The check above, on a made-up module with each way of picking an opset by number."""
+    source = (
+        "OPSET = 18\n"
+        "opset: int = 20\n"
+        "def convert(model, opset_version=18, *, target_opset=17, size=64):\n"
+        "    version = model.opset_imports.get('', 18)\n"
+        "    custom = model.opset_imports.get('custom', 1)\n"  # a custom domain's: allowed
+        "    chosen = opset_version or 20\n"
+        "    return 20 if opset_version is None else opset_version\n"
+        "build(opset_version=19)\n"
+    )
+    assert _literal_opset_defaults("m", ast.parse(source)) == [
+        "m:1",
+        "m:2",
+        "m:3",
+        "m:4",
+        "m:6",
+        "m:7",
+        "m:8",
+    ]
+    assert _literal_opset_defaults("m", ast.parse("size = 20\nopset = model.opset\n")) == []
+
+
+def _is_context(node: ast.AST) -> bool:
+    """``ctx`` or ``<anything>.ctx``: the diagnostic context, by the name the code gives it."""
+    return (isinstance(node, ast.Name) and node.id == "ctx") or (
+        isinstance(node, ast.Attribute) and node.attr == "ctx"
+    )
+
+
+def _unpacked(target: ast.expr) -> list[ast.expr]:
+    """The targets of one assignment target: ``a, (b, *c)`` -> a, b, c."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [t for element in target.elts for t in _unpacked(element)]
+    if isinstance(target, ast.Starred):
+        return _unpacked(target.value)
+    return [target]
+
+
+def _context_writes(module: str, tree: ast.Module) -> list[str]:
+    """Where ``module`` sets an attribute of the diagnostic context (``ctx.x = ...``,
+    ``self.ctx.x += ...``, ``setattr(ctx, ...)``): outside diagnostics/ the context is
+    changed through its methods, and what it holds from the start is given to its
+    constructor."""
+    found: list[str] = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets for t in _unpacked(target)]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        found += [
+            f"{module}:{node.lineno} sets ctx.{t.attr}"
+            for t in targets
+            if isinstance(t, ast.Attribute) and _is_context(t.value)
+        ]
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and node.args
+            and _is_context(node.args[0])
+        ):
+            found.append(f"{module}:{node.lineno} calls {node.func.id} on ctx")
+    return sorted(found, key=lambda text: int(text.split(":")[1].split()[0]))
+
+
+def test_no_module_outside_diagnostics_sets_an_attribute_of_the_context():
+    offenders = [
+        o
+        for module, path in MODULES.items()
+        if not module.startswith("dynamo_onnx.diagnostics")
+        for o in _context_writes(module, _tree(path))
+    ]
+    assert not offenders, offenders
+
+
+def test_the_context_write_check_can_fail():
+    """The check above, on a made-up module writing the context each way it could."""
+    source = (
+        "def run(ctx, other):\n"
+        "    ctx.model_location = where\n"
+        "    other.model_location = where\n"  # not the context: allowed
+        "    ctx.summary.operators = []\n"  # the summary's field, filled by the passes
+        "    a, ctx.subject = 1, 'x'\n"
+        "    ctx.count += 1\n"
+        "    setattr(ctx, 'all_rules', True)\n"
+        "class Pass:\n"
+        "    def __call__(self):\n"
+        "        self.ctx.listener: object = None\n"
+        "        del ctx.sources\n"
+        "        print(ctx.model_location)\n"  # a read: allowed
+    )
+    assert _context_writes("m", ast.parse(source)) == [
+        "m:2 sets ctx.model_location",
+        "m:5 sets ctx.subject",
+        "m:6 sets ctx.count",
+        "m:7 calls setattr on ctx",
+        "m:10 sets ctx.listener",
+        "m:11 sets ctx.sources",
+    ]
+
+
+#: Calls that only the one session factory and the one atomic writer make.
+SINGLE_DOORS = {
+    "InferenceSession": "dynamo_onnx.io.sessions",
+    "os.replace": "dynamo_onnx.files",
+    "os.rename": "dynamo_onnx.files",
+    "shutil.move": "dynamo_onnx.files",
+    "tempfile.NamedTemporaryFile": "dynamo_onnx.files",
+    "tempfile.mkstemp": "dynamo_onnx.files",
+}
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _side_doors(module: str, tree: ast.Module) -> list[str]:
+    """Where ``module`` makes an ONNX Runtime session or moves a file into place itself
+    instead of through ``io.sessions.inference_session`` / ``files``' atomic writer."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        called = ast.unparse(node.func)
+        for door, owner in SINGLE_DOORS.items():
+            if module != owner and (called == door or called.endswith("." + door)):
+                found.append(f"{module}:{node.lineno} calls {called}")
+    return found
+
+
+def test_sessions_and_atomic_writes_have_one_door_each():
+    """One session factory (one SessionOptions policy: logging, threads) and one atomic
+    writer, in src/ and in the benchmarks."""
+    sources = {**MODULES, **{f"benchmarks.{p.stem}": p for p in sorted(BENCHMARKS.glob("*.py"))}}
+    offenders = [o for module, path in sources.items() for o in _side_doors(module, _tree(path))]
+    assert not offenders, offenders
+
+
+def test_the_side_door_check_can_fail():
+    source = (
+        "import os, onnxruntime as ort, onnxruntime, tempfile\n"
+        "s = ort.InferenceSession(path, providers=['CPUExecutionProvider'])\n"
+        "t = onnxruntime.InferenceSession(path)\n"
+        "os.replace(staged, path)\n"
+        "with tempfile.NamedTemporaryFile(delete=False) as f: pass\n"
+        "text = path.replace('a', 'b')\n"  # str.replace: not a file
+        "inference_session(path)\n"
+    )
+    assert _side_doors("m", ast.parse(source)) == [
+        "m:2 calls ort.InferenceSession",
+        "m:3 calls onnxruntime.InferenceSession",
+        "m:4 calls os.replace",
+        "m:5 calls tempfile.NamedTemporaryFile",
+    ]
+    assert _side_doors("dynamo_onnx.io.sessions", ast.parse(source))[:1] == [
+        "dynamo_onnx.io.sessions:4 calls os.replace"
     ]
 
 

@@ -342,7 +342,6 @@ def _report_usage_error(args: argparse.Namespace, exc: UsageError, location: Any
 def _write_reports(ctx: Any, args: argparse.Namespace) -> tuple[list[str], list[CommandError]]:
     """Write each report asked for; one that cannot be written does not stop the other.
     Returns what was written and why each of the others was not (DO902)."""
-    ctx.all_rules = args.all_rules
     written, failed = [], []
     for label, what, path, keyword in (
         ("SARIF", "SARIF log", args.sarif, "sarif_path"),
@@ -352,7 +351,7 @@ def _write_reports(ctx: Any, args: argparse.Namespace) -> tuple[list[str], list[
             continue
         try:
             with _writing(what, path):
-                ctx.save_reports(**{keyword: path})
+                ctx.save_reports(all_rules=args.all_rules, **{keyword: path})
         except CommandError as exc:
             failed.append(exc)
         else:
@@ -447,6 +446,7 @@ def _registry(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     import dynamo_onnx
+    from dynamo_onnx.exporter import export_from
 
     factory = None
     try:
@@ -457,9 +457,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except UsageError as exc:
         _report_usage_error(args, exc, _factory_location(factory) if factory else None)
         raise
-    # Findings without a line in the model's own code (an nn.Sequential, a library model)
-    # point at the factory, not at the launcher that called us (exporter.CALL_SITE_LOCAL).
-    __dynamo_onnx_call_site__ = _factory_location(factory)  # noqa: F841
     show_progress = not args.quiet and sys.stderr.isatty()
     options = dynamo_onnx.DiagnosticOptions(
         verbosity_level=_VERBOSITY[args.verbosity], warnings_as_errors=args.warnings_as_errors
@@ -471,7 +468,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
         # The command prints its own list of the warnings: no Python warning repeats them.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", dynamo_onnx.DynamoOnnxWarning)
-            program = dynamo_onnx.export(
+            # Findings without a line in the model's own code (an nn.Sequential, a
+            # library model) point at the factory, not at the launcher that called us.
+            program = export_from(
+                _factory_location(factory),
                 model,
                 positional,
                 kwargs=keywords,

@@ -3,12 +3,11 @@ the reports. An export is a list of passes run in one diagnostic context."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 import torch
 
@@ -39,30 +38,19 @@ from dynamo_onnx.reports.terminal import ProgressPrinter, issue_warnings
 from dynamo_onnx.torch_onnx_names import OperatorExportTypes, TrainingMode
 from dynamo_onnx.versions import package_version, tool_versions
 
-__all__ = ["dynamo_export", "export", "export_passes"]
-
-R = TypeVar("R")
-
-#: torch.onnx.export's opset when none is given (dynamo_export keeps the seed's, 18).
-TORCH_ONNX_OPSET = 20
+__all__ = ["dynamo_export", "export", "export_from", "export_passes"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-#: A local variable by this name in a frame of this package is the call site to report
-#: instead of the frames above it: the command line sets it to the user's factory (above it
-#: there is only the ``dynamo-onnx`` launcher).
-CALL_SITE_LOCAL = "__dynamo_onnx_call_site__"
-
-
 def _call_site() -> Location | None:
-    """The user's line that called the exporter: the first frame outside this package
-    (or the location a frame of ours names in :data:`CALL_SITE_LOCAL`).
+    """The user's line that called the exporter: the first frame outside this package.
 
     Usually a file; for code without one (``python -c``, standard input, ``exec``) the
     pseudo-file (``<string>``, ``<stdin>``), which the SARIF log then carries with its text
     where it can be had. Frames of the interpreter's own machinery (``<frozen runpy>``)
-    are skipped.
+    are skipped. A caller of ours that knows the line better (the command line: the
+    user's factory) passes it to :func:`export_from` instead.
     """
     frame = sys._getframe(1)
     while frame is not None:
@@ -72,8 +60,6 @@ def _call_site() -> Location | None:
                 return Location(filename, frame.f_lineno, frame.f_code.co_name)
         elif not os.path.abspath(filename).startswith(_PACKAGE_DIR):
             return Location(os.path.abspath(filename), frame.f_lineno, frame.f_code.co_name)
-        elif isinstance(named := frame.f_locals.get(CALL_SITE_LOCAL), Location):
-            return named
         frame = frame.f_back  # type: ignore[assignment]
     return None
 
@@ -151,6 +137,8 @@ def _run(
         options if isinstance(options, DiagnosticOptions) else None,
         source_root=source_root,
         call_site=call_site,
+        # the reports' anchor for findings without a line of their own
+        model_location=code_location(request.model),
         library_prefixes=default_library_prefixes(torch, sys.modules[__package__]),
         arguments=[f"export({subject})"],
         versions={"dynamo-onnx": package_version(), **tool_versions()},
@@ -158,9 +146,6 @@ def _run(
         listener=progress,
     )
     ctx.sources.update(_pseudo_source(call_site))
-    # The reports' anchor for findings without a line of their own (report metadata, like
-    # the call site; the passes read the checked request's).
-    ctx.model_location = code_location(request.model)
     try:
         state = run_pipeline(ctx, export_passes(), ExportState(request))
         assert state.onnx_model is not None and state.checked is not None
@@ -177,7 +162,8 @@ def _run(
             model_location=state.checked.model_location,
             inputs=state.checked.family_inputs,
         )
-        if optimize:  # describes the optimized model again
+        if optimize and not state.checked.module_functions:
+            # describes the optimized model again
             program.optimize(optimize if isinstance(optimize, str) else None)
         if verify:
             program.verify(state.checked.args, state.checked.kwargs)
@@ -209,31 +195,7 @@ def _run(
     return program
 
 
-def _records_passed_arguments(function: Callable[..., R]) -> Callable[..., R]:
-    """Give ``function`` the names of the arguments its caller passed (``passed=``), and
-    show its signature without that parameter.
-
-    ``export`` keeps torch.onnx.export's defaults, so a value alone cannot say whether the
-    caller asked for it: ``optimize=True`` with ``module_functions=True`` is a note only
-    when the caller wrote it, and ``external_data=True`` with a file object an error only
-    then (it is the default).
-    """
-    signature = inspect.signature(function)
-    public = signature.replace(
-        parameters=[p for p in signature.parameters.values() if p.name != "passed"]
-    )
-
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> R:
-        passed = frozenset(public.bind(*args, **kwargs).arguments)
-        return function(*args, passed=passed, **kwargs)
-
-    wrapper.__signature__ = public  # type: ignore[attr-defined]
-    return wrapper
-
-
-@_records_passed_arguments
-def export(
+def _export(
     model: torch.nn.Module | Callable[..., Any] | torch.export.ExportedProgram,
     args: tuple[Any, ...] = (),
     f: str | os.PathLike[str] | IO[bytes] | None = None,
@@ -267,7 +229,8 @@ def export(
     module_functions: bool = False,
     source_root: str | os.PathLike[str] | None = None,
     progress: Callable[[ProgressEvent], None] | None = None,
-    passed: frozenset[str] = frozenset(),
+    passed: frozenset[str],
+    call_site: Location | None,
 ) -> ONNXProgram:
     """Export a PyTorch model to an :class:`ONNXProgram`, as ``torch.onnx.export`` does.
 
@@ -347,10 +310,10 @@ def export(
         args,
         kwargs,
         dynamic_shapes,
-        TORCH_ONNX_OPSET if opset_version is None else opset_version,
+        opset_version,
         registry,
         diagnostic_options,
-        module_functions=module_functions or bool(export_modules_as_functions),
+        module_functions=module_functions,
         torch_onnx=arguments,
         input_names=input_names,
         output_names=output_names,
@@ -373,13 +336,47 @@ def export(
         request,
         report=report,
         artifacts_dir=artifacts_dir,
-        optimize=False if request.module_functions else optimize,
+        optimize=optimize,
         verify=verify,
         source_root=source_root,
         progress=progress if progress is not None or not verbose else ProgressPrinter(sys.stderr),
-        call_site=_call_site(),
+        call_site=call_site,
         save=save,
     )
+
+
+#: ``export``'s public signature: ``_export``'s without what the entry points add.
+_EXPORT_SIGNATURE = inspect.signature(_export).replace(
+    parameters=[
+        p
+        for p in inspect.signature(_export).parameters.values()
+        if p.name not in ("passed", "call_site")
+    ]
+)
+
+
+def export_from(call_site: Location | None, /, *args: Any, **kwargs: Any) -> ONNXProgram:
+    """:func:`export`, for a caller that knows the user's line better than the stack does.
+
+    The command line passes the user's factory: above its own frames there is only the
+    ``dynamo-onnx`` launcher. Findings with no line in the model's code (an
+    ``nn.Sequential``, a library model) point at ``call_site``.
+
+    ``export`` keeps torch.onnx.export's defaults, so a value alone cannot say whether the
+    caller asked for it: ``_export`` gets the names of the arguments passed (``passed``),
+    as ``optimize=True`` with ``module_functions=True`` is a note only when the caller
+    wrote it, and ``external_data=True`` with a file object an error only then.
+    """
+    passed = frozenset(_EXPORT_SIGNATURE.bind(*args, **kwargs).arguments)
+    return _export(*args, passed=passed, call_site=call_site, **kwargs)
+
+
+def export(*args: Any, **kwargs: Any) -> ONNXProgram:  # noqa: D103 - the docstring is _export's
+    return export_from(_call_site(), *args, **kwargs)
+
+
+export.__doc__ = _export.__doc__
+export.__signature__ = _EXPORT_SIGNATURE  # type: ignore[attr-defined]
 
 
 def dynamo_export(

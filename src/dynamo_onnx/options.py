@@ -28,19 +28,32 @@ if TYPE_CHECKING:
     from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = [
-    "DEFAULT_OPSET",
+    "DYNAMO_EXPORT_OPSET",
+    "EXPORT_OPSET",
+    "TORCHLIB_OPSET",
     "DiagnosticOptions",
     "ExportOptions",
     "ONNXRuntimeOptions",
     "OptionProblem",
     "diagnostic_options_problem",
     "export_options_problem",
+    "default_opset",
     "opset_problem",
     "optimize_problem",
 ]
 
-#: The opset of an export when none is asked for: torch_lib's.
-DEFAULT_OPSET = 18
+# Every opset default of the project is here; tests/test_architecture.py fails on a literal
+# one anywhere else in src/.
+
+#: The opset onnxscript's torch_lib writes its functions at: translation builds the model
+#: there, and the opset-conversion pass takes it to the one asked for.
+TORCHLIB_OPSET = 18
+
+#: ``export``'s opset when none is asked for: torch.onnx.export's as of torch 2.13.
+EXPORT_OPSET = 20
+
+#: ``dynamo_export``'s opset when none is asked for: the seed's (torch_lib's).
+DYNAMO_EXPORT_OPSET = TORCHLIB_OPSET
 
 #: The runtimes ``export(optimize=...)`` fuses a model for, besides True and False.
 OPTIMIZE_RUNTIMES = ("onnxruntime",)
@@ -188,6 +201,13 @@ def export_options_problem(value: Any) -> OptionProblem | None:
     return _export_fields_problem(value)
 
 
+def default_opset(torch_onnx_call: bool) -> int:
+    """The opset of a result when the caller asks for none: torch.onnx.export's for a call
+    in its form (``export``), the seed's for ``dynamo_export``. The validate pass applies
+    it, and only it."""
+    return EXPORT_OPSET if torch_onnx_call else DYNAMO_EXPORT_OPSET
+
+
 def opset_problem(opset_version: Any) -> OptionProblem | None:
     """What is wrong with an ``opset_version`` argument, or None."""
     if opset_version is None:
@@ -200,7 +220,7 @@ def opset_problem(opset_version: Any) -> OptionProblem | None:
             "opset_version",
             f"is {opset_version!r}",
             f"it takes an int from 7 to {highest} (the newest this onnx knows), or None for "
-            "the default (20 for export, 18 for dynamo_export)",
+            f"the default ({EXPORT_OPSET} for export, {DYNAMO_EXPORT_OPSET} for dynamo_export)",
             InvalidOptionTypeError,
         )
     if not 7 <= opset_version <= highest:
@@ -208,7 +228,7 @@ def opset_problem(opset_version: Any) -> OptionProblem | None:
             "opset_version",
             f"is {opset_version!r}",
             f"it takes an int from 7 to {highest} (the newest this onnx knows), or None for "
-            "the default (20 for export, 18 for dynamo_export)",
+            f"the default ({EXPORT_OPSET} for export, {DYNAMO_EXPORT_OPSET} for dynamo_export)",
         )
     return None
 

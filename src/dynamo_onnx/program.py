@@ -263,7 +263,7 @@ class ONNXProgram:
             find_divergence,
             second_shape,
         )
-        return self._run([VerifyPass()], request).comparisons
+        return list(self._run([VerifyPass()], request).comparisons)
 
     def save_diagnostics(self, destination: str | os.PathLike[str]) -> None:
         """Save the export's diagnostics as a SARIF log, as the PyTorch 2.1-2.5 API did."""

@@ -10,7 +10,7 @@ import torch
 
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
+from dynamo_onnx.passes.base import CaptureRecord, CheckedRequest, ExportRequest, ExportState
 from dynamo_onnx.passes.validate import ValidatePass
 
 
@@ -41,7 +41,10 @@ def program_state(
         dynamic_shapes=dynamic_shapes,
         **checked,
     )
-    return ExportState(ExportRequest(model, args), checked=request, exported_program=ep)
+    capture = CaptureRecord("torch.export.export", dynamic_shapes)
+    return ExportState(
+        ExportRequest(model, args), checked=request, capture=capture, exported_program=ep
+    )
 
 
 def three_nodes(opset: int = 18) -> ir.Model:

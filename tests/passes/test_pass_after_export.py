@@ -3,6 +3,7 @@ program), session, apply-weights, save."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import onnx
@@ -13,9 +14,10 @@ from helpers import Tiny, three_nodes
 
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.io.sessions import inference_session
 from dynamo_onnx.passes.onnx.weights import ApplyWeightsPass, WeightsRequest
 from dynamo_onnx.passes.save import SavePass, SaveRequest
-from dynamo_onnx.passes.session import SessionPass, SessionRequest
+from dynamo_onnx.passes.session import SessionPass, SessionRequest, default_session
 from dynamo_onnx.passes.verify import VerifyPass, VerifyRequest, compare
 from dynamo_onnx.tensors import torch_tensor_to_ir
 
@@ -101,3 +103,43 @@ def test_save_writes_a_familys_files_beside_the_model_as_text_or_bytes(tmp_path)
     assert sorted(os.listdir(tmp_path)) == ["config.json", "m.onnx", "tokenizer.model"]
     assert (tmp_path / "config.json").read_text() == '{"type": "x"}\n'
     assert (tmp_path / "tokenizer.model").read_bytes() == binary
+
+
+def test_the_verify_pass_returns_a_new_request_and_leaves_its_input_alone():
+    x = torch.randn(2, 3)
+    request = VerifyRequest(
+        three_nodes(), None, lambda *a: [torch.relu(x).mean(-1, keepdim=True)], (x,),
+        reference=lambda x: torch.relu(x).mean(-1, keepdim=True), second_shape=False,
+    )  # fmt: skip
+    result = VerifyPass()(DiagnosticContext(), request)
+    assert request.comparisons == () and [c.ok for c in result.comparisons] == [True]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.comparisons = result.comparisons  # type: ignore[misc]
+
+
+def test_every_session_is_made_by_one_factory_with_one_options_policy(tmp_path):
+    """Our own sessions log nothing and take the threads asked for; the caller's session
+    options are used as given; the CPU unless providers are named; a path or bytes."""
+    import onnxruntime as ort
+
+    model = three_nodes()
+    data = ir.to_proto(model).SerializeToString()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    x = torch.randn(2, 3).numpy()
+    expected = torch.relu(torch.from_numpy(x)).mean(-1, keepdim=True).numpy()
+    for given in (data, path, str(path)):
+        session = inference_session(given, threads=1)
+        options = session.get_session_options()
+        assert options.log_severity_level == 4 and options.intra_op_num_threads == 1
+        assert session.get_providers() == ["CPUExecutionProvider"]
+        (got,) = session.run(None, {"x": x})
+        assert abs(got - expected).max() < 1e-6
+    loading = inference_session(data, graph_optimizations=False).get_session_options()
+    assert loading.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    mine = ort.SessionOptions()
+    mine.log_severity_level, mine.intra_op_num_threads = 1, 2
+    options = dynamo_onnx.ONNXRuntimeOptions(session_options=[mine])
+    kept = inference_session(data, options, threads=1).get_session_options()
+    assert (kept.log_severity_level, kept.intra_op_num_threads) == (1, 2)
+    assert default_session(data).get_session_options().log_severity_level == 4

@@ -44,3 +44,36 @@ def test_a_number_among_the_outputs_fails_at_the_models_code():
     assert info.value.rule_id == "DO110"
     (finding,) = ctx.by_rule("DO110")
     assert finding.primary is not None and finding.primary.function == "forward"
+
+
+class BranchesOnSize(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] > 4:
+            return x + 1
+        return x - 1
+
+
+def test_capture_returns_its_record_and_leaves_the_checked_request_alone():
+    """torch's suggested fixes (Dim("batch") narrowed to min=5) are the capture record's
+    spec; the checked request keeps the caller's."""
+    batch = torch.export.Dim("batch")
+    state = validated(BranchesOnSize(), (torch.randn(6, 3),), dynamic_shapes={"x": {0: batch}})
+    ctx = DiagnosticContext()
+    captured = CapturePass()(ctx, state)
+    assert captured.valid is state.valid and state.capture is None
+    assert state.valid.dynamic_shapes == {"x": {0: batch}}
+    record = captured.captured
+    assert record.strategy == "torch.export.export(strict=False)"
+    (refined,) = ctx.by_rule("dynamic-shapes-refined")
+    assert record.dynamic_shapes != state.valid.dynamic_shapes
+    assert record.dynamic_shapes["x"][0].min == 5  # torch's fix: x.shape[0] > 4
+    assert record.shape_log  # torch's symbolic-shape records of this capture
+
+
+def test_the_record_of_a_plain_capture_keeps_the_checked_spec():
+    state = validated(Tiny(), (torch.randn(3, 4),), dynamic_shapes={"x": {0: "batch"}})
+    captured = CapturePass()(DiagnosticContext(), state)
+    assert captured.captured.dynamic_shapes is state.valid.dynamic_shapes
+    given = torch.export.export(Tiny(), (torch.randn(2, 4),))
+    record = CapturePass()(DiagnosticContext(), validated(given)).captured
+    assert record.strategy == "the given ExportedProgram" and record.shape_log == ()

@@ -3,6 +3,8 @@ conversion, weight check, load check, optimization."""
 
 from __future__ import annotations
 
+import logging
+
 import onnx
 import onnx_ir as ir
 import pytest
@@ -15,7 +17,7 @@ from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
 from dynamo_onnx.passes.onnx.finalize import FinalizePass
 from dynamo_onnx.passes.onnx.load_check import LoadCheckPass, weights_as_inputs
-from dynamo_onnx.passes.onnx.opset import OpsetConversionPass
+from dynamo_onnx.passes.onnx.opset import ConvertOpsetPass, OpsetConversionPass
 from dynamo_onnx.passes.onnx.optimize import OptimizePass, count_nodes
 from dynamo_onnx.passes.onnx.weights import WeightCheckPass
 
@@ -183,3 +185,43 @@ def test_model_wide_names_make_a_loop_body_and_the_graph_after_it_apart():
         y = -(y + x)
     (got,) = session.run(None, {"x": x.numpy()})
     torch.testing.assert_close(torch.from_numpy(got), y)
+
+
+def test_finalize_records_whether_each_onnx_ir_step_modified_the_model():
+    ctx = DiagnosticContext()
+    with ctx.pass_("finalize") as record:
+        FinalizePass()(ctx, _state(three_nodes(), input_names=("a",)))
+    steps = {s.name: s.modified for s in record.steps}
+    assert list(steps)[0] == "RemoveUnusedNodesPass" and list(steps)[-1] == "ModelWideNamesPass"
+    assert steps["RenameIOPass"] is True  # x -> a
+    assert steps["RenameDimsPass"] is False  # no dimension symbol to rename
+    assert steps["OutputFixPass"] is False
+    with ctx.pass_("finalize") as again:
+        FinalizePass()(ctx, _state(three_nodes()))
+    assert {s.name: s.modified for s in again.steps}["RenameIOPass"] is False
+
+
+def test_opset_conversion_is_an_onnx_ir_pass_whose_modified_is_recorded():
+    ctx = DiagnosticContext()
+    with ctx.pass_("opset-conversion") as record:
+        OpsetConversionPass()(ctx, _state(three_nodes(), opset=17))
+    assert [(s.name, s.modified) for s in record.steps][0] == ("ConvertOpsetPass", True)
+    assert [s.name for s in record.steps] == ["ConvertOpsetPass", "ModelWideNamesPass"]
+    with ctx.pass_("opset-conversion") as unchanged:
+        OpsetConversionPass()(ctx, _state(three_nodes(), opset=18))
+    assert unchanged.steps == []  # already at the opset: nothing to run
+    model = three_nodes()
+    result = ConvertOpsetPass(DiagnosticContext(), 18)(model)
+    assert isinstance(ConvertOpsetPass(ctx, 17), ir.passes.InPlacePass)
+    assert result.model is model and result.modified is False
+
+
+def test_the_steps_are_in_the_sarif_invocation():
+    from dynamo_onnx.reports import ReportingContext
+
+    ctx = ReportingContext(dynamo_onnx.DiagnosticOptions(verbosity_level=logging.DEBUG))
+    with ctx.pass_("opset-conversion"):
+        OpsetConversionPass()(ctx, _state(three_nodes(), opset=17))
+    ctx.finish(None)
+    (entry,) = ctx.to_sarif()["runs"][0]["invocations"][0]["properties"]["passes"]
+    assert entry["steps"][0] == {"name": "ConvertOpsetPass", "modified": True}

@@ -8,8 +8,10 @@ from helpers import Tiny, validated
 
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.options import DYNAMO_EXPORT_OPSET, EXPORT_OPSET
 from dynamo_onnx.passes.base import ExportRequest, ExportState
 from dynamo_onnx.passes.validate import ValidatePass
+from dynamo_onnx.passes.validate.torch_onnx import TorchOnnxArguments
 
 
 def test_the_checked_request_applies_the_default_opset_and_binds_forward_once():
@@ -19,6 +21,34 @@ def test_the_checked_request_applies_the_default_opset_and_binds_forward_once():
     assert list(checked.bound) == ["x"] and checked.bound["x"] is x
     assert checked.model_location is not None and checked.model_location.function == "forward"
     assert checked.args == (x,) and dict(checked.kwargs) == {}
+
+
+def test_each_entry_points_default_opset_is_applied_by_validation_alone():
+    """export() hands validation the opset as given (None); validation applies the entry
+    point's default: torch.onnx.export's 20 for a call in its form, the seed's 18 else."""
+    x = torch.randn(2, 4)
+    as_export = TorchOnnxArguments(passed=frozenset({"model", "args"}))
+    assert validated(Tiny(), (x,), torch_onnx=as_export).valid.opset == EXPORT_OPSET == 20
+    assert validated(Tiny(), (x,)).valid.opset == DYNAMO_EXPORT_OPSET == 18
+    for opset in (17, 21):
+        assert validated(Tiny(), (x,), opset_version=opset, torch_onnx=as_export).valid.opset == (
+            opset
+        )
+        assert validated(Tiny(), (x,), opset_version=opset).valid.opset == opset
+
+
+@pytest.mark.parametrize(
+    ("module_functions", "as_functions", "expected"),
+    [(False, False, False), (True, False, True), (False, True, True), (False, {Tiny}, True)],
+)
+def test_export_modules_as_functions_is_merged_into_module_functions_by_validation(
+    module_functions, as_functions, expected
+):
+    arguments = TorchOnnxArguments(export_modules_as_functions=as_functions)
+    checked = validated(
+        Tiny(), (torch.randn(2, 4),), module_functions=module_functions, torch_onnx=arguments
+    ).valid
+    assert checked.module_functions is expected
 
 
 def test_names_and_labels_are_checked_and_typed():
@@ -54,3 +84,42 @@ def test_a_bad_opset_fails_in_validate_with_its_rule():
         ValidatePass()(ctx, state)
     assert info.value.rule_id == "DO109"
     assert [f.rule.id for f in ctx.findings] == ["DO109"]
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "argument", "level"),
+    [
+        ({"dynamic_shapes": {"x": {0: "batch"}}}, "dynamic_shapes", "WARNING"),
+        ({"dynamic_shapes": ({0: torch.export.Dim("batch")},)}, "dynamic_shapes", "WARNING"),
+        ({"dynamic_axes": {"x": [0]}}, "dynamic_axes", "WARNING"),
+        ({"dynamic_axes": {"x": {0: "batch"}}}, "dynamic_axes", "WARNING"),
+        (
+            {"export_options": dynamo_onnx.ExportOptions(dynamic_shapes=True)},
+            "ExportOptions.dynamic_shapes",
+            "WARNING",
+        ),
+    ],
+)
+def test_a_spec_beside_an_exported_program_is_read_and_reported(request_fields, argument, level):
+    """Validation returns early for an ExportedProgram, but only after reading every spec
+    argument: each is a DO111 (a warning: this program has the dims static), none dropped."""
+    x = torch.randn(2, 4)
+    program = torch.export.export(Tiny(), (x,))
+    ctx = DiagnosticContext()
+    state = ValidatePass()(ctx, ExportState(ExportRequest(program, (x,), **request_fields)))
+    (finding,) = ctx.by_rule("argument-ignored")
+    assert finding.rule.id == "DO111" and finding.level.name == level
+    assert f"`{argument}`" in finding.message or argument in finding.message
+    assert "fixed when torch.export.export captured it" in finding.message
+    assert state.valid.model is program  # never changed, never re-captured
+
+
+def test_every_dimension_dynamic_beside_a_dynamic_exported_program_is_a_note():
+    x = torch.randn(2, 4)
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(Tiny(), (x,), dynamic_shapes={"x": {0: batch}})
+    options = dynamo_onnx.ExportOptions(dynamic_shapes=True)
+    ctx = DiagnosticContext()
+    ValidatePass()(ctx, ExportState(ExportRequest(program, (x,), export_options=options)))
+    (finding,) = ctx.by_rule("DO111")
+    assert finding.level.name == "NOTE" and "every dimension static" not in finding.message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.reports import ReportingContext, sarif
 
@@ -49,3 +51,26 @@ def test_an_error_after_success_makes_the_log_unsuccessful(tmp_path):
     log = ctx.to_sarif()
     sarif.validate(log)
     assert log["runs"][0]["invocations"][0]["executionSuccessful"] is False
+
+
+def test_all_rules_is_an_argument_of_the_rendering_not_a_flag_on_the_context(tmp_path):
+    """`dynamo-onnx export --all-rules` asks save_reports for every rule of the catalog; the
+    context itself is not changed, so another rendering describes only the rules used."""
+    from dynamo_onnx.rules import catalog
+
+    ctx = _context(tmp_path)
+    ctx.finish(None)
+    sarif_path = tmp_path / "all.sarif"
+    ctx.save_reports(sarif_path=sarif_path, all_rules=True)
+    every = json.loads(sarif_path.read_text())["runs"][0]["tool"]["driver"]["rules"]
+    assert {r["id"] for r in every} == {rule.id for rule in catalog()}
+    used = ctx.to_sarif()["runs"][0]["tool"]["driver"]["rules"]
+    assert {"DO102", "DO123"} <= {r["id"] for r in used} and len(used) < len(every)
+
+
+def test_the_model_location_is_given_to_the_context_when_it_is_made(tmp_path):
+    """The anchor of findings without a line of their own, set once, by the constructor."""
+    where = Location(str(tmp_path / "model.py"), 4, "forward")
+    ctx = ReportingContext(source_root=tmp_path, model_location=where)
+    assert ctx.model_location == where
+    assert ReportingContext(source_root=tmp_path).model_location is None

@@ -32,6 +32,7 @@ __all__ = [
     "DiagnosticContext",
     "PassRecord",
     "ProgressEvent",
+    "StepRecord",
     "default_source_root",
     "exception_summary",
     "finding_text",
@@ -59,6 +60,15 @@ class ProgressEvent:
     total: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class StepRecord:
+    """One step a pass ran on the ONNX model (an onnx_ir pass, by its class name) and
+    whether it changed the model: its ``PassResult.modified``."""
+
+    name: str
+    modified: bool
+
+
 @dataclasses.dataclass
 class PassRecord:
     """When a pass ran, how long it took, and how it ended (``ok`` or ``failed``)."""
@@ -70,6 +80,8 @@ class PassRecord:
     #: The finding an unexplained exception of the pass became (None when it ended well or
     #: failed on purpose with ``ctx.fail``).
     failure: Finding | None = None
+    #: The onnx_ir passes it ran on the ONNX model, in order, each with ``modified``.
+    steps: list[StepRecord] = dataclasses.field(default_factory=list)
 
 
 def _now() -> datetime.datetime:
@@ -104,6 +116,10 @@ class DiagnosticContext:
             directory; see :func:`default_source_root`).
         call_site: the user's line that called the exporter; findings with no user frame
             of their own are anchored there.
+        model_location: where the model's code is (its ``forward``): the anchor of findings
+            that have no line of their own when the export call is outside the source root
+            (the CLI). Report metadata, like ``call_site``: the passes read the checked
+            request's.
         library_prefixes: path prefixes of code that is not the user's (torch, this
             package, the standard library); stack frames under them are never primary.
         arguments: the command line or call, recorded in the SARIF invocation.
@@ -119,6 +135,7 @@ class DiagnosticContext:
         *,
         source_root: str | os.PathLike[str] | None = None,
         call_site: Location | None = None,
+        model_location: Location | None = None,
         library_prefixes: Sequence[str] = (),
         arguments: Sequence[str] = (),
         versions: dict[str, str] | None = None,
@@ -139,9 +156,7 @@ class DiagnosticContext:
         self.versions = dict(versions or {})
         self.subject = subject
         self.listener = listener
-        #: Where the model's code is (its ``forward``): the anchor of findings that have no
-        #: line of their own when the export call is outside the source root (the CLI).
-        self.model_location: Location | None = None
+        self.model_location = model_location
         self.findings: list[Finding] = []
         self.passes: list[PassRecord] = []
         #: What the export produced, for the reports.
@@ -151,6 +166,7 @@ class DiagnosticContext:
         self.success: bool | None = None
         self.exception: BaseException | None = None
         self._current_pass = "export"
+        self._current_record: PassRecord | None = None
 
     # -- recording ---------------------------------------------------------------------
 
@@ -280,6 +296,7 @@ class DiagnosticContext:
         record = PassRecord(name, _now())
         self.passes.append(record)
         previous, self._current_pass = self._current_pass, name
+        outer, self._current_record = self._current_record, record
         start = time.perf_counter()
         self._notify(ProgressEvent("start", name))
         try:
@@ -294,7 +311,15 @@ class DiagnosticContext:
         finally:
             record.duration_s = time.perf_counter() - start
             self._current_pass = previous
+            self._current_record = outer
             self._notify(ProgressEvent("end", name, record.duration_s, record.outcome))
+
+    def record_step(self, name: str, modified: bool) -> None:
+        """Record that the running pass ran the step ``name`` on the ONNX model and whether
+        it changed it (onnx_ir's ``PassResult.modified``). Outside a pass (a pass called
+        alone, as in its unit test) there is no record to add it to."""
+        if self._current_record is not None:
+            self._current_record.steps.append(StepRecord(name, modified))
 
     def progress(self, done: int, total: int) -> None:
         """Report progress within the current pass (translation reports nodes)."""

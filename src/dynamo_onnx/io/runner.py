@@ -11,23 +11,7 @@ import torch
 from dynamo_onnx.io.inputs import complex_outputs, onnx_input_tensors
 from dynamo_onnx.io.ort_values import from_ort_value, to_ort_value
 
-__all__ = ["OrtRunner", "Runner", "quiet_session_options"]
-
-#: ONNX Runtime's FATAL: its warnings while it loads a model ("[W:onnxruntime ...
-#: MergeShapeInfo]", "can't constant fold") are its optimizer's business, and its errors
-#: while it runs ("[E:onnxruntime ... ExecuteKernel]") come back as the exception that
-#: the finding or the caller's error reports; printed, they would say it twice.
-_QUIET = 4
-
-
-def quiet_session_options() -> Any:
-    """Session options of a session of our own: ONNX Runtime logs nothing to the terminal
-    (per session: the process-wide default logger is left as the caller set it)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = _QUIET
-    return options
+__all__ = ["OrtRunner", "Runner"]
 
 
 class Runner(Protocol):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import PassRecord
 from dynamo_onnx.errors import OnnxExporterError
+from dynamo_onnx.options import TORCHLIB_OPSET
 from dynamo_onnx.passes import contract
 from dynamo_onnx.passes.logs import deprecations_ignored
 from dynamo_onnx.rules import catalog
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = [
+    "CaptureRecord",
     "CheckedRequest",
     "ExportRequest",
     "ExportState",
@@ -88,6 +90,7 @@ class ExportRequest:
     registry: OnnxRegistry | None = None
     diagnostic_options: Any = None
     export_options: Any = None
+    #: as given: validation merges torch.onnx.export's ``export_modules_as_functions``
     module_functions: bool = False
     #: torch.onnx.export's arguments (a ``TorchOnnxArguments``), when called that way.
     torch_onnx: Any = None
@@ -108,7 +111,9 @@ class CheckedRequest:
         args, kwargs: the example inputs, checked (a tuple and a dict).
         bound: ``forward`` parameter -> its example input, bound once (empty for an
             ``ExportedProgram`` or a callable without a signature).
-        opset: the ONNX opset of the result (the default applied).
+        opset: the ONNX opset of the result, the default applied (by validation:
+            :func:`~dynamo_onnx.options.default_opset`; a request built by hand keeps
+            translation's, which converts nothing).
         input_names, output_names: the caller's names of the graph's inputs and outputs.
         model_location: where the model's code starts (its ``forward``), the anchor of
             findings that have no line of their own.
@@ -135,7 +140,7 @@ class CheckedRequest:
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     bound: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    opset: int = 18
+    opset: int = TORCHLIB_OPSET
     input_names: tuple[str, ...] | None = None
     output_names: tuple[str, ...] | None = None
     model_location: Location | None = None
@@ -170,28 +175,46 @@ class CheckedRequest:
 
 
 @dataclasses.dataclass(frozen=True)
+class CaptureRecord:
+    """What the capture pass did, beside the program it returns: the checked request stays
+    as validation left it.
+
+    Attributes:
+        strategy: the strategy that captured the program (``torch.export.export(strict=False)``),
+            or ``the given ExportedProgram``.
+        dynamic_shapes: the spec the program was captured with: the checked request's, or
+            torch's refinement of it (its suggested fixes, tried once: DO125).
+    """
+
+    strategy: str
+    dynamic_shapes: Any = None
+    shape_log: tuple[ShapeLogRecord, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class ExportState:
     """What the export knows after each pass; each pass returns a new one.
 
     Attributes:
         request: the caller's arguments, as given: only the validate pass reads them.
         checked: the request as validation checked it, for every later pass.
+        capture: what the capture pass did (its strategy, the spec it used, torch's
+            symbolic-shape log), for the passes after it.
         exported_program: the captured, then decomposed, program (never the caller's object).
         captured_program: the program as captured, kept by decomposition: the user's
             in-place operators as written (the semantics pass's lines for what the
             decomposed program's signature says is written). Decomposition's in-place
             rewrites (aliases, lifted copies, casts) are in it; when the program is not
             re-traced, it is the same object as ``exported_program``.
-        shape_log: torch's symbolic-shape log records of the capture that succeeded.
         dim_names: torch's dimension symbols (``s17``) -> names in the ONNX model.
         onnx_model: the ONNX model, from translation on.
     """
 
     request: ExportRequest
     checked: CheckedRequest | None = None
+    capture: CaptureRecord | None = None
     exported_program: torch.export.ExportedProgram | None = None
     captured_program: torch.export.ExportedProgram | None = None
-    shape_log: tuple[ShapeLogRecord, ...] = ()
     dim_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     onnx_model: ir.Model | None = None
 
@@ -200,6 +223,12 @@ class ExportState:
         """The checked request (the validate pass has run)."""
         assert self.checked is not None, "the validate pass runs first"
         return self.checked
+
+    @property
+    def captured(self) -> CaptureRecord:
+        """What the capture pass did (it has run)."""
+        assert self.capture is not None, "the capture pass runs first"
+        return self.capture
 
     def replace(self, **changes: Any) -> ExportState:
         """A copy with ``changes``: passes never change the state they were given."""

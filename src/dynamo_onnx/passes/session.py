@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import onnx_ir as ir
@@ -18,7 +18,7 @@ import onnx_ir as ir
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.io import onnx_file
-from dynamo_onnx.io.runner import quiet_session_options
+from dynamo_onnx.io.sessions import inference_session
 from dynamo_onnx.options import ONNXRuntimeOptions
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.real_weights import require_real_weights
@@ -27,23 +27,9 @@ __all__ = ["SessionPass", "SessionRequest", "default_session"]
 
 
 def default_session(model: str | bytes, options: ONNXRuntimeOptions | None = None) -> Any:
-    """An ``InferenceSession`` configured by ``options`` (providers, session options), on
-    the CPU otherwise."""
-    import onnxruntime as ort
-
-    options = options or ONNXRuntimeOptions()
-    session_options = options.session_options
-    if isinstance(session_options, Sequence):
-        session_options = session_options[0] if session_options else None
-    if session_options is None:  # the caller's own options keep their logging
-        session_options = quiet_session_options()
-    providers = options.execution_providers or ["CPUExecutionProvider"]
-    return ort.InferenceSession(
-        model,
-        sess_options=session_options,
-        providers=providers,
-        provider_options=options.execution_provider_options,
-    )
+    """A session configured by ``options`` (providers, session options), on the CPU
+    otherwise: :func:`dynamo_onnx.io.sessions.inference_session`'s policy."""
+    return inference_session(model, options)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,8 @@ from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.foreign_text import fx_node_target, read_ort_error
 from dynamo_onnx.integrations import copy_family_values, family_of, output_leaves
 from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
-from dynamo_onnx.io.runner import Runner, quiet_session_options
+from dynamo_onnx.io.runner import Runner
+from dynamo_onnx.io.sessions import inference_session
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.fx import random_outputs, range_bounds
 from dynamo_onnx.passes.metadata import FX_NODE, STACK_TRACE, stack_frames
@@ -92,13 +93,13 @@ def compare(
     return Comparison(index, name, max_abs, max_rel, ok, detail)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class VerifyRequest:
     """What to verify: the model, the program it came from, how to run it, on what inputs.
 
     ``run`` runs the ONNX model in ONNX Runtime (a session the session pass made); ``reference``
-    computes the eager outputs (default: the exported program's module). The pass fills in
-    ``comparisons``.
+    computes the eager outputs (default: the exported program's module). The pass returns a
+    copy with ``comparisons``; the request it was given is not changed.
     """
 
     model: ir.Model
@@ -112,7 +113,7 @@ class VerifyRequest:
     find_divergence: bool = False
     #: Also compare at a second size of every dynamic dimension.
     second_shape: bool = True
-    comparisons: list[Comparison] = dataclasses.field(default_factory=list)
+    comparisons: tuple[Comparison, ...] = ()
 
 
 class VerifyPass:
@@ -124,7 +125,7 @@ class VerifyPass:
 
     def __call__(self, ctx: DiagnosticContext, request: VerifyRequest) -> VerifyRequest:
         comparisons = _verify(ctx, request)
-        return dataclasses.replace(request, comparisons=comparisons)
+        return dataclasses.replace(request, comparisons=tuple(comparisons))
 
 
 def _buffers_of(reference: Callable[..., Any]) -> list[torch.Tensor]:
@@ -468,13 +469,7 @@ def _first_divergence(
         value = by_name[n.name]
         if not value.is_graph_output():
             probe.graph.outputs.append(value)
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(
-        ir.to_proto(probe).SerializeToString(),
-        quiet_session_options(),
-        providers=["CPUExecutionProvider"],
-    )
+    session = inference_session(ir.to_proto(probe).SerializeToString())
     feed_names = [i.name for i in session.get_inputs()]
     feed = {
         name: t.detach().cpu().numpy()

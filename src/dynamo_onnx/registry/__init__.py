@@ -18,12 +18,9 @@ import onnx_ir as ir
 import onnxscript
 from onnxscript import values as onnxscript_values
 
-from dynamo_onnx.options import DEFAULT_OPSET
+from dynamo_onnx.options import TORCHLIB_OPSET
 
 __all__ = ["OnnxRegistry", "ONNXFunction", "qualified_name", "target_name"]
-
-#: The opset torch_lib's functions are written against.
-TORCHLIB_OPSET = DEFAULT_OPSET
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -47,7 +44,7 @@ class ONNXFunction:
     function: Any
     is_complex: bool = False
     is_custom: bool = False
-    opset_introduced: int = 18
+    opset_introduced: int = TORCHLIB_OPSET
     is_extra: bool = False
 
     @property

@@ -27,17 +27,16 @@ __all__ = ["ReportingContext"]
 class ReportingContext(DiagnosticContext):
     """A diagnostic context that renders its findings to SARIF and markdown."""
 
-    #: Describe every rule of the catalog in the log, not only those its results use.
-    all_rules: bool = False
-
-    def to_sarif(self) -> dict[str, Any]:
-        """The findings as a SARIF 2.1.0 log, validated against the OASIS schema.
+    def to_sarif(self, *, all_rules: bool = False) -> dict[str, Any]:
+        """The findings as a SARIF 2.1.0 log, validated against the OASIS schema; with
+        ``all_rules``, it describes every rule of the catalog, not only those its results
+        use.
 
         The renderers (sarif-om, jsonschema, jinja2: 0.06-0.2 s to import) are imported
         when a report is first asked for, not by every export."""
         from dynamo_onnx.reports import sarif
 
-        return sarif.to_sarif(self, all_rules=self.all_rules)
+        return sarif.to_sarif(self, all_rules=all_rules)
 
     def save_sarif(self, path: str | os.PathLike[str]) -> None:
         """Write the SARIF log to ``path`` (atomically); DO414 if it cannot be written."""
@@ -59,8 +58,11 @@ class ReportingContext(DiagnosticContext):
         self,
         sarif_path: str | os.PathLike[str] | None = None,
         markdown_path: str | os.PathLike[str] | None = None,
+        *,
+        all_rules: bool = False,
     ) -> None:
-        """Write the SARIF log and/or the markdown report (each atomically).
+        """Write the SARIF log and/or the markdown report (each atomically); ``all_rules``
+        as :meth:`to_sarif` takes it.
 
         Both come from one SARIF log, built and validated once: on a big model at DEBUG
         that build is most of what the reports cost.
@@ -70,7 +72,7 @@ class ReportingContext(DiagnosticContext):
         from dynamo_onnx.reports import markdown
 
         with _cyclic_gc_paused():
-            log = self.to_sarif()
+            log = self.to_sarif(all_rules=all_rules)
             if sarif_path is not None:
                 atomic_write_text(sarif_path, json.dumps(log, indent=2) + "\n")
             if markdown_path is not None:

@@ -36,7 +36,7 @@ from dynamo_onnx.rules import Rule, catalog
 from dynamo_onnx.versions import project_urls
 
 if TYPE_CHECKING:
-    from dynamo_onnx.diagnostics.context import DiagnosticContext
+    from dynamo_onnx.diagnostics.context import DiagnosticContext, PassRecord
 
 __all__ = [
     "FINDING_LEVEL",
@@ -380,10 +380,7 @@ class _Builder:
         )
         if ctx.options.verbosity_level <= Level.NOTE:
             # Timings belong to the invocation: everything else in the log is deterministic.
-            invocation.properties["passes"] = [
-                {"name": p.name, "durationSeconds": round(p.duration_s, 6), "outcome": p.outcome}
-                for p in ctx.passes
-            ]
+            invocation.properties["passes"] = [_pass_entry(p) for p in ctx.passes]
         if ctx.exception is not None:
             exc = ctx.exception
             rule_id = getattr(exc, "rule_id", None)
@@ -509,3 +506,16 @@ def to_sarif(ctx: DiagnosticContext, all_rules: bool = False) -> dict[str, Any]:
     data = to_json(log)
     validate(data)
     return data
+
+
+def _pass_entry(record: PassRecord) -> dict[str, Any]:
+    """A pass of the invocation: its time and outcome, and the onnx_ir passes it ran on the
+    ONNX model with whether each changed it (``PassResult.modified``)."""
+    entry: dict[str, Any] = {
+        "name": record.name,
+        "durationSeconds": round(record.duration_s, 6),
+        "outcome": record.outcome,
+    }
+    if record.steps:
+        entry["steps"] = [{"name": s.name, "modified": s.modified} for s in record.steps]
+    return entry

@@ -8,7 +8,9 @@ line: tensors on several devices (DO138) and a model that fails in eager PyTorch
 exception, the rest (DO126, DO309) from its text (``causes``); else DO100 listing every
 cause. When a strategy refuses the dynamic shapes for a guard no ``Dim`` range expresses,
 a last attempt defers such guards to assertions in the graph (``CapturePass._attempts``).
-A program the caller passed in is copied, never rewritten.
+A program the caller passed in is copied, never rewritten. What capture did (the strategy,
+the spec it captured with: the checked one or torch's refinement of it, torch's
+symbolic-shape log) is its own ``CaptureRecord``; the checked request is left as it was.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.foreign_text import is_about_a_guard, read_capture_failure
 from dynamo_onnx.integrations import capturing
-from dynamo_onnx.passes.base import ExportState, PassName, ShapeLogRecord
+from dynamo_onnx.passes.base import CaptureRecord, ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import (
     EAGER_FAILURE,
     data_dependence,
@@ -249,14 +251,14 @@ class CapturePass:
     def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         model = state.valid.model
         if isinstance(model, torch.export.ExportedProgram):
-            ctx.record(
-                "capture-strategy-succeeded",
-                strategy="the given ExportedProgram",
-                nodes=len(model.graph.nodes),
-            )
+            given = "the given ExportedProgram"
+            ctx.record("capture-strategy-succeeded", strategy=given, nodes=len(model.graph.nodes))
             program = copy_program(model)
             _check_outputs(ctx, program, state.valid.model_location)
-            return state.replace(exported_program=program)
+            return state.replace(
+                capture=CaptureRecord(given, state.valid.dynamic_shapes),
+                exported_program=program,
+            )
         module = as_module(model)
         with capturing(ctx, module, state.valid.registry):
             if state.valid.family_inputs is not None:
@@ -320,9 +322,8 @@ class CapturePass:
             )
             _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(
-                checked=dataclasses.replace(state.valid, dynamic_shapes=spec),
+                capture=CaptureRecord(label, spec, records),
                 exported_program=program,
-                shape_log=records,
             )
         _fail_with_cause(ctx, module, inputs, failures)
         ctx.fail(
@@ -500,7 +501,8 @@ def _widened_capture(
         "capture-strategy-succeeded", strategy=strategy.label, nodes=len(program.graph.nodes)
     )
     _check_outputs(ctx, program, state.valid.model_location)
-    return state.replace(exported_program=program, shape_log=tuple(shape_log.records))
+    record = CaptureRecord(strategy.label, state.valid.dynamic_shapes, tuple(shape_log.records))
+    return state.replace(capture=record, exported_program=program)
 
 
 #: How many times a dimension's example size the probe tries it at, beyond the example.

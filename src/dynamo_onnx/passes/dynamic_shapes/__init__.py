@@ -43,7 +43,7 @@ class DynamicShapesPass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         program = state.exported_program
         assert program is not None
-        log = read_shape_log(state.shape_log)  # torch's words, read once
+        log = read_shape_log(state.captured.shape_log)  # torch's words, read once
         _report_specializations(ctx, program, state, log)
         names = dimension_names(program, state.valid.parameter_names(state.valid.named_spec))
         _report_narrowing(ctx, program, state, names, log)
@@ -167,7 +167,7 @@ def _report_narrowing(
     ranges = {str(symbol): vr for symbol, vr in program.range_constraints.items()}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     reported: set[str] = set()
-    asked = state.valid.parameter_names(state.valid.dynamic_shapes)  # the spec by name
+    asked = state.valid.parameter_names(state.captured.dynamic_shapes)  # the spec by name
     for (input_name, dim), _ in state.valid.requested_dims.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
@@ -191,7 +191,7 @@ def _report_narrowing(
             if expression.isidentifier()
             else f"{input_name}_dim_{dim}"
         )
-        # the spec capture used: the caller's, or torch's refinement of it (DO125)
+        # the spec capture used (its record's): the caller's, or torch's refinement (DO125)
         low, high = _asked_range(asked, input_name, dim)
         got_low, got_high = range_bounds(ranges[symbol])
         parts = []

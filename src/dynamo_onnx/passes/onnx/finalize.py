@@ -5,7 +5,8 @@ use), graph inputs used as outputs and repeated outputs given an ``Identity``
 (``OutputFixPass``), unique names (``NameFixPass``, then ``ModelWideNamesPass``: unique
 across subgraphs too); and two of our own, each an onnx_ir
 pass too: torch's dimension symbols renamed to the user's names, and the opset imports of
-every domain the nodes and functions use.
+every domain the nodes and functions use. Each step's ``PassResult.modified`` is recorded
+in the pass record (``steps.run_steps``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dynamo_onnx.io.inputs import leaf_paths
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.fx import none_outputs
 from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
+from dynamo_onnx.passes.onnx.steps import run_steps
 
 __all__ = [
     "AddOpsetImportsPass",
@@ -219,7 +221,7 @@ class FinalizePass:
                     allowed=f"it takes at most one name per graph {option.split('_')[0]}, in order",
                 )
         registered = _registered_family_inputs(state, model)
-        passes = ir.passes.Sequential(
+        steps = [
             ir.passes.common.RemoveUnusedNodesPass(),
             ir.passes.common.OutputFixPass(),
             UntypedIdentityPass(registry.opset_version),
@@ -231,6 +233,6 @@ class FinalizePass:
             AddOpsetImportsPass(registry.opset_version, request.custom_opsets),
             ir.passes.common.NameFixPass(),
             ModelWideNamesPass(),
-        )
-        passes(model)
+        ]
+        run_steps(ctx, model, steps)  # in place: each step's ``modified`` in the pass record
         return state

@@ -20,14 +20,13 @@ from typing import Any, ClassVar
 
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.foreign_text import UnsupportedType, read_ort_error
-from dynamo_onnx.io.runner import quiet_session_options
+from dynamo_onnx.io.sessions import inference_session
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.domains import custom_domain_nodes
 from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE, stack_frames
@@ -59,13 +58,11 @@ class LoadCheckPass:
         if custom_domain_nodes(model):
             self._complain(ctx, model, complaint)  # ONNX Runtime would refuse the domain
             return state
-        options = quiet_session_options()
-        # Loading is what is checked (types, shapes, a kernel for every node); ONNX
-        # Runtime's graph optimizations would only cost time (a third of the check on
-        # GPT-2; the weights are inputs here, so there is nothing to fold anyway).
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
-            ort.InferenceSession(proto.SerializeToString(), options, ["CPUExecutionProvider"])
+            # Loading is what is checked (types, shapes, a kernel for every node); ONNX
+            # Runtime's graph optimizations would only cost time (a third of the check on
+            # GPT-2; the weights are inputs here, so there is nothing to fold anyway).
+            inference_session(proto.SerializeToString(), graph_optimizations=False)
         except Exception as exc:  # noqa: BLE001 - the finding says what failed where
             location, fields = _where(ctx, model, exc)
             if type(exc).__name__ != "NotImplemented":

@@ -4,7 +4,8 @@ With ``export(..., module_functions=True)`` the nodes of each submodule call are
 a local function named after the module path (``h.0.attn`` -> ``h_0_attn``, domain
 ``pkg.dynamo_onnx.modules``), innermost modules first, so Netron shows the model's layer
 hierarchy. Weights used inside a module become inputs of its function (ONNX functions
-cannot see the graph's initializers). The values computed are unchanged.
+cannot see the graph's initializers). The values computed are unchanged. The grouping is
+an onnx_ir pass (``GroupModulesPass``) whose ``modified`` is recorded in the pass record.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from dynamo_onnx.passes.metadata import (
     MODULE_PATH,
     NAMESPACE,
 )
+from dynamo_onnx.passes.onnx.steps import run_steps
 
-__all__ = ["DOMAIN", "ModuleFunctionsPass", "group_modules"]
+__all__ = ["DOMAIN", "GroupModulesPass", "ModuleFunctionsPass", "group_modules"]
 
 DOMAIN = "pkg.dynamo_onnx.modules"
 _CHAIN = MODULE_CHAIN
@@ -44,7 +46,9 @@ class ModuleFunctionsPass:
         if not state.valid.module_functions:
             return state
         before = len(model.functions)
-        skipped = group_modules(model)
+        grouping = GroupModulesPass()
+        run_steps(ctx, model, [grouping])
+        skipped = grouping.skipped
         ctx.record(
             "module-functions",
             properties={"skipped_modules": skipped},
@@ -52,6 +56,21 @@ class ModuleFunctionsPass:
             skipped=f"; left inline: {', '.join(skipped)}" if skipped else "",
         )
         return state
+
+
+class GroupModulesPass(ir.passes.InPlacePass):
+    """Every submodule call grouped into a local function, as an onnx_ir pass: modified
+    when at least one function was made. ``skipped`` holds, after a run, the module paths
+    left inline (for the DO405 note)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped: list[str] = []
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        before = len(model.functions)
+        self.skipped = group_modules(model)
+        return ir.passes.PassResult(model, modified=len(model.functions) != before)
 
 
 def _function_name(path: str) -> str:

@@ -3,7 +3,8 @@
 Translation writes opset 18 (torch_lib's); onnxscript's version converter takes it to the
 target. The converter may leave a model unchanged instead of failing, so the result is
 checked, and a failure names the operators that block it (each converted alone) and the
-first one's line in the model.
+first one's line in the model. The conversion is an onnx_ir pass (``ConvertOpsetPass``),
+followed by unique names again; each one's ``modified`` is recorded in the pass record.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
 from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
 from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes, hidden_from_converter
 from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden, report_inlined
+from dynamo_onnx.passes.onnx.steps import run_steps
 
-__all__ = ["OpsetConversionPass"]
+__all__ = ["ConvertOpsetPass", "OpsetConversionPass"]
 
 _CONVERTER_LOGGER = "onnxscript.version_converter"
 
@@ -43,9 +45,25 @@ class OpsetConversionPass:
         model, target = state.onnx_model, state.valid.opset
         assert model is not None
         if target is not None and target != model.opset_imports.get(""):
-            _convert_opset(ctx, model, target)
-            ModelWideNamesPass()(model)  # the converter's new nodes are named per graph
+            # the converter's new nodes are named per graph: names made unique again
+            run_steps(ctx, model, [ConvertOpsetPass(ctx, target), ModelWideNamesPass()])
         return state
+
+
+class ConvertOpsetPass(ir.passes.InPlacePass):
+    """The model converted to ``target`` with its local functions kept, as an onnx_ir pass
+    (modified when the default domain's opset changed). It fails through ``ctx`` (DO402,
+    with the blocking operators) and notes functions it had to inline (DO413)."""
+
+    def __init__(self, ctx: DiagnosticContext, target: int) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.target = target
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        before = model.opset_imports.get("")
+        _convert_opset(self.ctx, model, self.target)
+        return ir.passes.PassResult(model, modified=model.opset_imports.get("") != before)
 
 
 def _try_convert(model: ir.Model, target: int) -> str | None:

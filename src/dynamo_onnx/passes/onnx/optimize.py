@@ -16,6 +16,7 @@ import onnx_ir as ir
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
 from dynamo_onnx.fake import is_fake
+from dynamo_onnx.options import TORCHLIB_OPSET
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
@@ -75,7 +76,9 @@ class OptimizePass:
         functions = set(model.functions)
         with fake_weights_hidden(model):
             optimize(model)
-        drop_newer_attributes(model, model.opset_imports.get("", 18))  # its Split at opset 17
+        drop_newer_attributes(
+            model, model.opset_imports.get("", TORCHLIB_OPSET)
+        )  # its Split at opset 17
         ctx.record("model-optimized", before=before, after=count_nodes(model))
         report_inlined(
             ctx,

@@ -28,9 +28,9 @@ from dynamo_onnx.errors import (
 from dynamo_onnx.integrations import FamilyInputs, ModelFamily, family_of, input_family
 from dynamo_onnx.io.inputs import call_arguments, spread
 from dynamo_onnx.options import (
-    DEFAULT_OPSET,
     ExportOptions,
     OptionProblem,
+    default_opset,
     diagnostic_options_problem,
     export_options_problem,
     opset_problem,
@@ -93,10 +93,12 @@ class ValidatePass:
         ):
             _fail_option(ctx, problem)
         _check_model(ctx, request.model)
+        # torch.onnx.export's export_modules_as_functions=True is module_functions=True
+        module_functions = bool(request.module_functions) or bool(
+            getattr(request.torch_onnx, "export_modules_as_functions", False)
+        )
         if request.torch_onnx is not None:
-            torch_onnx.report_arguments(
-                ctx, request.torch_onnx, request.model, request.module_functions
-            )
+            torch_onnx.report_arguments(ctx, request.torch_onnx, request.model, module_functions)
         torch_onnx.check_names(ctx, request.input_names, request.output_names)
         args, kwargs = _check_arguments(ctx, request.args, request.kwargs)
         registry = request.registry if request.registry is not None else OnnxRegistry()
@@ -106,11 +108,13 @@ class ValidatePass:
             request.model,
             args,
             kwargs,
-            opset=request.opset_version if request.opset_version is not None else DEFAULT_OPSET,
+            opset=request.opset_version
+            if request.opset_version is not None
+            else default_opset(torch_onnx_call=request.torch_onnx is not None),
             input_names=_names(request.input_names),
             output_names=_names(request.output_names),
             registry=registry,
-            module_functions=bool(request.module_functions),
+            module_functions=module_functions,
             custom_opsets=dict(request.custom_opsets or {}),
             verbose=bool(getattr(request.torch_onnx, "verbose", False)),
         )
@@ -303,10 +307,10 @@ def _axes_keys(
 
 
 def _report_spec_of_program(ctx: DiagnosticContext, request: Any) -> None:
-    """``dynamic_shapes``/``dynamic_axes`` beside an ExportedProgram: its dims were fixed
-    when it was captured, so the argument changes nothing. A warning where it asks for a
-    dim the program has static (the ONNX model will not take other sizes there), else a
-    note."""
+    """``dynamic_shapes``/``dynamic_axes`` (or ``ExportOptions(dynamic_shapes=True)``)
+    beside an ExportedProgram: its dims were fixed when it was captured, so the argument
+    changes nothing. A warning where it asks for a dim the program has static (the ONNX
+    model will not take other sizes there), else a note: never dropped in silence."""
     for argument in ("dynamic_shapes", "dynamic_axes"):
         value = getattr(request, argument)
         if value is None:
@@ -321,6 +325,34 @@ def _report_spec_of_program(ctx: DiagnosticContext, request: Any) -> None:
             "it, or pass the model itself to dynamo_onnx.export"
         )
         torch_onnx.ignored(ctx, argument, _short_repr(value), reason, warning=bool(static))
+    options = request.export_options
+    if isinstance(options, ExportOptions) and options.dynamic_shapes:
+        # dynamo_export's spelling of "every dimension dynamic": a warning when the program
+        # has no dynamic dimension at all (features a Linear fixes are static in any case)
+        dims = _tensor_dims(request.model)
+        static = all(isinstance(size, int) for size in dims)
+        reason = (
+            "the ExportedProgram's dims were fixed when torch.export.export captured it"
+            + (", and it has every dimension static" if static else "")
+            + "; to change them, pass dynamic_shapes to torch.export.export when capturing "
+            "it, or pass the model itself to dynamo_onnx.dynamo_export"
+        )
+        torch_onnx.ignored(
+            ctx, "ExportOptions.dynamic_shapes", "True", reason, warning=static and bool(dims)
+        )
+
+
+def _tensor_dims(program: Any) -> list[Any]:
+    """The sizes of every dimension of ``program``'s top-level tensor inputs."""
+    user_inputs = set(program.graph_signature.user_inputs)
+    return [
+        size
+        for node in program.graph.nodes
+        if node.op == "placeholder"
+        and node.name in user_inputs
+        and isinstance(val := node.meta.get("val"), torch.Tensor)
+        for size in val.shape
+    ]
 
 
 def _short_repr(value: Any) -> str:

@@ -28,7 +28,7 @@ from onnxscript import INT64, opset23
 from onnxscript import values as onnxscript_values
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat, TTensor
 
-from dynamo_onnx.options import DEFAULT_OPSET
+from dynamo_onnx.options import TORCHLIB_OPSET
 
 __all__ = [
     "attention_23",
@@ -40,7 +40,7 @@ __all__ = [
 
 #: The opset translation writes the default domain at (torch_lib's, converted to the target
 #: afterwards): a standard operator named without a version is recorded with its schema there.
-_DEFAULT_DOMAIN_OPSET = DEFAULT_OPSET
+_DEFAULT_DOMAIN_OPSET = TORCHLIB_OPSET
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 _SCALAR_KINDS = {"i": int, "f": float, "s": str}
