@@ -9,7 +9,7 @@ import torch
 from helpers import Tiny, program_state
 
 from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.passes.base import ShapeLogRecord
+from dynamo_onnx.passes.base import CaptureRecord, ShapeLogRecord
 from dynamo_onnx.passes.dynamic_shapes import DynamicShapesPass, dimension_names
 
 AUTO = torch.export.Dim.AUTO
@@ -72,7 +72,9 @@ def _do106(messages: list[str]) -> str:
         requested_dims={("x", 0): 8},
         declared_dims=frozenset({("x", 0)}),
     )
-    state = state.replace(shape_log=tuple(ShapeLogRecord(m) for m in messages))
+    state = state.replace(
+        capture=CaptureRecord("recorded", None, tuple(ShapeLogRecord(m) for m in messages))
+    )
     ctx = DiagnosticContext()
     DynamicShapesPass()(ctx, state)
     (finding,) = ctx.by_rule("DO106")

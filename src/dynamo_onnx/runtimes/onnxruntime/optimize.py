@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
+from dynamo_onnx.options import TORCHLIB_OPSET
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.metadata import MODULE_CLASSES, MODULE_PATH, STACK_TRACE, stack_frames
@@ -212,7 +213,7 @@ def optimize_for_onnxruntime(
     failures: list[MatchFailure] = []
     with fake_weights_hidden(model):
         fusions = fuse(model, max_positions=max_positions, optimize=optimize, failures=failures)
-    drop_newer_attributes(model, model.opset_imports.get("", 18))
+    drop_newer_attributes(model, model.opset_imports.get("", TORCHLIB_OPSET))
     after = op_counts(model)
     by_module: dict[str, list[ir.Node]] = collections.defaultdict(list)
     for node in model.graph:
