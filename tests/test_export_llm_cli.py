@@ -4,13 +4,14 @@ transformers' greedy tokens; a folder that is not a causal LM is DO507."""
 
 from __future__ import annotations
 
-import importlib.util
+import collections
 import json
 import os
 import subprocess
 import sys
 
 import numpy as np
+import onnx
 import pytest
 import tokenizers
 import torch
@@ -148,20 +149,45 @@ def test_a_bad_precision_fails_before_the_model_is_loaded(tmp_path):
     assert str(info.value).startswith("[DO109 invalid-option] `precision` is 'int3'")
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("dynamo_onnx.runtimes.onnxruntime.fusions") is not None,
-    reason="this version optimizes for ONNX Runtime: the fusions' own tests cover it",
-)
-def test_optimize_for_a_runtime_this_version_lacks_is_a_usage_error_not_a_plain_export(
-    saved_llama, tmp_path
+def test_export_llm_optimized_for_onnxruntime_in_int4_is_one_gqa_per_layer_genai_runs(
+    tmp_path,
 ):
-    path, _, _ = saved_llama
-    proc = run("export-llm", str(path), "-o", str(tmp_path), "--optimize-for", "onnxruntime")
-    assert proc.returncode == 2
-    assert "[DO109 invalid-option] `optimize` is 'onnxruntime', a runtime this version" in (
-        proc.stderr
-    )
-    assert not list(tmp_path.iterdir())
+    """``--optimize-for onnxruntime --precision int4``, as the builder's int4 folder: one
+    GroupQueryAttention per layer (a head size of 16, which GQA takes on the CPU), every
+    weight MatMul a MatMulNBits, past and present sharing one buffer, and onnxruntime-genai
+    generates from it; a runtime this version does not know is DO109 before any loading."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**{**hf_models.DECODER, "hidden_size": 64})
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.save_pretrained(tmp_path / "hf")
+    _tokenizer().save_pretrained(tmp_path / "hf")
+    out = tmp_path / "onnx"
+    proc = run(
+        "export-llm", str(tmp_path / "hf"), "-o", str(out),
+        "--optimize-for", "onnxruntime", "--precision", "int4",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "0 error(s), 0 warning(s)" in proc.stdout
+    graph = onnx.load(out / "model.onnx", load_external_data=False).graph
+    ops = collections.Counter(n.op_type for n in graph.node)
+    layers = config.num_hidden_layers
+    assert ops["GroupQueryAttention"] == layers, ops
+    assert ops["MatMulNBits"] == 7 * layers + 1, ops  # q, k, v, o, gate, up, down; lm_head
+    genai = json.loads((out / "genai_config.json").read_text())
+    assert genai["search"]["past_present_share_buffer"] is True
+    genai_model = og.Model(str(out))
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=12, do_sample=False)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(np.array([[1, 5, 9, 2]], dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    assert len(generator.get_sequence(0)) == 12
+
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
+        dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "o", optimize="tensorrt")
+    assert str(info.value).startswith("[DO109 invalid-option] `optimize` is 'tensorrt'")
+    assert not (tmp_path / "o").exists()
 
 
 def test_transformers_loads_the_folder_as_saved(saved_llama):

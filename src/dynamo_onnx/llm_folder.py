@@ -10,7 +10,6 @@ program's diagnostics as usual.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.exporter import export
 from dynamo_onnx.files import atomic_write_bytes
 from dynamo_onnx.integrations import load_folder
+from dynamo_onnx.options import optimize_problem
 from dynamo_onnx.reports import ReportingContext
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
 
@@ -28,25 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MODEL_FILENAME", "export_llm"]
 
-#: The module that optimizes a model for ONNX Runtime (its fusions), when this version has it.
-_RUNTIME_OPTIMIZATIONS = {"onnxruntime": "dynamo_onnx.runtimes.onnxruntime.fusions"}
-
 #: The model's file in the output folder (its weights in ``model.onnx.data``), the name
 #: onnxruntime-genai's builder gives it too.
 MODEL_FILENAME = "model.onnx"
-
-
-def _optimize_problem(optimize: bool | str) -> tuple[str, str, str] | None:
-    """(option, problem, allowed) when ``optimize`` names a runtime this version cannot
-    optimize for: it must not pass for the plain optimizer."""
-    if isinstance(optimize, bool):
-        return None
-    module = _RUNTIME_OPTIMIZATIONS.get(optimize)
-    if module is not None and importlib.util.find_spec(module) is not None:
-        return None
-    known = [name for name, m in _RUNTIME_OPTIMIZATIONS.items() if importlib.util.find_spec(m)]
-    allowed = "give True or False" + "".join(f", or {name!r}" for name in known)
-    return ("optimize", f"is {optimize!r}, a runtime this version does not optimize for", allowed)
 
 
 def export_llm(
@@ -76,7 +60,10 @@ def export_llm(
     """
     ctx = ReportingContext(subject=os.fspath(hf_dir))
     quantization = Quantization(precision, block_size, symmetric, accuracy_level)
-    problem = quantization.problem() or _optimize_problem(optimize)
+    unusable = optimize_problem(optimize)
+    problem = quantization.problem() or (
+        (unusable.option, unusable.problem, unusable.allowed) if unusable else None
+    )
     if problem is not None:  # before the minutes of loading and exporting
         option, what, allowed = problem
         ctx.fail(
@@ -87,7 +74,7 @@ def export_llm(
         folder.model,
         (),
         kwargs=folder.inputs,
-        optimize=optimize,  # type: ignore[arg-type]  (a runtime's name where export takes one)
+        optimize=optimize,
         progress=progress,
     )
     program.quantize(

@@ -117,12 +117,59 @@ def _transposes_a_weight(node: ir.Node) -> bool:
     )
 
 
+def _fused_matmul_of_a_weight(node: ir.Node) -> bool:
+    """``com.microsoft::FusedMatMul(x, W)`` that is a plain product with a 2-D float weight
+    (``alpha`` 1, no transpose of ``x`` or of the batches): what ORT's fusions make of
+    ``MatMul(x, Transpose(W))`` (``optimize="onnxruntime"``), which the quantizer skips."""
+    if node.op_type != "FusedMatMul" or node.domain != "com.microsoft" or len(node.inputs) != 2:
+        return False
+    attrs = node.attributes
+    plain = (
+        attrs.get_float("alpha", 1.0) == 1.0
+        and attrs.get_int("transA", 0) == 0
+        and attrs.get_int("transBatchA", 0) == 0
+        and attrs.get_int("transBatchB", 0) == 0
+    )
+    return plain and _float_matrix(node.inputs[1])
+
+
+def _as_matmuls(model: ir.Model) -> None:
+    """Each plain ``FusedMatMul`` of a weight back to ``MatMul(x, W)`` (``transB`` as a
+    ``Transpose`` of the weight, which :func:`store_transposed_weights` then stores), so
+    that a model optimized for ONNX Runtime is quantized as the plain one is."""
+    graph = model.graph
+    for node in list(graph):
+        if not _fused_matmul_of_a_weight(node):
+            continue
+        x, weight = node.inputs
+        b = weight
+        if node.attributes.get_int("transB", 0):
+            transpose = ir.node("Transpose", [weight], attributes={"perm": [1, 0]})
+            graph.insert_before(node, transpose)
+            b = transpose.outputs[0]
+        matmul = ir.node("MatMul", [x, b], name=node.name)
+        graph.insert_before(node, matmul)
+        matmul.outputs[0].shape, matmul.outputs[0].type = (
+            node.outputs[0].shape,
+            node.outputs[0].type,
+        )
+        name = node.outputs[0].name
+        ir.convenience.replace_all_uses_with(
+            node.outputs[0], matmul.outputs[0], replace_graph_outputs=True
+        )
+        node.outputs[0].name = None
+        matmul.outputs[0].name = name  # the graph output keeps its name (``logits``)
+        graph.remove(node, safe=True)
+
+
 def store_transposed_weights(model: ir.Model) -> int:
     """Store ``W^T`` for every ``MatMul(x, Transpose(W))``, in place; returns how many.
 
     The transposed copy takes the weight's name when nothing else reads the weight (the
     external data then names the layer's weight); a weight also read elsewhere (an
-    embedding tied to the LM head) keeps its name and the copy is ``<name>.T``."""
+    embedding tied to the LM head) keeps its name and the copy is ``<name>.T``. A plain
+    ``FusedMatMul`` of a weight (ORT's fusions) is a ``MatMul`` again first."""
+    _as_matmuls(model)
     graph = model.graph
     count = 0
     for node in list(graph):
@@ -149,10 +196,14 @@ def store_transposed_weights(model: ir.Model) -> int:
 
 
 def quantizable_matmuls(model: ir.Model) -> int:
-    """MatMuls whose ``B`` is a 2-D float weight, stored as is or transposed: those
-    ``MatMulNBitsQuantizer`` quantizes once the weights are stored transposed."""
+    """MatMuls whose ``B`` is a 2-D float weight, stored as is or transposed, and plain
+    ``FusedMatMul``s of one: those ``MatMulNBitsQuantizer`` quantizes once the weights are
+    stored transposed."""
     count = 0
     for node in model.graph:
+        if _fused_matmul_of_a_weight(node):
+            count += 1
+            continue
         if not _is_matmul(node) or len(node.inputs) < 2 or node.inputs[1] is None:
             continue
         b = node.inputs[1]
