@@ -290,6 +290,7 @@ class QuantizePass:
         if quantization.precision == "fp32":
             return request
         before = _weights_mib(request.model)
+        quantizable = quantizable_matmuls(request.model)
         store_transposed_weights(request.model)
         # The quantizer logs each MatMul it skips (attention's, whose B is computed) at INFO
         # through the root logger's configuration: not the user's concern.
@@ -308,4 +309,20 @@ class QuantizePass:
             before=f"{before:.1f}",
             after=f"{_weights_mib(model):.1f}",
         )
+        left = [
+            n.name or n.outputs[0].name or "?"
+            for n in model.graph
+            if (_is_matmul(n) and len(n.inputs) > 1 and _float_matrix(n.inputs[1]))
+            or _fused_matmul_of_a_weight(n)
+        ]
+        if left and ops.count("MatMulNBits") < quantizable:
+            ctx.record(
+                "weights-left-in-float",
+                locations=[request.model_location],
+                left=len(left),
+                quantizable=quantizable,
+                precision=quantization.precision,
+                names=", ".join(f"`{name}`" for name in left[:5])
+                + (f" and {len(left) - 5} more" if len(left) > 5 else ""),
+            )
         return dataclasses.replace(request, model=model)
