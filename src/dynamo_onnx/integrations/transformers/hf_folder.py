@@ -9,10 +9,12 @@ that onnxruntime-genai's ``og.Tokenizer`` works on the folder.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import os
 import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 from dynamo_onnx.diagnostics import DiagnosticContext
@@ -93,6 +95,20 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0].rstrip(".:")
 
 
+@contextlib.contextmanager
+def _no_progress_bar(transformers: Any) -> Iterator[None]:
+    """transformers' "Loading weights" bar off while loading (what a library prints is not
+    the exporter's output), and as the caller had it afterwards."""
+    bars = transformers.utils.logging
+    enabled = bars.is_progress_bar_enabled()
+    bars.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            bars.enable_progress_bar()
+
+
 def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> HFFolder:
     """The causal LM saved in ``path`` (float32, eval mode), loaded without a download;
     anything that makes the folder unusable fails with DO507 and transformers' reason."""
@@ -103,9 +119,10 @@ def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> HFFolder:
         import transformers  # noqa: PLC0415
 
         try:
-            model = transformers.AutoModelForCausalLM.from_pretrained(
-                folder, local_files_only=True, dtype=torch.float32
-            )
+            with _no_progress_bar(transformers):
+                model = transformers.AutoModelForCausalLM.from_pretrained(
+                    folder, local_files_only=True, dtype=torch.float32
+                )
         except (OSError, ValueError, KeyError, ImportError) as exc:
             problem = _first_line(exc)
     if problem is not None:
