@@ -107,18 +107,66 @@ def _results(log: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]
     return pairs
 
 
+def _problem(name: str, code: int, output: str) -> str | None:
+    """A crash (traceback, node stack) or a non-zero exit of a consumer, or None."""
+    if "Traceback (most recent call last)" in output or "    at " in output:
+        return f"{name} crashed: {output.strip().splitlines()[-1][:300]}"
+    if code != 0:
+        return f"{name} exited {code}: {output.strip()[-300:]}"
+    return None
+
+
 def _run(name: str, command: list[str], out: pathlib.Path, **env: str) -> str | None:
     """Run a consumer; a crash (traceback, node stack) or a non-zero exit is a problem."""
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=300, check=False, cwd=out,
         env={**os.environ, **env},
     )  # fmt: skip
-    output = done.stdout + done.stderr
-    if "Traceback (most recent call last)" in output or "    at " in output:
-        return f"{name} crashed: {output.strip().splitlines()[-1][:300]}"
+    return _problem(name, done.returncode, done.stdout + done.stderr)
+
+
+#: sarif-tools' own entry point (``python -m sarif``: ``sys.exit(main.main())``) run once per
+#: command line, all in one process: importing sarif-tools (matplotlib, python-docx) takes
+#: most of a command's time. Each command's output (stdout and stderr) and exit code are
+#: kept apart; an exception is printed as the interpreter would print it.
+_SARIF_TOOLS_DRIVER = """
+import contextlib, io, json, sys, traceback
+from sarif.cmdline import main as sarif_main
+done = []
+for argv in json.loads(sys.argv[1]):
+    output = io.StringIO()
+    sys.argv = ["sarif", *argv]
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        try:
+            code = sarif_main.main()
+        except SystemExit as exit_:
+            code = exit_.code
+        except Exception:
+            traceback.print_exc()
+            code = 1
+    if not isinstance(code, int):
+        code = 0 if code is None else 1
+    done.append([code, output.getvalue()])
+print(json.dumps(done))
+"""
+
+
+def _run_sarif_tools(commands: list[list[str]], out: pathlib.Path) -> list[str | None]:
+    """Run each sarif-tools command line (``sarif CMD ARGS``) in one process; the problem of
+    each (see :func:`_problem`), in order."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SARIF_TOOLS_DRIVER, json.dumps(commands)],
+        capture_output=True, text=True, timeout=300, check=False, cwd=out,
+    )  # fmt: skip
     if done.returncode != 0:
-        return f"{name} exited {done.returncode}: {output.strip()[-300:]}"
-    return None
+        return [_problem("sarif-tools", done.returncode or 1, done.stdout + done.stderr)] * len(
+            commands
+        )
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    return [
+        _problem(f"sarif {argv[0]}", code, output)
+        for argv, (code, output) in zip(commands, results, strict=True)
+    ]
 
 
 def consumer_problems(log_path: pathlib.Path, out: pathlib.Path) -> list[str]:
@@ -137,17 +185,17 @@ def consumer_problems(log_path: pathlib.Path, out: pathlib.Path) -> list[str]:
             problems.append(text)
 
     # Microsoft's sarif-tools, every command that reads one log.
-    sarif = [sys.executable, "-m", "sarif"]
-    for command in _SARIF_TOOLS_PRINTING:
-        problem = _run(f"sarif {command}", [*sarif, command, str(log_path)], out)
+    written = {
+        command: out / f"{stem}.{command}{_SUFFIX.get(command, '.' + command)}"
+        for command in _SARIF_TOOLS_WRITING
+    }
+    lines = [[command, str(log_path)] for command in _SARIF_TOOLS_PRINTING]
+    lines += [[command, str(log_path), "-o", str(target)] for command, target in written.items()]
+    for argv, problem in zip(lines, _run_sarif_tools(lines, out), strict=True):
         problems += [problem] if problem else []
-    written = {}
-    for command in _SARIF_TOOLS_WRITING:
-        target = out / f"{stem}.{command}{_SUFFIX.get(command, '.' + command)}"
-        problem = _run(f"sarif {command}", [*sarif, command, str(log_path), "-o", str(target)], out)
-        problems += [problem] if problem else []
-        check(problem is not None or target.exists(), f"sarif {command} wrote no {target.name}")
-        written[command] = target
+        target = written.get(argv[0])
+        if target is not None:
+            check(problem is not None or target.exists(), f"sarif {argv[0]} wrote no {target.name}")
     if written["csv"].exists():
         with open(written["csv"], encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle))

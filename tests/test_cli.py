@@ -1,4 +1,10 @@
-"""The dynamo-onnx command, run as a subprocess: every exit code, reports, gate, progress."""
+"""The dynamo-onnx command: every exit code, reports, gate, progress.
+
+Most tests call the command in this process (tests/cli_runner.py scopes what a fresh process
+would: directory, environment, sys.path, the user's modules, output); those that need a real
+process run ``python -m dynamo_onnx.cli``: the entry point with nothing on standard error at
+the file-descriptor level, a terminal, a full device or closed pipe on standard output, and
+which modules a fresh process loads."""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from cli_runner import run_cli
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.reports.sarif import to_sarif
 from sarif_tools import multitool_errors
@@ -153,6 +160,12 @@ def workdir(tmp_path):
 
 
 def run(workdir, *args, env=None):
+    """The command in this process (tests/cli_runner.py)."""
+    return run_cli(workdir, *args, env=env)
+
+
+def run_process(workdir, *args, env=None):
+    """The command as users start it: ``python -m dynamo_onnx.cli`` in a fresh process."""
     return subprocess.run(
         [sys.executable, "-m", "dynamo_onnx.cli", *args],
         cwd=workdir,
@@ -164,7 +177,7 @@ def run(workdir, *args, env=None):
 
 
 def test_exit_0_exports_and_writes_every_file(workdir):
-    proc = run(
+    proc = run_process(
         workdir,
         "export",
         "models.py:build",

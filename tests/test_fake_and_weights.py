@@ -121,9 +121,9 @@ def test_optimize_folds_constants_and_keeps_results():
 
 
 def test_cli_fake_writes_the_architecture_with_weights_as_inputs(tmp_path):
-    import subprocess
-    import sys
     import textwrap
+
+    from cli_runner import run_cli  # the command in this process, as tests/test_cli.py runs it
 
     (tmp_path / "big.py").write_text(
         textwrap.dedent(
@@ -136,22 +136,7 @@ def test_cli_fake_writes_the_architecture_with_weights_as_inputs(tmp_path):
         """
         )
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dynamo_onnx.cli",
-            "export",
-            "big.py:build",
-            "--fake",
-            "-o",
-            "big.onnx",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_cli(tmp_path, "export", "big.py:build", "--fake", "-o", "big.onnx")
     assert proc.returncode == 0, proc.stderr
     assert "(fake weights: saved as inputs)" in proc.stdout
     saved = onnx.load(str(tmp_path / "big.onnx"))

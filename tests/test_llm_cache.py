@@ -111,10 +111,33 @@ def test_nothing_global_is_registered_for_the_cache(exported):
     assert leaves == [cache]  # still a leaf: no pytree registration left behind
 
 
+@pytest.fixture(scope="module")
+def plain_export():
+    """name -> (model, ``export(model, (), kwargs=example_inputs(model))``), the call a user
+    writes, exported once for the tests that only save it, run it or read its findings (an
+    LLM's export is most of such a test's time). Each call leaves torch's random generator as
+    the export left it, so a test draws the same prompt as when it exported the model itself
+    (the model is built from seed 0), whichever test exported first."""
+    made: dict[str, tuple[transformers.PreTrainedModel, dynamo_onnx.ONNXProgram, torch.Tensor]]
+    made = {}
+
+    def get(name: str) -> tuple[transformers.PreTrainedModel, dynamo_onnx.ONNXProgram]:
+        if name not in made:
+            model = _model(name).eval()
+            program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
+            made[name] = model, program, torch.get_rng_state()
+        model, program, state = made[name]
+        torch.set_rng_state(state)
+        return model, program
+
+    return get
+
+
 @pytest.mark.parametrize("name", ["llama", "qwen2", "gemma2", "gpt2", "mixtral"])
-def test_greedy_generation_with_onnx_runtime_alone_matches_transformers(name, tmp_path):
-    model = _model(name).eval()
-    program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
+def test_greedy_generation_with_onnx_runtime_alone_matches_transformers(
+    name, tmp_path, plain_export
+):
+    model, program = plain_export(name)
     program.save(tmp_path / "model.onnx")
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     prompt = torch.randint(1, 100, (2, 5))
@@ -266,12 +289,13 @@ def test_whisper_generates_transformers_greedy_tokens_with_onnx_runtime_alone(tm
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
-def test_onnxruntime_genai_generates_transformers_tokens_from_the_saved_folder(name, tmp_path):
+def test_onnxruntime_genai_generates_transformers_tokens_from_the_saved_folder(
+    name, tmp_path, plain_export
+):
     """Saving a causal LM exported with its cache also writes genai_config.json: the folder
     runs in onnxruntime-genai as it is."""
     og = pytest.importorskip("onnxruntime_genai")
-    model = _model(name).eval()
-    program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
+    model, program = plain_export(name)
     program.save(tmp_path / "model.onnx")
     config = json.loads((tmp_path / "genai_config.json").read_text())
     decoder = config["model"]["decoder"]
@@ -300,9 +324,10 @@ def test_a_model_exported_without_a_cache_saves_no_genai_config(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
 
 
-def test_a_sliding_window_model_saves_no_genai_config_that_would_ignore_its_window(tmp_path):
-    model = _model("gemma2").eval()
-    program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
+def test_a_sliding_window_model_saves_no_genai_config_that_would_ignore_its_window(
+    tmp_path, plain_export
+):
+    _, program = plain_export("gemma2")
     program.save(tmp_path / "model.onnx")
     assert not (tmp_path / "genai_config.json").exists()
 
@@ -336,10 +361,9 @@ def _mixtral() -> transformers.MixtralForCausalLM:
     return hf_models.causal_lm("mixtral")
 
 
-def test_a_mixture_of_experts_model_exports_with_its_cache_and_matches_eager():
-    model = _mixtral()
-    assert model.config._experts_implementation == "grouped_mm"
-    program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
+def test_a_mixture_of_experts_model_exports_with_its_cache_and_matches_eager(plain_export):
+    assert _mixtral().config._experts_implementation == "grouped_mm"  # before an export
+    model, program = plain_export("mixtral")
     assert model.config._experts_implementation == "grouped_mm"  # put back
     (note,) = program.diagnostics.by_rule("DO130")
     assert "transformers::grouped_mm_fallback" in note.message and "(2)" in note.message

@@ -71,7 +71,9 @@ def repo(tmp_path_factory) -> pathlib.Path:
 
 
 def _python(args: list[str], cwd: pathlib.Path, stdin: str | None = None) -> str:
-    env = {**os.environ, "PYTHONPATH": str(cwd), "PYTHONWARNINGS": "ignore"}
+    # the script's directory first, then the caller's path (the source tree under test)
+    path = os.pathsep.join(filter(None, [str(cwd), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore"}
     done = subprocess.run(
         [sys.executable, *args], cwd=cwd, input=stdin, capture_output=True, text=True, env=env,
         timeout=300, check=False,
