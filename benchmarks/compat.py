@@ -488,6 +488,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"(seed {report['config']['seed']}, {summary['cases']} cases); "
         + ", ".join(f"{k} {v}" for k, v in report["versions"].items())
         + ".",
+        # rows replaced since by a run of that case alone (``--case N``), then ``--render``
+        *(f"Since: {note}." for note in report.get("notes", [])),
         "",
         "## What it runs",
         "",

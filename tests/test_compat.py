@@ -25,6 +25,10 @@ SEED = 0
 KNOWN: dict[int, str] = {}
 #: Cases make compat found and that were fixed since: they stay in the sample as regressions.
 FIXED: dict[int, str] = {
+    1857: (
+        "adaptive_avg_pool2d of a dynamic size (a strided conv's output) was DO303 "
+        "'needs static spatial sizes': the averaging matrix is now made in the graph"
+    ),
     481: (
         "issue 33: dynamo_export with ExportOptions(dynamic_shapes=True) on "
         "torch.take_along_dim: torch.export's trace of the operator fixed every size; now "

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import dynamo_onnx
+from dynamo_onnx.diagnostics import Level
 
 
 def _matches(function, *args, atol=1e-5, rtol=1e-4):
@@ -42,6 +43,35 @@ def test_adaptive_average_pooling_to_sizes_that_do_not_divide():
     pool = torch.nn.AdaptiveAvgPool2d((7, 7))
     program = _matches(pool, torch.randn(2, 3, 15, 13))
     assert "MatMul" in [n.op_type for n in program.model.graph]
+
+
+class StridedConvThenPool(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 6, 1, stride=2)
+
+    def forward(self, x):
+        return torch.nn.functional.adaptive_avg_pool2d(self.conv(x), (2, 3)).relu()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ({2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO},),
+        {"x": {2: "height", 3: "width"}},
+    ],
+    ids=["Dim.AUTO-tuple", "named-dict"],
+)
+def test_adaptive_average_pooling_of_a_dynamic_size(spec):
+    """compat case 1857: the averaging matrix of a dynamic axis is computed in the graph
+    from its size at run time (it was DO303: "needs static spatial sizes"; torch.onnx
+    exports it). Sizes that divide, that do not, and smaller than the output (overlap)."""
+    model = StridedConvThenPool().eval()
+    program = dynamo_onnx.export(model, (torch.randn(2, 4, 9, 9),), dynamic_shapes=spec)
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    for height, width in ((9, 9), (13, 7), (4, 3), (16, 2)):
+        x = torch.randn(2, 4, height, width)
+        torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
 
 
 def test_adaptive_max_pooling_values_and_indices():

@@ -7,7 +7,8 @@ private full decomposition table. Each output cell ``i`` of an axis of size ``n`
 divide ``n``). With static spatial sizes both are exact:
 
 * average pooling is separable and linear: per axis, a MatMul with a constant [m, n]
-  averaging matrix;
+  averaging matrix (for an axis whose size is dynamic, the same matrix computed in the
+  graph from the size at run time);
 * max pooling is separable too (the max over a box is the max over rows of the max over
   columns): per axis, each window is a slice, an ``ArgMax`` and a gather of the values and
   of the flat indices into the pooled plane, which is what torch returns as indices.
@@ -54,16 +55,41 @@ def _averaging_matrix(size: int, out: int, dtype: ir.DataType) -> np.ndarray:
     return matrix
 
 
+def _averaging_matrix_at_run_time(self: TFloat, axis: int, out: int) -> TFloat:
+    """The [out, n] averaging matrix of ``axis``, whose size ``n`` is known only when the
+    model runs: row ``i`` is ``1 / (end - start)`` on ``[start, end)``, with
+    ``start = floor(i*n/out)`` and ``end = ceil((i+1)*n/out)`` (non-negative integers: ONNX's
+    integer Div is the floor)."""
+    n = op.Shape(self, start=axis, end=axis + 1)
+    rows = op.Constant(value=ir.tensor(np.arange(out, dtype=np.int64).reshape(out, 1)))
+    parts = op.Constant(value_ints=[out])
+    start = op.Div(op.Mul(rows, n), parts)
+    rounding = op.Constant(value_ints=[out - 1])
+    end = op.Div(op.Add(op.Mul(op.Add(rows, op.Constant(value_ints=[1])), n), rounding), parts)
+    zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
+    columns = op.Range(zero, op.Squeeze(n, op.Constant(value_ints=[0])), one)
+    inside = op.And(op.GreaterOrEqual(columns, start), op.Less(columns, end))
+    return op.Div(op.CastLike(inside, self), op.CastLike(op.Sub(end, start), self))
+
+
 def adaptive_avg_pool(self: TFloat, output_size: Sequence[int]) -> TFloat:
     """_adaptive_avg_pool2d/3d(Tensor self, SymInt[] output_size) -> Tensor"""
-    sizes = _static_sizes(self, len(output_size), "adaptive average pooling")
+    count = len(output_size)
+    shape = getattr(self, "shape", None)
+    sizes = list(shape)[-count:] if shape is not None else []
+    if len(sizes) != count:
+        raise NotImplementedError(f"adaptive average pooling needs a known rank, got {shape}")
     rank = len(self.shape)
     result = self
     for offset, (size, out) in enumerate(zip(sizes, output_size)):
         if size == out:
             continue
-        axis = rank - len(sizes) + offset
-        weights = op.Constant(value=ir.tensor(_averaging_matrix(size, int(out), self.dtype)))
+        axis = rank - count + offset
+        if isinstance(size, int):
+            matrix = _averaging_matrix(size, int(out), self.dtype)
+            weights = op.Constant(value=ir.tensor(matrix))
+        else:  # dynamic: the same matrix, made from the size when the model runs
+            weights = _averaging_matrix_at_run_time(self, axis, int(out))
         # move the axis last, contract it with the matrix, move it back
         perm = [a for a in range(rank) if a != axis] + [axis]
         back = [perm.index(a) for a in range(rank)]
