@@ -400,8 +400,8 @@ def _broken_quantizer(tmp_path, monkeypatch):
 def _quantizer_leaving_weights(tmp_path, monkeypatch):
     """A quantizer that takes nothing: the MatMul of the projection's weight stays in float
     (a Linear without bias on 3-D input is a MatMul; Lin's is a Gemm, which none takes)."""
-    projection = torch.nn.Linear(4, 32, bias=False)
-    program = dynamo_onnx.export(projection, (torch.randn(2, 3, 4),))
+    projection = torch.nn.Linear(4, 32, bias=False)  # torch's code: the finding is at the call
+    program = dynamo_onnx.export(projection, (torch.randn(2, 3, 4),))  # marker: DO509
     monkeypatch.setattr(quantize_pass, "_quantized", lambda model, how: model)
     program.quantize("int4")
     return program
@@ -525,7 +525,7 @@ FIXTURES = {
     "DO506": (_quantize, None),
     "DO507": (_not_a_model_folder, None),
     "DO508": (_broken_quantizer, None),
-    "DO509": (_quantizer_leaving_weights, None),
+    "DO509": (_quantizer_leaving_weights, "DO509"),
     "DO601": (_verify(1.0), None),
     "DO602": (_verify(0.0), None),
     "DO604": (lambda t: _runs_at_two_only(t), "DO604"),

@@ -20,7 +20,7 @@ from dynamo_onnx.passes.base import ExportRequest, ExportState, Pass, run_pipeli
 from dynamo_onnx.passes.capture import CapturePass
 from dynamo_onnx.passes.decompose import DecomposePass, lower
 from dynamo_onnx.passes.dynamic_shapes import DynamicShapesPass
-from dynamo_onnx.passes.model import code_location
+from dynamo_onnx.passes.model import model_anchor
 from dynamo_onnx.passes.onnx.describe import describe_into
 from dynamo_onnx.passes.onnx.finalize import FinalizePass
 from dynamo_onnx.passes.onnx.load_check import LoadCheckPass
@@ -133,13 +133,14 @@ def _run(
     options = request.diagnostic_options
     if isinstance(request.export_options, ExportOptions) and options is None:
         options = request.export_options.diagnostic_options
+    library_prefixes = default_library_prefixes(torch, sys.modules[__package__])
     ctx = ReportingContext(
         options if isinstance(options, DiagnosticOptions) else None,
         source_root=source_root,
         call_site=call_site,
         # the reports' anchor for findings without a line of their own
-        model_location=code_location(request.model),
-        library_prefixes=default_library_prefixes(torch, sys.modules[__package__]),
+        model_location=model_anchor(request.model, library_prefixes, call_site),
+        library_prefixes=library_prefixes,
         arguments=[f"export({subject})"],
         versions={"dynamo-onnx": package_version(), **tool_versions()},
         subject=subject,

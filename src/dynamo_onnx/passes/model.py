@@ -8,12 +8,13 @@ import contextlib
 import inspect
 import textwrap
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
 from dynamo_onnx.diagnostics import Location
+from dynamo_onnx.diagnostics.findings import first_user_frame
 from dynamo_onnx.integrations import FamilyInputs
 
 __all__ = [
@@ -93,6 +94,19 @@ def code_location(model: Any) -> Location | None:
     except (TypeError, OSError, AttributeError):  # builtins, ScriptModules, no source
         return None
     return Location(path, line, getattr(code_owner, "__name__", None)) if path else None
+
+
+def model_anchor(
+    model: Any, library_prefixes: Sequence[str], call_site: Location | None
+) -> Location | None:
+    """The line findings about the whole model point at: where its code starts, when that
+    is the user's; for a model whose code is torch's or ours (a bare ``nn.Linear``, an
+    ``nn.Sequential`` of built-ins) the line that called the exporter instead, never a
+    frame inside a library."""
+    location = code_location(model)
+    if location is None or first_user_frame([location], library_prefixes) is None:
+        return call_site
+    return location
 
 
 def return_location(model: Any) -> Location | None:

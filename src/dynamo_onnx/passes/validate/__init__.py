@@ -37,7 +37,7 @@ from dynamo_onnx.options import (
     optimize_problem,
 )
 from dynamo_onnx.passes.base import CheckedRequest, ExportState, PassName
-from dynamo_onnx.passes.model import code_location, describe_value, forward_signature
+from dynamo_onnx.passes.model import describe_value, forward_signature, model_anchor
 from dynamo_onnx.passes.validate import spec_forms, torch_onnx
 from dynamo_onnx.registry import OnnxRegistry
 
@@ -197,7 +197,7 @@ class ValidatePass:
         checked = dataclasses.replace(
             checked,
             bound=bound,
-            model_location=code_location(request.model),
+            model_location=model_anchor(request.model, ctx.library_prefixes, ctx.call_site),
             dynamic_shapes=spec,
             named_spec=named_spec,
             requested_dims=requested,
