@@ -118,9 +118,10 @@ def _commands(hf: Path, work: Path) -> dict[str, list[str]]:
             *builder,
             *("-o", str(out), "-p", precision, "-c", str(work / "builder-cache")),
         ]
-        commands[f"dynamo-onnx {precision}"] = [
+        commands[f"dynamo-onnx {precision}"] = [  # the plain export, without the fusions
             *ours,
             *("-o", str(work / f"ours-{precision}"), "--precision", precision),
+            *("--optimize-for", "none"),
         ]
         commands[f"dynamo-onnx+ort {precision}"] = [
             *ours,

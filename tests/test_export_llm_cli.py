@@ -40,7 +40,11 @@ def _tokenizer() -> transformers.PreTrainedTokenizerFast:
 
 @pytest.fixture(scope="module")
 def saved_llama(tmp_path_factory):
-    model = hf_models.causal_lm("llama")
+    """A Llama of head size 16 (what GroupQueryAttention takes on the CPU; real ones have
+    64 or 128) saved with its tokenizer."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**{**hf_models.DECODER, "hidden_size": 64})
+    model = transformers.LlamaForCausalLM(config).eval()
     path = tmp_path_factory.mktemp("llama")
     model.save_pretrained(path)
     tokenizer = _tokenizer()
@@ -80,21 +84,46 @@ def test_export_llm_writes_a_folder_genai_runs_with_transformers_greedy_tokens(
         assert (out / name).read_bytes() == (path / name).read_bytes()
     config = json.loads((out / "genai_config.json").read_text())
     assert config["model"]["type"] == "llama"
+    # fused for ONNX Runtime by default: one GroupQueryAttention per layer, one buffer
+    assert _ops(out)["GroupQueryAttention"] == model.config.num_hidden_layers
+    assert config["search"]["past_present_share_buffer"] is True
 
-    genai_model = og.Model(str(out))
-    genai_tokenizer = og.Tokenizer(genai_model)
     text = "the cat sat on a mat"
     prompt = tokenizer(text, return_tensors="pt")["input_ids"]
-    assert genai_tokenizer.encode(text).tolist() == prompt[0].tolist()
+    eager = model.generate(prompt, max_new_tokens=8, do_sample=False)[0, prompt.shape[1] :]
+    assert _generate(out, text, prompt) == eager.tolist()  # both stop at the same end, if any
+
+    # --optimize-for none: the plain model, which generates the same
+    plain = tmp_path / "plain"
+    proc = run("export-llm", str(path), "-o", str(plain), "--optimize-for", "none")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 error(s), 0 warning(s)" in proc.stdout
+    assert _ops(plain)["GroupQueryAttention"] == 0 and _ops(plain)["Softmax"] == 2
+    assert (
+        json.loads((plain / "genai_config.json").read_text())["search"].get(
+            "past_present_share_buffer", False
+        )
+        is False
+    )
+    assert _generate(plain, text, prompt) == eager.tolist()
+
+
+def _ops(folder) -> collections.Counter:
+    graph = onnx.load(folder / "model.onnx", load_external_data=False).graph
+    return collections.Counter(n.op_type for n in graph.node)
+
+
+def _generate(folder, text, prompt) -> list[int]:
+    """onnxruntime-genai's greedy tokens after ``prompt`` (its tokenizer agreeing)."""
+    genai_model = og.Model(str(folder))
+    assert og.Tokenizer(genai_model).encode(text).tolist() == prompt[0].tolist()
     params = og.GeneratorParams(genai_model)
     params.set_search_options(max_length=prompt.shape[1] + 8, do_sample=False)
     generator = og.Generator(genai_model, params)
     generator.append_tokens(prompt.numpy().astype(np.int32))
     while not generator.is_done():
         generator.generate_next_token()
-    tokens = generator.get_sequence(0)[prompt.shape[1] :].tolist()
-    eager = model.generate(prompt, max_new_tokens=8, do_sample=False)[0, prompt.shape[1] :]
-    assert tokens == eager.tolist()  # both stop at the same end-of-sequence token, if one comes
+    return generator.get_sequence(0)[prompt.shape[1] :].tolist()
 
 
 def _not_a_causal_lm(path):

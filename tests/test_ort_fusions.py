@@ -212,6 +212,57 @@ def test_an_attention_gqa_cannot_take_is_a_finding_at_its_line_with_the_reason()
     )
 
 
+def test_qwen3s_query_and_key_norms_fuse_with_no_false_finding():
+    """Qwen 3 normalizes q and k per head (``q_norm``, ``k_norm`` inside the attention): they
+    fuse into SimplifiedLayerNormalization, and the GQA rewrite then remakes those nodes with
+    the attention's origin. A block whose computing nodes are gone is fused, not a DO504 that
+    says "it stays 0 nodes"."""
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(**DECODER, head_dim=16)
+    model = transformers.Qwen3ForCausalLM(config).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no warning at all
+        program = _export(model)
+    layers = config.num_hidden_layers
+    ops = _ops(program)
+    assert ops["GroupQueryAttention"] == layers
+    # per layer q_norm and k_norm, and the first input norm; the others take a residual
+    assert ops["SimplifiedLayerNormalization"] == 2 * layers + 1
+    assert ops["SkipSimplifiedLayerNormalization"] == 2 * layers
+    assert ops["ReduceMean"] == 0
+    (summary,) = program.diagnostics.by_rule("DO502")
+    assert f"0 of {6 * layers + 1} attention, norm and rotary blocks unfused" in summary.message
+    inputs = llm_generate.example_inputs(model, 3, 1, 7)
+    out = model(**copy.deepcopy(inputs))
+    torch.testing.assert_close(program(**inputs)[0], out.logits.detach(), atol=1e-4, rtol=1e-4)
+
+
+def test_an_attention_fused_into_a_submodules_node_says_what_it_became():
+    """GPT-2's attention fuses into MultiHeadAttention (no rotary embedding: the GQA rules
+    do not match), a node whose origin is ``attn.c_proj``, a submodule: the finding names it
+    and its reason, never "stays 0 nodes (none)"."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=100, n_positions=64)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning, match="DO503"):
+        program = _export(model)
+    findings = program.diagnostics.by_rule("DO503")
+    assert [f.properties["module"] for f in findings] == [
+        "transformer.h.0.attn",
+        "transformer.h.1.attn",
+    ]
+    for finding in findings:
+        assert "fused into MultiHeadAttention instead" in finding.message
+        assert "expected RotaryEmbedding" in finding.message  # the matcher's reason
+        assert finding.properties["nodes"] > 1  # what stays around the fused node
+    ops = _ops(program)
+    assert ops["MultiHeadAttention"] == 2 and ops["GroupQueryAttention"] == 0
+    assert not program.diagnostics.by_rule("DO504")  # its layer norms fused
+    inputs = llm_generate.example_inputs(model, 2, 3, 4)
+    out = model(**copy.deepcopy(inputs))
+    torch.testing.assert_close(program(**inputs)[0], out.logits.detach(), atol=1e-4, rtol=1e-4)
+
+
 def test_optimize_takes_true_false_or_a_runtime():
     model = torch.nn.Linear(4, 3)
     with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match="DO109") as info:

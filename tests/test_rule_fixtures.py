@@ -16,6 +16,7 @@ import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext, Level
 from dynamo_onnx.passes.onnx import optimize as optimize_pass
 from dynamo_onnx.rules import catalog
+from dynamo_onnx.runtimes.onnxruntime import fusions as fusions_module
 from dynamo_onnx.runtimes.onnxruntime import quantize as quantize_pass
 
 HERE = pathlib.Path(__file__).resolve()
@@ -407,6 +408,35 @@ def _quantizer_leaving_weights(tmp_path, monkeypatch):
     return program
 
 
+def _fusion_breaking_the_model(tmp_path, monkeypatch):
+    """onnxscript 0.7's own MultiHeadAttention rules (no check of the Reshape they replace)
+    on a GPT-2 with its cache: the fused attention hands a Gemm a 3-D tensor."""
+    import transformers  # noqa: PLC0415 - only this fixture needs it
+    from onnxscript.rewriter.ort_fusions import mha  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_head=4, n_embd=64, vocab_size=100, n_positions=32)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    cache = transformers.DynamicCache(config=config)
+    cache.update(torch.randn(2, 4, 3, 16), torch.randn(2, 4, 3, 16), 0)
+    inputs = {
+        "input_ids": torch.randint(0, 100, (2, 2)),
+        "attention_mask": torch.ones(2, 5, dtype=torch.int64),
+        "past_key_values": cache,
+    }
+    program = dynamo_onnx.export(model, (), kwargs=inputs)
+    monkeypatch.setattr(
+        fusions_module,
+        "mha_rules",
+        lambda has_past_present: (
+            mha.mha_rules_with_past if has_past_present else mha.mha_rules_no_past
+        ),
+    )
+    with pytest.raises(dynamo_onnx.OptimizationError):
+        program.optimize("onnxruntime")
+    return program
+
+
 def _not_a_model_folder(tmp_path):
     return dynamo_onnx.export_llm(tmp_path / "missing", tmp_path / "out")
 
@@ -526,6 +556,7 @@ FIXTURES = {
     "DO507": (_not_a_model_folder, None),
     "DO508": (_broken_quantizer, None),
     "DO509": (_quantizer_leaving_weights, "DO509"),
+    "DO512": (_fusion_breaking_the_model, None),
     "DO601": (_verify(1.0), None),
     "DO602": (_verify(0.0), None),
     "DO604": (lambda t: _runs_at_two_only(t), "DO604"),
@@ -583,6 +614,22 @@ def test_an_invalid_model_names_the_onnx_node_the_fx_node_and_the_line(tmp_path)
     assert "from FX node `bump`" in message
     assert f"called at tests/{HERE.name}:{marker_line('DO407')}" in message
     assert "Type parameter (T) of Optype (Add) bound to different types" in message
+
+
+def test_a_fusion_that_breaks_the_model_fails_and_leaves_the_program_as_it_was(monkeypatch):
+    program = _fusion_breaking_the_model(None, monkeypatch)
+    (finding,) = program.diagnostics.by_rule("DO512")
+    assert finding.properties["op_type"] == "Gemm"
+    assert "Input 0 expected to have rank 2 but has rank 3" in finding.message
+    assert not [n for n in program.model.graph if n.domain == "com.microsoft"]  # not fused
+    model = program.reference
+    cache = type(model(torch.zeros(1, 1, dtype=torch.int64)).past_key_values)(config=model.config)
+    cache.update(torch.randn(1, 4, 2, 16), torch.randn(1, 4, 2, 16), 0)
+    ids = torch.randint(0, 100, (1, 3))
+    mask = torch.ones(1, 5, dtype=torch.int64)
+    got = program(input_ids=ids, attention_mask=mask, past_key_values=cache)
+    want = model(input_ids=ids, attention_mask=mask, past_key_values=cache).logits
+    torch.testing.assert_close(got[0], want.detach(), atol=1e-4, rtol=1e-4)
 
 
 # -- fixes that work: each rule's fix applied to its fixture, and the finding is gone ------

@@ -546,7 +546,7 @@ def _cmd_export_llm(args: argparse.Namespace) -> int:
             args.hf_dir,
             args.output,
             precision=args.precision,
-            optimize=args.optimize_for or True,
+            optimize=True if args.optimize_for == "none" else args.optimize_for,
             block_size=args.block_size,
             accuracy_level=args.accuracy_level,
         )
@@ -870,8 +870,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     llm.add_argument(
         "--optimize-for",
-        choices=["onnxruntime"],
-        help="also fuse the model for this runtime (attention, norms, rotary embeddings)",
+        choices=["onnxruntime", "none"],
+        default="onnxruntime",
+        help="fuse the model for this runtime (attention, norms, rotary embeddings; the "
+        "default), or none: the plain model (docs/llm.md)",
     )
     llm.add_argument(
         "--block-size", type=int, default=32, help="int4/int8 block size (default: 32)"

@@ -38,7 +38,7 @@ def export_llm(
     output_dir: str | os.PathLike[str],
     *,
     precision: str = "fp32",
-    optimize: bool | str = True,
+    optimize: bool | str = "onnxruntime",
     block_size: int = 32,
     symmetric: bool = True,
     accuracy_level: int = 4,
@@ -50,8 +50,10 @@ def export_llm(
     the runtime's configuration and the tokenizer's files found in ``hf_dir``: onnxruntime-genai
     runs it as it is (``og.Model(output_dir)``). ``precision`` "int4" or "int8" quantizes
     the MatMul weights (:meth:`ONNXProgram.quantize`, with ``block_size``, ``symmetric``,
-    ``accuracy_level``); ``optimize`` is :func:`export`'s. Nothing is downloaded: ``hf_dir``
-    is a folder ``save_pretrained`` wrote.
+    ``accuracy_level``); ``optimize`` is :func:`export`'s, "onnxruntime" by default: the
+    folder is for ONNX Runtime, so its attention, norms and rotary embeddings are fused
+    (True keeps the plain model, with onnxscript's optimizer only). Nothing is downloaded:
+    ``hf_dir`` is a folder ``save_pretrained`` wrote.
 
     Raises:
         InvalidOptionValueError: ``hf_dir`` is no causal LM transformers loads offline

@@ -139,7 +139,8 @@ class ONNXProgram:
             config = getattr(self.reference, "config", None)
             positions = getattr(config, "max_position_embeddings", None)
             request = FusionRequest(self.model, positions if isinstance(positions, int) else None)
-            self._run([OnnxRuntimeFusionPass()], request)
+            self.model = self._run([OnnxRuntimeFusionPass()], request).model
+            describe_into(self._context().summary, self.model)
         self.release()
 
     def quantize(

@@ -103,9 +103,34 @@ def test_the_load_check_copies_no_weight_and_puts_the_model_back():
     assert [v.name for v in model.graph.inputs] == ["x"]
     assert list(model.graph.initializers) == ["w"]
     assert model.graph.initializers["w"].const_value.nbytes == 4096
+    # onnx_ir's own record agrees: the weight is no graph input any more (a stale mark made
+    # onnxscript's folder skip every node on a weight, as if it were an input)
+    assert not model.graph.initializers["w"].is_graph_input()
     ctx = DiagnosticContext()
     LoadCheckPass()(ctx, _state(model))
     assert ctx.findings == []
+
+
+def test_the_optimizer_leaves_a_transposed_weight_to_onnx_runtime():
+    """``MatMul(x, Transpose(w))`` (a Linear) keeps the caller's weight: folding the
+    Transpose would copy it; a small constant (<= 1 KiB) is folded as onnxscript does."""
+    model = _with_weight(three_nodes(), torch.ones(1, 3))
+    (add,) = [n for n in model.graph if n.op_type == "Add"]
+    weight = ir.Value(name="big", const_value=ir.tensor(torch.randn(512, 3)))
+    small = ir.Value(name="small", const_value=ir.tensor(torch.randn(3, 3)))
+    for value in (weight, small):
+        model.graph.register_initializer(value)
+    big_t = ir.node("Transpose", [weight], attributes={"perm": [1, 0]})
+    small_t = ir.node("Transpose", [small], attributes={"perm": [1, 0]})
+    matmul = ir.node("MatMul", [add.outputs[0], small_t.outputs[0]])
+    out = ir.node("MatMul", [matmul.outputs[0], big_t.outputs[0]])
+    model.graph.extend([big_t, small_t, matmul, out])
+    model.graph.outputs[0] = out.outputs[0]
+    tensor = weight.const_value
+    OptimizePass()(DiagnosticContext(), model)
+    transposes = [n for n in model.graph if n.op_type == "Transpose"]
+    assert [n.inputs[0].name for n in transposes] == ["big"]  # the small one folded
+    assert model.graph.initializers["big"].const_value is tensor  # not copied
 
 
 def test_the_load_check_hands_back_what_onnx_runtime_loads_with_the_checkers_complaint():

@@ -31,7 +31,7 @@ from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.domains import custom_domain_nodes
 from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE, stack_frames
 
-__all__ = ["LoadCheckPass", "weights_as_inputs"]
+__all__ = ["LoadCheckPass", "runtime_refusal", "weights_as_inputs"]
 
 #: Initializers up to this size stay in the checked model (shapes and axes an operator may
 #: need as constants); larger ones, and fake ones, become graph inputs for the check.
@@ -106,12 +106,33 @@ def weights_as_inputs(model: ir.Model) -> Iterator[ir.Model]:
     try:
         yield model
     finally:
-        del graph.inputs[len(graph.inputs) - len(moved) :]
+        for _ in moved:  # pop, not del: onnx_ir then unmarks each one as a graph input
+            graph.inputs.pop()
         for value, (kind, shape) in zip(moved, types):
             value.type, value.shape = kind, shape
         graph.initializers.clear()
         for name, value in original.items():
             graph.initializers[name] = value
+
+
+def runtime_refusal(
+    ctx: DiagnosticContext, model: ir.Model
+) -> tuple[Location | None, dict[str, Any]] | None:
+    """Why ONNX Runtime refuses to load ``model`` (a finding's location and fields: the node
+    it names, its FX node, the user's line), or None when it loads. For a pass that rewrites
+    a model already checked (the runtime fusions): no checker, custom domains not expected.
+
+    Unlike the load check, with ONNX Runtime's graph optimizations, as a user's session has
+    them: they infer shapes through the com.microsoft operators again, and a fused node whose
+    output has another rank than its consumer takes loads without them and fails with them.
+    """
+    with weights_as_inputs(model):
+        proto = ir.to_proto(model)
+    try:
+        inference_session(proto.SerializeToString())
+    except Exception as exc:  # noqa: BLE001 - the finding says what failed where
+        return _where(ctx, model, exc)
+    return None
 
 
 def _where(

@@ -9,6 +9,11 @@ by walking the uses of each sliced value once, and the rule is left out of the r
 every other step is onnxscript's own pass, in ``optimize_ir``'s order. If onnxscript's
 layout changes (the rule set or the folding pass moves), ``optimize_ir`` runs as it is.
 
+The model's weights are left as the caller's tensors: no node computing on an initializer
+over 1 KiB is folded (onnxscript would fold ``Transpose(weight)`` of every ``Linear``, a
+transposed copy of each weight: twice the weights' memory during the export and their copy's
+time, for a ``MatMul`` ONNX Runtime fuses with the ``Transpose`` at load anyway).
+
 One rule is corrected: ``MaterializeReshapeShape`` writes a reshape's inferred result shape
 as a constant with ``allowzero=1``, a symbolic dimension as ``-1``; beside a dimension of
 static size 0 that is a shape ONNX forbids ("product of 0 in combination with -1": a view
@@ -26,7 +31,7 @@ import onnxscript.rewriter
 
 from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
 
-__all__ = ["optimize", "split_halves"]
+__all__ = ["optimize", "split_halves", "weights_kept"]
 
 _QUADRATIC_RULE = "SlicesSplit"
 _RESHAPE_RULE = "MaterializeReshapeShape"
@@ -66,13 +71,14 @@ class _MaterializeReshapeShape(onnxscript.rewriter.RewriteRuleClassBase):
 
 
 def optimize(model: ir.Model) -> None:
-    """Optimize ``model`` in place, as ``onnxscript.optimizer.optimize_ir(model)`` does."""
+    """Optimize ``model`` in place, as ``onnxscript.optimizer.optimize_ir(model,
+    should_fold=weights_kept)`` does."""
     rules = getattr(onnxscript.rewriter, "_DEFAULT_REWRITE_RULES", None)
     folding = getattr(
         getattr(onnxscript.optimizer, "constant_folding", None), "FoldConstantsPass", None
     )
     if rules is None or folding is None or not any(_rule_name(r) == _QUADRATIC_RULE for r in rules):
-        onnxscript.optimizer.optimize_ir(model)
+        onnxscript.optimizer.optimize_ir(model, should_fold=weights_kept)
         ModelWideNamesPass()(model)
         return
     kept = [
@@ -86,6 +92,7 @@ def optimize(model: ir.Model) -> None:
                 shape_inference=True,
                 input_size_limit=_limit("INPUT"),
                 output_size_limit=_limit("OUTPUT"),
+                should_fold=weights_kept,
             ),
             onnxscript.rewriter.RewritePass(kept),
             _SplitHalvesPass(),
@@ -108,6 +115,19 @@ def optimize(model: ir.Model) -> None:
         common_passes.NameFixPass(),
         ModelWideNamesPass(),
     )(model)
+
+
+#: Initializers above this size are weights the folder leaves as they are.
+_WEIGHT_BYTES = 1024
+
+
+def weights_kept(node: ir.Node) -> bool | None:
+    """False (do not fold) for a node computing on a weight; None: onnxscript decides."""
+    for value in node.inputs:
+        tensor = None if value is None or not value.is_initializer() else value.const_value
+        if tensor is not None and tensor.nbytes > _WEIGHT_BYTES:
+            return False
+    return None
 
 
 def _rule_name(rule: Any) -> str | None:

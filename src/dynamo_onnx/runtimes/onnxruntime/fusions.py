@@ -27,7 +27,6 @@ from onnxscript.rewriter.ort_fusions.cos_sin_cache import fuse_cos_sin_cache
 from onnxscript.rewriter.ort_fusions.erfgelu import fuse_erfgelu
 from onnxscript.rewriter.ort_fusions.gelu import fuse_gelu
 from onnxscript.rewriter.ort_fusions.gqa_packed_qkv import fuse_qkv_gqa
-from onnxscript.rewriter.ort_fusions.mha import fuse_mha1, fuse_mha2
 from onnxscript.rewriter.ort_fusions.mha_bias import fuse_mha_bias
 from onnxscript.rewriter.ort_fusions.mha_scale import fuse_mha_scale
 from onnxscript.rewriter.ort_fusions.rms_normalization import (
@@ -46,6 +45,7 @@ from onnxscript.rewriter.ort_fusions.skip_normalization import (
 )
 from onnxscript.rewriter.rules.common import gemm_to_matmul_add_rule
 
+from dynamo_onnx.runtimes.onnxruntime.mha import mha_rules
 from dynamo_onnx.runtimes.onnxruntime.rules import (
     CosSinCacheOfProduct,
     GroupQueryAttentionOfIndexMask,
@@ -115,8 +115,8 @@ def _steps(max_positions: int | None) -> list[tuple[str, Fusion, dict[str, objec
         ("same_shape_reshape", _same_shape_reshapes, {}),
         ("gqa", _rules(GroupQueryAttentionOfIndexMask.rule()), {}),  # for onnxscript's: rules.py
         ("packed_qkv_for_gqa", fuse_qkv_gqa, {}),
-        ("mha1", fuse_mha1, {}),
-        ("mha2", fuse_mha2, {}),
+        ("mha1", _rules(*mha_rules(has_past_present=True).rules), {}),  # mha.py: shape checked
+        ("mha2", _rules(*mha_rules(has_past_present=False).rules), {}),
         ("mha_scale", fuse_mha_scale, {}),
         ("mha_bias", fuse_mha_bias, {"only_after_mha": True}),
         ("attention", fuse_attention, {"only_after_mha": True}),

@@ -22,6 +22,7 @@ from dynamo_onnx.options import TORCHLIB_OPSET
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.metadata import MODULE_CLASSES, MODULE_PATH, STACK_TRACE, stack_frames
+from dynamo_onnx.passes.onnx.load_check import runtime_refusal
 from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
 from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden
 from dynamo_onnx.passes.onnx.optimizer_pipeline import optimize
@@ -55,17 +56,21 @@ class Block:
         kind: ``attention``, ``norm`` or ``rotary``.
         module: the module path (``model.layers.3.self_attn``).
         trace: the stack trace of the node that computes it (its source line).
+        anchor: that node's operator (``Softmax``, ``ReduceMean``, ``Neg``...).
     """
 
     kind: str
     module: str
     trace: str
+    anchor: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class FusionReport:
-    """What the fusions did: op counts before and after, fusions applied, blocks unfused."""
+    """What the fusions did: the fused model, op counts before and after, fusions applied,
+    blocks unfused."""
 
+    model: ir.Model
     before: collections.Counter[str]
     after: collections.Counter[str]
     fusions: dict[str, int]
@@ -75,18 +80,20 @@ class FusionReport:
 
 @dataclasses.dataclass(frozen=True)
 class FusionRequest:
-    """The model to fuse in place, and the rows of its rotary caches (None: computed)."""
+    """The model to fuse (left as it is: the report holds the fused copy), and the rows of
+    its rotary caches (None: computed)."""
 
     model: ir.Model
     max_positions: int | None = None
 
 
 class OnnxRuntimeFusionPass:
-    """``FusionRequest`` -> :class:`FusionReport`; the model fused in place (DO502-DO505)."""
+    """``FusionRequest`` -> :class:`FusionReport` with the fused model (DO502-DO505, DO512).
+    The request's model is not changed: a fusion that breaks it (DO512) loses nothing."""
 
     name: ClassVar[str] = PassName.OPTIMIZATION
     error_type: ClassVar[type[OnnxExporterError]] = OptimizationError
-    changes_input: ClassVar[bool] = True
+    changes_input: ClassVar[bool] = False
 
     def __call__(self, ctx: DiagnosticContext, request: FusionRequest) -> FusionReport:
         with dropped(*ONNX_IR_CHATTER):  # onnx_ir's remarks while it rewrites are not the user's
@@ -126,12 +133,25 @@ def find_blocks(model: ir.Model) -> list[Block]:
             if known is None or _rank(kind, node) < _rank(kind, known):
                 anchors[(kind, module)] = node
     return [
-        Block(kind, module, node.metadata_props.get(STACK_TRACE, ""))
+        Block(kind, module, node.metadata_props.get(STACK_TRACE, ""), node.op_type)
         for (kind, module), node in anchors.items()
     ]
 
 
-def _is_fused(block: Block, nodes: list[ir.Node]) -> bool:
+def _within(module: str, block: Block) -> bool:
+    """Whether ``module`` is the block's module or one of its submodules: a rewrite gives
+    the node it makes the origin of one of the nodes it replaced, which may be a submodule's
+    (GPT-2's attention fuses into a node of ``attn.c_proj``)."""
+    return module == block.module or module.startswith(block.module + ".")
+
+
+def _is_fused(block: Block, nodes: list[ir.Node], own: list[ir.Node]) -> bool:
+    """Whether ``block`` fused: a fused operator among ``nodes`` (the block's module and its
+    submodules) or, for a norm or a rotary embedding, none of its computing nodes left in
+    ``own`` (the nodes of its module alone): a later rewrite may replace the fused node by
+    one whose origin is the enclosing module (Qwen 3's ``q_norm`` inside its attention)."""
+    if block.kind != "attention" and not any(n.op_type == block.anchor for n in own):
+        return True
     for node in nodes:
         if block.kind == "attention" and node.op_type == "GroupQueryAttention":
             return True
@@ -201,26 +221,37 @@ def layer_spans(layers: list[str]) -> str:
 def optimize_for_onnxruntime(
     model: ir.Model, ctx: DiagnosticContext, *, max_positions: int | None = None
 ) -> FusionReport:
-    """Fuse ``model`` in place for ONNX Runtime (onnxscript's ORT fusions with the rules of
-    ``rules.py``) and record what fused (DO502) and each block that did not (DO503-DO505).
+    """Fuse a copy of ``model`` for ONNX Runtime (onnxscript's ORT fusions with the rules of
+    ``rules.py``; the copy shares the weights) and record what fused (DO502) and each block
+    that did not (DO503-DO505); a fused model ONNX Runtime refuses to load is DO512
+    (:class:`OptimizationError`), and ``model`` is left as it was.
 
     Call it inside a pass of ``ctx`` (``OnnxRuntimeFusionPass`` is one). ``max_positions``:
     the rows of the rotary cos/sin caches (``max_position_embeddings``); None computes them
     in the graph from the position ids.
     """
+    model = model.clone()  # the nodes: the tensors are shared, never changed in place
     blocks = find_blocks(model)
     before = op_counts(model)
     failures: list[MatchFailure] = []
     with fake_weights_hidden(model):
         fusions = fuse(model, max_positions=max_positions, optimize=optimize, failures=failures)
     drop_newer_attributes(model, model.opset_imports.get("", TORCHLIB_OPSET))
+    refused = runtime_refusal(ctx, model)
+    if refused is not None:  # a rule matched where it must not: never hand that back
+        where, fields = refused
+        ctx.fail("fused-model-invalid", OptimizationError, where, **fields)
     after = op_counts(model)
     by_module: dict[str, list[ir.Node]] = collections.defaultdict(list)
     for node in model.graph:
         by_module[_module(node)].append(node)
-    unfused = [b for b in blocks if not _is_fused(b, by_module.get(b.module, []))]
+
+    def subtree(block: Block) -> list[ir.Node]:
+        return [n for m, nodes in by_module.items() if _within(m, block) for n in nodes]
+
+    unfused = [b for b in blocks if not _is_fused(b, subtree(b), by_module.get(b.module, []))]
     for block in unfused:
-        _record_unfused(ctx, block, by_module.get(block.module, []), failures)
+        _record_unfused(ctx, block, by_module.get(block.module, []), subtree(block), failures)
     fused_ops = collections.Counter(node.op_type for node in model.graph if _is_fused_op(node))
     ctx.record(
         "runtime-optimized",
@@ -232,29 +263,32 @@ def optimize_for_onnxruntime(
         unfused=len(unfused),
         blocks=len(blocks),
     )
-    return FusionReport(before, after, fusions, tuple(blocks), tuple(unfused))
+    return FusionReport(model, before, after, fusions, tuple(blocks), tuple(unfused))
 
 
 def _record_unfused(
-    ctx: DiagnosticContext, block: Block, nodes: list[ir.Node], failures: list[MatchFailure]
+    ctx: DiagnosticContext,
+    block: Block,
+    own: list[ir.Node],
+    nodes: list[ir.Node],
+    failures: list[MatchFailure],
 ) -> None:
+    """DO503-DO505 for ``block``: ``own`` are the nodes of its module, ``nodes`` those of
+    its submodules too (where the operator it was fused into instead may be)."""
     reasons = list(
         dict.fromkeys(
             f.reason.strip().rstrip(".")
             for f in failures
-            if f.kind == block.kind and _module(f.node) == block.module
+            if f.kind == block.kind and _within(_module(f.node), block)
         )
     )
     frames = stack_frames(ctx, block.trace)
     where: Location | None = ctx.user_frame(frames)
-    instead = next(
-        (
-            n.op_type
-            for n in nodes
-            if block.kind == "attention" and n.op_type in FUSED_OPS["attention"]
-        ),
-        None,
-    )
+    fused_instead = [
+        n for n in nodes if block.kind == "attention" and n.op_type in FUSED_OPS["attention"]
+    ]
+    instead = fused_instead[0].op_type if fused_instead else None
+    nodes = [*own, *(n for n in fused_instead if n not in own)]
     ctx.record(
         _RULES[block.kind],
         locations=[where],
