@@ -125,6 +125,16 @@ def test_opset_18_nodes_with_no_adapter_down_are_carried_over_when_they_mean_the
         torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
 
 
+def test_what_blocks_a_conversion_leaves_out_the_nodes_carried_over():
+    """At opset 14 the Pad and Split are carried over (they mean the same since 11 and 13):
+    what blocks is Pow's opset-15 form, and only that is named."""
+    with pytest.raises(dynamo_onnx.SerializationError) as info:
+        dynamo_onnx.export(PadsSplitsPools().eval(), (torch.randn(3, 4, 10),), opset_version=14)
+    (finding,) = info.value.diagnostics.by_rule("DO402")
+    assert finding.properties["blocking_ops"] == ["Pow"]
+    assert "blocked by Pow (3 node(s): No Adapter From Version 15 for Pow)" in str(info.value)
+
+
 class Reductions(torch.nn.Module):
     def forward(self, x):
         return x.mean(dim=-1, keepdim=True) + x.amax(0) + x.var(-1, keepdim=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import onnx_ir as ir
 
-__all__ = ["drop_newer_attributes", "hidden_from_converter"]
+__all__ = ["carried_over", "drop_newer_attributes", "hidden_from_converter"]
 
 #: A domain the version converter leaves alone, for the nodes it must not look at.
 _HIDDEN = "dynamo_onnx.hidden"
@@ -86,6 +86,12 @@ def _same_below_18(node: ir.Node, target: int) -> bool:
     return False
 
 
+def carried_over(node: ir.Node, target: int) -> bool:
+    """Whether ``node`` passes the conversion down to ``target`` unchanged
+    (:func:`hidden_from_converter` carries it): never what blocks a conversion."""
+    return target < 18 and _same_below_18(node, target)
+
+
 @contextlib.contextmanager
 def hidden_from_converter(model: ir.Model, target: int) -> Iterator[None]:
     """While converting ``model`` down to ``target`` (< 18), the nodes that mean the same
@@ -96,7 +102,7 @@ def hidden_from_converter(model: ir.Model, target: int) -> Iterator[None]:
     hidden = False
     if target < 18:
         for node in _nodes(model):
-            if _same_below_18(node, target):
+            if carried_over(node, target):
                 node.domain = _HIDDEN
                 hidden = True
     if hidden:

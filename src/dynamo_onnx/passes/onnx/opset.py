@@ -25,7 +25,11 @@ from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.logs import dropped
 from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
 from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
-from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes, hidden_from_converter
+from dynamo_onnx.passes.onnx.older_opsets import (
+    carried_over,
+    drop_newer_attributes,
+    hidden_from_converter,
+)
 from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden, report_inlined
 from dynamo_onnx.passes.onnx.steps import run_steps
 
@@ -240,8 +244,8 @@ def _blocking_nodes(model: ir.Model, source: int, target: int) -> dict[str, tupl
     tried: dict[str, int] = {}
     blockers: dict[str, tuple[int, str, str]] = {}
     for node in model.graph:
-        if node.domain not in ("", "ai.onnx"):
-            continue
+        if node.domain not in ("", "ai.onnx") or carried_over(node, target):
+            continue  # (a carried node has no adapter, and needs none)
         op_type = node.op_type
         if op_type in blockers:
             count, reason, trace = blockers[op_type]
