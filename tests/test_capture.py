@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import onnx
 import pytest
 import torch
+import transformers
 
 import dynamo_onnx
+import hf_models
 from conftest import line_of
 from dynamo_onnx.diagnostics import Level
 
@@ -65,22 +68,31 @@ def test_export_at_newer_opsets_runs(opset):
     torch.testing.assert_close(program(x)[0], model(x), atol=1e-4, rtol=1e-4)
 
 
-def test_a_downconversion_that_cannot_happen_names_the_blocking_operators():
-    from conftest import MLPModel
+class NormedMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
 
+    def forward(self, x):
+        return self.norm(self.fc(x).relu())
+
+
+def test_a_downconversion_that_cannot_happen_names_the_blocking_operators():
+    """ONNX has LayerNormalization from opset 17 only: at 16 it blocks, and only it."""
     with pytest.raises(dynamo_onnx.SerializationError) as info:
-        dynamo_onnx.export(MLPModel(), (torch.randn(2, 8),), opset_version=11)
+        dynamo_onnx.export(NormedMLP(), (torch.randn(2, 8),), opset_version=16)
     text = str(info.value)
     assert text.startswith(
-        "[DO402 opset-conversion-failed] Could not convert the model from opset 18 to opset 11: "
-        "blocked by Gemm (4 node(s): No Adapter From Version 13 for Gemm); "
-        "Sigmoid (3 node(s): No Adapter From Version 13 for Sigmoid)"
+        "[DO402 opset-conversion-failed] Could not convert the model from opset 18 to opset 16: "
+        "blocked by LayerNormalization (1 node(s): No Previous Version of LayerNormalization "
+        "exists)"
     )
     (finding,) = info.value.diagnostics.by_rule("DO402")
     assert finding.pass_name == "opset-conversion"
-    assert finding.properties["blocking_ops"] == ["Gemm", "Sigmoid"]
-    assert finding.primary.path.endswith("examples/mlp.py")  # the fc0 call in forward
-    assert "self.fc0(tensor_x)" in finding.primary.snippet
+    assert finding.properties["blocking_ops"] == ["LayerNormalization"]
+    assert finding.primary.path == __file__
+    assert "self.norm(self.fc(x).relu())" in finding.primary.snippet
     assert "$" not in text
 
 
@@ -125,14 +137,69 @@ def test_opset_18_nodes_with_no_adapter_down_are_carried_over_when_they_mean_the
         torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
 
 
+class PaddedNorm(PadsSplitsPools):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer_norm = torch.nn.LayerNorm(10)
+
+    def forward(self, x):
+        return super().forward(x) + self.layer_norm(x).sum()
+
+
 def test_what_blocks_a_conversion_leaves_out_the_nodes_carried_over():
-    """At opset 14 the Pad and Split are carried over (they mean the same since 11 and 13):
-    what blocks is Pow's opset-15 form, and only that is named."""
+    """At opset 14 the Pad, Split and Pow are carried over (they mean the same since 11,
+    13 and 7): what blocks is the LayerNormalization, and only it is named."""
     with pytest.raises(dynamo_onnx.SerializationError) as info:
-        dynamo_onnx.export(PadsSplitsPools().eval(), (torch.randn(3, 4, 10),), opset_version=14)
+        dynamo_onnx.export(PaddedNorm().eval(), (torch.randn(3, 4, 10),), opset_version=14)
     (finding,) = info.value.diagnostics.by_rule("DO402")
-    assert finding.properties["blocking_ops"] == ["Pow"]
-    assert "blocked by Pow (3 node(s): No Adapter From Version 15 for Pow)" in str(info.value)
+    assert finding.properties["blocking_ops"] == ["LayerNormalization"]
+
+
+def _older_opset_cases():
+    from conftest import MLPModel, SmallCNN
+
+    mlp = (MLPModel(), lambda b: (torch.randn(b, 8),), {"tensor_x": {0: "batch"}})
+    cnn = (SmallCNN().eval(), lambda b: (torch.randn(b, 3, 16, 16),), {"x": {0: "batch"}})
+    pads = (PadsSplitsPools().eval(), lambda b: (torch.randn(b, 4, 10),), {"x": {0: "b"}})
+    torch.manual_seed(0)
+    llama = transformers.LlamaModel(transformers.LlamaConfig(**hf_models.DECODER)).eval()
+    text = (llama, lambda b: (torch.randint(1, 100, (b, b + 3)),), hf_models.TEXT)
+    return {"mlp": mlp, "cnn": cnn, "pads": pads, "llama": text}
+
+
+@pytest.mark.parametrize(
+    ("name", "opset"),
+    [("mlp", 11), ("mlp", 13), ("cnn", 14), ("pads", 11), ("pads", 12), ("llama", 14)],
+)
+def test_operators_whose_later_versions_only_took_types_convert_down(name, opset):
+    """ONNX's converter has no adapter down for Mul 14, Pow 15, Gemm 13, Sigmoid 13,
+    Reshape 14, Shape 15, BatchNormalization 15...: those versions only took more types or
+    added an attribute the node leaves at its default, so the node is carried over (torch.onnx
+    hands back an opset-18 model instead). The model is at the opset asked, with no
+    attribute of a later opset, right against eager at two sizes."""
+    model, make, shapes = _older_opset_cases()[name]
+    program = dynamo_onnx.export(model, make(2), opset_version=opset, dynamic_shapes=shapes)
+    assert {o.domain: o.version for o in program.model_proto.opset_import}[""] == opset
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    for batch in (2, 3):
+        args = make(batch)
+        want = model(*args)
+        want = want.last_hidden_state if hasattr(want, "last_hidden_state") else want
+        torch.testing.assert_close(program(*args)[0], want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_reshape_to_a_computed_shape_blocks_below_14_and_only_it():
+    """Reshape 14 added ``allowzero``: torch's reshape to a shape computed at run time keeps
+    a 0 as a size (``allowzero=1``), which an opset-13 ``Reshape`` reads as "the input's
+    size". That changes an empty tensor's result, so it is not carried over: the only
+    blocker named for a Llama with a dynamic sequence at opset 13."""
+    model, make, shapes = _older_opset_cases()["llama"]
+    with pytest.raises(dynamo_onnx.SerializationError) as info:
+        dynamo_onnx.export(model, make(2), opset_version=13, dynamic_shapes=shapes)
+    (finding,) = info.value.diagnostics.by_rule("DO402")
+    assert finding.properties["blocking_ops"] == ["Reshape"]
+    assert "No Adapter From Version 14 for Reshape" in finding.message
 
 
 class Reductions(torch.nn.Module):

@@ -11,11 +11,12 @@ those over unchanged.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
+import onnx
 import onnx_ir as ir
 
-__all__ = ["carried_over", "drop_newer_attributes", "hidden_from_converter"]
+__all__ = ["carried_over", "drop_newer_attributes", "hidden_from_converter", "inferred_types"]
 
 #: A domain the version converter leaves alone, for the nodes it must not look at.
 _HIDDEN = "dynamo_onnx.hidden"
@@ -43,8 +44,10 @@ def drop_newer_attributes(model: ir.Model, target: int) -> None:
     ("Unrecognized attribute").
 
     A reduction's ``noop_with_empty_axes`` (the converter moves the axes back to an
-    attribute but keeps it): at its default (0) it says nothing and is dropped (at 1 it is
-    kept: the checker then names the node). ``Split``'s ``num_outputs`` (GPT-2's attention
+    attribute but keeps it; ``ReduceSum`` took it in 13, the others in 18): at its default
+    (0) it says nothing and is dropped (at 1 it is kept: the checker then names the node).
+    ``Reshape``'s ``allowzero`` and ``BatchNormalization``'s ``training_mode`` (14) where
+    they change nothing; below 13, ``Split``'s constant sizes input as its attribute. ``Split``'s ``num_outputs`` (GPT-2's attention
     splits its fused projection in three): the sizes become the ``split`` input when the
     axis is static; on a dynamic axis the attribute goes, and ``Split`` without sizes
     makes as many equal parts as it has outputs, as ``num_outputs`` did for a divisible
@@ -57,39 +60,146 @@ def drop_newer_attributes(model: ir.Model, target: int) -> None:
         for node in ir.traversal.RecursiveGraphIterator(graph):
             if node.domain not in ("", "ai.onnx"):
                 continue
-            if node.op_type in _REDUCTIONS_18:
+            if node.op_type in _REDUCTIONS_18 or (target < 13 and node.op_type == "ReduceSum"):
                 attr = node.attributes.get("noop_with_empty_axes")
                 if attr is not None and attr.value == 0:
                     del node.attributes["noop_with_empty_axes"]
             elif node.op_type == "Split" and "num_outputs" in node.attributes:
                 _split_sizes_as_input(node)
+            if target < 13 and node.op_type == "Split" and len(node.inputs) > 1:
+                _split_sizes_as_attribute(node)
+            elif target < 14 and node.op_type == "Reshape" and "allowzero" in node.attributes:
+                if _attr(node, "allowzero") == 0 or _no_zero_in_shape(node):
+                    del node.attributes["allowzero"]  # (added in 14; the same without it)
+            elif target < 14 and node.op_type == "BatchNormalization":
+                if _attr(node, "training_mode") == 0:
+                    del node.attributes["training_mode"]  # (added in 14; 0 is inference)
 
 
-#: The oldest opset whose version of the operator reads its opset-18 form (without what 18
-#: added) the same: ``Pad`` took its pads as an input from 11, ``Split`` its sizes from 13.
-_SAME_SINCE = {"Pad": 11, "Split": 13, "LpPool": 11}
+def _attr(node: ir.Node, name: str, default: object = None) -> object:
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
 
 
-def _same_below_18(node: ir.Node, target: int) -> bool:
-    """An opset-18 node that reads as its version at ``target`` (the converter has no
-    adapter between them): a ``Pad`` without the ``axes`` input 18 added, a ``Split``
-    without ``num_outputs``, an ``LpPool`` without ``ceil_mode``."""
-    if node.domain not in ("", "ai.onnx") or target < _SAME_SINCE.get(node.op_type, 18):
+#: Operator -> (the oldest opset whose version reads the opset-18 node the same, what the
+#: node must be for that): ``Pad`` took its pads as an input from 11 (18 added ``axes``),
+#: ``Split`` its sizes from 13 (18 added ``num_outputs``), ``Reshape`` is the same from 5
+#: but for 14's ``allowzero``, ``Shape`` from 1 but for 15's ``start``/``end``, ``Constant``
+#: from 9 with a ``value``, an inference ``BatchNormalization`` from 9 (14 added
+#: ``training_mode``, 15 only types), ``GatherND`` from 12 (13 only types).
+_SAME_SINCE: dict[str, tuple[int, Callable[[ir.Node], bool]]] = {
+    "Pad": (11, lambda n: len(n.inputs) < 4 or n.inputs[3] is None),
+    "Split": (13, lambda n: "num_outputs" not in n.attributes),
+    "LpPool": (11, lambda n: _attr(n, "ceil_mode", 0) == 0),
+    "Reshape": (5, lambda n: _attr(n, "allowzero", 0) == 0 or _no_zero_in_shape(n)),
+    "Shape": (1, lambda n: "start" not in n.attributes and "end" not in n.attributes),
+    "Constant": (9, lambda n: set(n.attributes) == {"value"}),
+    "BatchNormalization": (9, lambda n: _attr(n, "training_mode", 0) == 0 and len(n.outputs) == 1),
+    "GatherND": (12, lambda n: True),
+}
+
+#: Operators whose versions from the given opset to 18 only took more types (bfloat16, small
+#: integers, optionals) or reworded their documentation (ONNX's Changelog.md): their
+#: opset-18 node reads the same at any opset from there, when its types are ones that
+#: opset takes. ONNX's converter has no adapter down for most of them ("No Adapter From
+#: Version 14 for Mul"). Left out on purpose: the versions that changed what a node means
+#: with the same inputs and attributes (Softmax 13, Gather's and Concat's negative indices
+#: and axes before 11, Max/Min's broadcasting before 8, PRelu's before 9).
+_TYPES_ONLY_SINCE = {
+    **dict.fromkeys(("Add", "Sub", "Mul", "Div", "Pow"), 7),
+    **dict.fromkeys(("Abs", "Ceil", "Exp", "Floor", "Log", "Neg", "Reciprocal"), 6),
+    **dict.fromkeys(("Relu", "Sigmoid", "Sqrt", "Tanh", "LeakyRelu", "Tile"), 6),
+    **dict.fromkeys(("Less", "Greater", "Where", "Erf", "IsNaN", "Sign", "MatMul"), 9),
+    **dict.fromkeys(("Equal", "Gemm", "Clip", "Concat", "Gather", "Flatten", "Slice"), 11),
+    **dict.fromkeys(("CumSum", "GatherElements", "Cast", "Expand", "Sum"), 11),
+    **dict.fromkeys(("LessOrEqual", "GreaterOrEqual", "Max", "Min"), 12),
+    **dict.fromkeys(("Transpose", "Identity", "Size", "Not", "And", "Or"), 7),
+}
+
+
+def _no_zero_in_shape(node: ir.Node) -> bool:
+    """A ``Reshape`` to a constant shape without a 0: ``allowzero`` changes nothing."""
+    shape = ir.convenience.get_const_tensor(node.inputs[1]) if len(node.inputs) > 1 else None
+    return shape is not None and 0 not in shape.numpy().reshape(-1).tolist()
+
+
+def inferred_types(model: ir.Model) -> dict[str, str]:
+    """Value name -> ONNX's name of its tensor type (``tensor(float)``), as ONNX's shape
+    inference finds them on a copy of ``model`` without its weights: what the conversion
+    checks each node's types against. The model is not changed; empty when inference fails."""
+    from dynamo_onnx.passes.onnx.load_check import weights_as_inputs  # noqa: PLC0415
+
+    with weights_as_inputs(model):
+        proto = ir.to_proto(model)
+    try:
+        graph = onnx.shape_inference.infer_shapes(proto, strict_mode=False).graph
+    except Exception:  # noqa: BLE001 - then only the types the model declares are known
+        return {}
+    types: dict[str, str] = {}
+    for info in (*graph.value_info, *graph.input, *graph.output):
+        kind = info.type.WhichOneof("value")
+        if kind == "tensor_type" and info.type.tensor_type.elem_type:
+            name = ir.DataType(info.type.tensor_type.elem_type).name.lower()
+            types[info.name] = f"tensor({name})"
+        elif kind is not None:
+            types[info.name] = kind  # a sequence or an optional: never a tensor's name
+    return types
+
+
+def _type_name(value: ir.Value | None, types: Mapping[str, str]) -> str | None:
+    """ONNX's name of a value's tensor type (``tensor(float)``), or None when unknown."""
+    if value is None:
+        return None
+    if value.dtype is not None and value.name not in types:
+        return f"tensor({value.dtype.name.lower()})"
+    return types.get(str(value.name))
+
+
+def _types_taken(node: ir.Node, target: int, types: Mapping[str, str]) -> bool:
+    """Whether the operator's schema at ``target`` takes the node's input and output types
+    (``types``: the inferred ones, for values the model leaves untyped)."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, target)
+    except onnx.defs.SchemaError:
         return False
-    if node.op_type == "Pad":
-        return len(node.inputs) < 4 or node.inputs[3] is None
-    if node.op_type == "Split":
-        return "num_outputs" not in node.attributes
-    if node.op_type == "LpPool":
-        ceil = node.attributes.get("ceil_mode")
-        return ceil is None or ceil.value == 0
-    return False
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    for formals, values in ((schema.inputs, node.inputs), (schema.outputs, node.outputs)):
+        if len(values) > len(formals) and (not formals or not _variadic(formals[-1])):
+            return False
+        for index, value in enumerate(values):
+            if value is None:
+                continue
+            formal = formals[min(index, len(formals) - 1)]  # a variadic last one repeats
+            name = _type_name(value, types)
+            if name is None or name not in allowed.get(formal.type_str, {formal.type_str}):
+                return False
+    return True
 
 
-def carried_over(node: ir.Node, target: int) -> bool:
+def _variadic(formal: onnx.defs.OpSchema.FormalParameter) -> bool:
+    return formal.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+
+
+def _same_below_18(node: ir.Node, target: int, types: Mapping[str, str]) -> bool:
+    """An opset-18 node that reads as its version at ``target`` < 18: one of
+    :data:`_SAME_SINCE` in the form it names, or an operator whose later versions only took
+    more types (:data:`_TYPES_ONLY_SINCE`), on types ``target`` takes."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    since = _TYPES_ONLY_SINCE.get(node.op_type)
+    form: Callable[[ir.Node], bool] = lambda n: True  # noqa: E731
+    if since is None and node.op_type in _SAME_SINCE:
+        since, form = _SAME_SINCE[node.op_type]
+    return (
+        since is not None and target >= since and form(node) and _types_taken(node, target, types)
+    )
+
+
+def carried_over(node: ir.Node, target: int, types: Mapping[str, str]) -> bool:
     """Whether ``node`` passes the conversion down to ``target`` unchanged
-    (:func:`hidden_from_converter` carries it): never what blocks a conversion."""
-    return target < 18 and _same_below_18(node, target)
+    (:func:`hidden_from_converter` carries it): never what blocks a conversion. ``types``:
+    :func:`inferred_types` of its model."""
+    return target < 18 and _same_below_18(node, target, types)
 
 
 @contextlib.contextmanager
@@ -100,9 +210,12 @@ def hidden_from_converter(model: ir.Model, target: int) -> Iterator[None]:
     them; they are put back after, converted or not. torch.onnx keeps such a model at
     opset 18 when the user asked 17."""
     hidden = False
+    if 11 <= target < 15:
+        _shape_ranges_sliced(model)
     if target < 18:
+        types = inferred_types(model)
         for node in _nodes(model):
-            if carried_over(node, target):
+            if carried_over(node, target, types):
                 node.domain = _HIDDEN
                 hidden = True
     if hidden:
@@ -119,12 +232,50 @@ def hidden_from_converter(model: ir.Model, target: int) -> Iterator[None]:
             function.opset_imports.pop(_HIDDEN, None)
 
 
+def _shape_ranges_sliced(model: ir.Model) -> None:
+    """``Shape(x, start=i, end=j)`` (15; torch_lib's ``sym_size``) becomes ``Shape(x)`` and a
+    ``Slice`` of it from ``i`` to ``j``, which opsets 11-14 read: the converter has no
+    adapter for it."""
+    for node in _nodes(model):
+        if node.op_type != "Shape" or node.domain not in ("", "ai.onnx") or node.graph is None:
+            continue
+        start, end = _attr(node, "start"), _attr(node, "end")
+        if start is None and end is None:
+            continue
+        graph = node.graph
+        bounds = [
+            ir.node("Constant", [], attributes={"value": ir.tensor([v], dtype=ir.DataType.INT64)})
+            for v in (start or 0, end if end is not None else 2**62, 0)
+        ]
+        whole = ir.node("Shape", [node.inputs[0]])
+        whole.outputs[0].dtype = ir.DataType.INT64
+        graph.insert_before(node, [*bounds, whole])
+        part = ir.node("Slice", [whole.outputs[0], *(b.outputs[0] for b in bounds)])
+        graph.insert_after(node, part)
+        node.outputs[0].replace_all_uses_with(part.outputs[0], replace_graph_outputs=True)
+        part.outputs[0].dtype = ir.DataType.INT64
+        part.outputs[0].shape = node.outputs[0].shape
+        part.metadata_props.update(node.metadata_props)
+        whole.metadata_props.update(node.metadata_props)
+        graph.remove(node, safe=True)
+
+
 def _nodes(model: ir.Model) -> list[ir.Node]:
     return [
         node
         for graph in [model.graph, *model.functions.values()]
         for node in ir.traversal.RecursiveGraphIterator(graph)
     ]
+
+
+def _split_sizes_as_attribute(node: ir.Node) -> None:
+    """Below 13 ``Split`` takes its sizes as the ``split`` attribute: a constant sizes
+    input (which the optimizer writes whatever the opset) moves there."""
+    sizes = ir.convenience.get_const_tensor(node.inputs[1]) if node.inputs[1] else None
+    if sizes is None:
+        return  # (the checker then names the node)
+    node.attributes["split"] = ir.AttrInt64s("split", sizes.numpy().reshape(-1).tolist())
+    node.resize_inputs(1)
 
 
 def _split_sizes_as_input(node: ir.Node) -> None:

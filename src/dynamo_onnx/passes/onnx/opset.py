@@ -29,6 +29,7 @@ from dynamo_onnx.passes.onnx.older_opsets import (
     carried_over,
     drop_newer_attributes,
     hidden_from_converter,
+    inferred_types,
 )
 from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden, report_inlined
 from dynamo_onnx.passes.onnx.steps import run_steps
@@ -243,8 +244,9 @@ def _blocking_nodes(model: ir.Model, source: int, target: int) -> dict[str, tupl
     operator that the ONNX version converter cannot take from ``source`` to ``target``."""
     tried: dict[str, int] = {}
     blockers: dict[str, tuple[int, str, str]] = {}
+    types = inferred_types(model) if target < 18 else {}
     for node in model.graph:
-        if node.domain not in ("", "ai.onnx") or carried_over(node, target):
+        if node.domain not in ("", "ai.onnx") or carried_over(node, target, types):
             continue  # (a carried node has no adapter, and needs none)
         op_type = node.op_type
         if op_type in blockers:
