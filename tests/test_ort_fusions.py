@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 import onnx_ir as ir
+import onnxruntime
 import pytest
 import torch
 import transformers
@@ -145,18 +146,139 @@ def test_several_new_tokens_after_a_past_at_batch_two_are_gqas_limit_and_say_so(
     )
 
 
-@pytest.mark.parametrize("name", ["mistral", "gemma2"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="sliding-window layers: transformers keeps the last window - 1 tokens of their "
-    "cache (the present is a Slice of the concatenation, the key positions start at an "
-    "offset), where GroupQueryAttention keeps the whole cache from position 0 and masks by "
-    "local_window_size; Gemma 2 also scales and soft-caps the scores",
+@pytest.fixture(scope="module", params=["mistral", "gemma2"])
+def sliding(request):
+    model = _model(request.param)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no warning at all
+        program = _export(model)
+    return request.param, model, program
+
+
+def _sliding_layers(model) -> list[bool]:
+    """Which layers attend through a window: Gemma 2 alternates, Mistral's all do."""
+    types = getattr(model.config, "layer_types", None)
+    if types is None:
+        return [True] * model.config.num_hidden_layers
+    return [kind == "sliding_attention" for kind in types]
+
+
+def test_sliding_window_layers_fuse_into_gqa_with_their_window(sliding):
+    name, model, program = sliding
+    config = model.config
+    gqa = [n for n in program.model.graph if n.op_type == "GroupQueryAttention"]
+    assert len(gqa) == config.num_hidden_layers
+    windows = [n.attributes.get_int("local_window_size", -1) for n in gqa]
+    assert windows == [config.sliding_window if s else -1 for s in _sliding_layers(model)]
+    assert _sliding_layers(model) == ([True, False] if name == "gemma2" else [True, True])
+    if name == "gemma2":  # query_pre_attn_scalar and attn_logit_softcapping, on every layer
+        scales = [n.attributes.get_float("scale") for n in gqa]
+        assert scales == pytest.approx([config.query_pre_attn_scalar**-0.5] * len(gqa))
+        assert {n.attributes.get_float("softcap") for n in gqa} == {config.attn_logit_softcapping}
+    ops = _ops(program)
+    for unfused in ("Softmax", "Tanh", "Slice", "Greater", "Neg"):
+        assert ops[unfused] == (1 if unfused == "Tanh" and name == "gemma2" else 0), unfused
+    # every present is its GroupQueryAttention's whole cache, past + new, under one name
+    sliding_present = [v for v in program.model.graph.outputs if v.name.startswith("present.0.")]
+    assert all(v.producer().op_type == "GroupQueryAttention" for v in sliding_present)
+    assert [str(d) for d in sliding_present[0].shape] == [
+        "batch_size",
+        "2",
+        "past_sequence_length + sequence_length",
+        "16",
+    ]
+    past = next(v for v in program.model.graph.inputs if v.name == "past_key_values.0.key")
+    assert str(past.shape[2]) == "past_sequence_length"
+    (note,) = program.diagnostics.by_rule("DO510")
+    layers = "model.layers.0" if name == "gemma2" else "model.layers.0-1"
+    assert f"with a sliding window of 4 token(s) ({layers}) keep their whole cache" in (
+        note.message
+    )
+    assert "`present.0.key`, `present.0.value`" in note.message
+    assert ("`present.1.key`" in note.message) == (name == "mistral")
+    assert not program.diagnostics.by_rule("DO503")
+
+
+def _whole_past_feeds(model, batch, new, past):
+    """ONNX Runtime's feeds with every layer's whole past, and transformers' inputs with the
+    same past given through ``cache.update`` (a sliding layer keeps its last window - 1)."""
+    config = model.config
+    kv, size = config.num_key_value_heads, config.head_dim
+    torch.manual_seed(past)
+    pasts = [
+        (torch.randn(batch, kv, past, size), torch.randn(batch, kv, past, size))
+        for _ in range(config.num_hidden_layers)
+    ]
+    cache = transformers.DynamicCache(config=config)
+    for layer, (keys, values) in enumerate(pasts):
+        cache.update(keys.clone(), values.clone(), layer)
+    ids = torch.randint(1, config.vocab_size, (batch, new))
+    mask = torch.ones(batch, past + new, dtype=torch.int64)
+    positions = torch.arange(past, past + new).expand(batch, new)
+    feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+    for layer, (keys, values) in enumerate(pasts):
+        feeds[f"past_key_values.{layer}.key"] = keys
+        feeds[f"past_key_values.{layer}.value"] = values
+    eager = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+    return {k: v.numpy() for k, v in feeds.items()}, {**eager, "past_key_values": cache}
+
+
+@pytest.mark.parametrize(
+    "shape", [*SHAPES, (1, 3, 9)], ids=lambda s: "batch{}-new{}-past{}".format(*s)
 )
-def test_sliding_window_models_fuse_into_gqa(name):
-    model = _model(name)
-    program = _export(model)
-    assert _ops(program)["GroupQueryAttention"] == model.config.num_hidden_layers
+def test_sliding_logits_match_eager_and_presents_hold_the_whole_cache(sliding, shape):
+    _, model, program = sliding
+    batch, new, past = shape
+    window = model.config.sliding_window
+    feeds, inputs = _whole_past_feeds(model, *shape)
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString())
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    out = model(**inputs, use_cache=True)
+    np.testing.assert_allclose(got["logits"], out.logits.detach().numpy(), atol=1e-4, rtol=1e-4)
+    assert past + new > window or shape != (1, 3, 9)  # one shape beyond the window
+    for layer, kept in enumerate(llm_generate.output_cache(out).layers):
+        for kind, tensor in (("key", kept.keys), ("value", kept.values)):
+            whole = got[f"present.{layer}.{kind}"]
+            assert whole.shape[2] == past + new  # every token, sliding layers too
+            np.testing.assert_array_equal(
+                whole[:, :, :past], feeds[f"past_key_values.{layer}.{kind}"]
+            )
+            # transformers' present (a sliding layer's last window - 1) is its end
+            length = tensor.shape[2]
+            assert length == (
+                min(past + new, window - 1) if _sliding_layers(model)[layer] else past + new
+            )
+            np.testing.assert_allclose(
+                whole[:, :, -length:], tensor.detach().numpy(), atol=1e-5, rtol=1e-5
+            )
+
+
+def test_genai_generates_transformers_greedy_tokens_beyond_the_window(sliding, tmp_path):
+    og = pytest.importorskip("onnxruntime_genai")
+    name, model, program = sliding
+    program.save(tmp_path / "model.onnx")
+    config = json.loads((tmp_path / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is True
+    assert config["model"]["type"] == name
+    assert "sliding_window" not in config["model"]["decoder"]  # every layer's cache whole
+    torch.manual_seed(3)
+    prompt = torch.randint(1, 100, (1, 6))
+    eager = model.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=10,
+        min_new_tokens=10,
+        do_sample=False,
+    )
+    assert eager.shape[1] == 16 > 3 * model.config.sliding_window
+    generator_model = og.Model(str(tmp_path))
+    params = og.GeneratorParams(generator_model)
+    params.set_search_options(max_length=16, do_sample=False)
+    generator = og.Generator(generator_model, params)
+    generator.append_tokens(prompt.numpy().astype(np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    np.testing.assert_array_equal(np.asarray(generator.get_sequence(0)), eager[0].numpy())
 
 
 def test_genai_generates_transformers_greedy_tokens_from_the_fused_folder(tmp_path):

@@ -17,7 +17,7 @@ import torch
 
 from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.errors import OnnxExporterError
-from dynamo_onnx.integrations import FamilyInputs, files_beside
+from dynamo_onnx.integrations import FamilyInputs, facts, files_beside, runtime_passes
 from dynamo_onnx.io import onnx_file
 from dynamo_onnx.io.inputs import call_arguments
 from dynamo_onnx.io.runner import OrtRunner
@@ -136,9 +136,13 @@ class ONNXProgram:
         if runtime is None:
             self._run([OptimizePass()], self.model)
         else:
-            config = getattr(self.reference, "config", None)
-            positions = getattr(config, "max_position_embeddings", None)
-            request = FusionRequest(self.model, positions if isinstance(positions, int) else None)
+            # the model's family says how many positions its rotary caches hold, and which
+            # passes of its own it wants after the fusions
+            request = FusionRequest(
+                self.model,
+                facts(self.reference).get("max_positions"),
+                tuple(runtime_passes(self.model, self.reference, runtime)),
+            )
             self._run([OnnxRuntimeFusionPass()], request)
         self.release()
 

@@ -34,6 +34,7 @@ __all__ = [
     "SavedModel",
     "capturing",
     "copy_family_values",
+    "facts",
     "families",
     "family_of",
     "files_beside",
@@ -120,6 +121,14 @@ def files_beside(
     found: dict[str, str | bytes] = {}
     for family in FAMILIES:
         found.update(family.files_beside(model, reference, inputs, filename))
+    return found
+
+
+def facts(model: Any) -> dict[str, Any]:
+    """What the families read from the caller's ``model`` (later families win a key)."""
+    found: dict[str, Any] = {}
+    for family in FAMILIES:
+        found.update(family.facts(model))
     return found
 
 

@@ -174,8 +174,11 @@ class ModelFamily(Protocol):
     def runtime_passes(
         self, model: ir.Model, reference: Any, runtime: str
     ) -> list[ir.passes.PassBase]:
-        """The ONNX-side passes that make ``model`` fast on ``runtime``
-        (``"onnxruntime"``: fused attention, quantized weights...), in order."""
+        """The family's ONNX-side passes for ``runtime`` (``"onnxruntime"``), run in order on
+        the model the runtime's own optimization made (its fusions): what the family's
+        conventions need after it (transformers: the names of a sliding layer's cache
+        once it keeps the whole cache). ``reference`` is the caller's model; empty for a
+        model of another family."""
         ...
 
     def facts(self, model: Any) -> Mapping[str, Any]:
