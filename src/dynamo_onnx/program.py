@@ -17,7 +17,13 @@ import torch
 
 from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.errors import OnnxExporterError
-from dynamo_onnx.integrations import FamilyInputs, facts, files_beside, runtime_passes
+from dynamo_onnx.integrations import (
+    FamilyInputs,
+    facts,
+    files_beside,
+    files_not_beside,
+    runtime_passes,
+)
 from dynamo_onnx.io import onnx_file
 from dynamo_onnx.io.inputs import call_arguments
 from dynamo_onnx.io.runner import OrtRunner
@@ -218,6 +224,7 @@ class ONNXProgram:
             external_data,
             self.model_location,
             self._beside(destination) if isinstance(destination, (str, os.PathLike)) else {},
+            self._not_beside(destination) if isinstance(destination, (str, os.PathLike)) else {},
         )
         self._run([SavePass()], request)
 
@@ -226,6 +233,11 @@ class ONNXProgram:
         configuration a runtime reads to run the folder as it is)."""
         filename = os.path.basename(os.fspath(destination))
         return files_beside(self.model, self.reference, self.inputs, filename)
+
+    def _not_beside(self, destination: str | os.PathLike[str]) -> dict[str, str]:
+        """Files the model's family cannot write beside this model, with the reason."""
+        filename = os.path.basename(os.fspath(destination))
+        return files_not_beside(self.model, self.reference, self.inputs, filename)
 
     def verify(
         self,

@@ -38,6 +38,7 @@ __all__ = [
     "families",
     "family_of",
     "files_beside",
+    "files_not_beside",
     "input_family",
     "load_folder",
     "output_leaves",
@@ -121,6 +122,16 @@ def files_beside(
     found: dict[str, str | bytes] = {}
     for family in FAMILIES:
         found.update(family.files_beside(model, reference, inputs, filename))
+    return found
+
+
+def files_not_beside(
+    model: ir.Model, reference: Any, inputs: FamilyInputs | None, filename: str
+) -> dict[str, str]:
+    """Every family's files it cannot write beside ``model``, with the reason."""
+    found: dict[str, str] = {}
+    for family in FAMILIES:
+        found.update(family.files_not_beside(model, reference, inputs, filename))
     return found
 
 

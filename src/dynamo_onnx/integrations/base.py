@@ -171,6 +171,14 @@ class ModelFamily(Protocol):
         caller's model. Empty for a model of another family."""
         ...
 
+    def files_not_beside(
+        self, model: ir.Model, reference: Any, inputs: FamilyInputs | None, filename: str
+    ) -> Mapping[str, str]:
+        """Files :meth:`files_beside` would write for a model of this kind but cannot for
+        this one: name -> why not and what would let it (a note at save). Empty for a
+        model of another family."""
+        ...
+
     def runtime_passes(
         self, model: ir.Model, reference: Any, runtime: str
     ) -> list[ir.passes.PassBase]:

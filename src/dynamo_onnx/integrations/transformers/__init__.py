@@ -131,6 +131,28 @@ class TransformersFamily:
         found["search"].update(search)
         return {genai.FILENAME: genai.dumps(found)}
 
+    def files_not_beside(
+        self, model: ir.Model, reference: Any, inputs: FamilyInputs | None, filename: str
+    ) -> dict[str, str]:
+        """``genai_config.json`` for a causal LM with sliding-window layers not fused for
+        ONNX Runtime: onnxruntime-genai would refuse the folder."""
+        config = _config(reference)
+        if (
+            not isinstance(inputs, CacheInputs)
+            or config is None
+            or not inputs.sliding()
+            or genai_search_options(model)["past_present_share_buffer"]
+            or genai.genai_config(model, config, filename) is None
+        ):
+            return {}
+        return {
+            genai.FILENAME: "the model's sliding-window layers hand back their last window - 1 "
+            "tokens as their present, and onnxruntime-genai gives every layer's present the "
+            "whole sequence (it refuses the folder); optimized for ONNX Runtime "
+            '(`optimize="onnxruntime"`, the CLI\'s `--optimize-for onnxruntime`) they keep '
+            "their whole cache in GroupQueryAttention and the file is written"
+        }
+
     def runtime_passes(
         self, model: ir.Model, reference: Any, runtime: str
     ) -> list[ir.passes.PassBase]:
