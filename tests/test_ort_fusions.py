@@ -256,6 +256,27 @@ def test_sliding_logits_match_eager_and_presents_hold_the_whole_cache(sliding, s
             )
 
 
+@pytest.mark.parametrize("shape", [(1, 3, 2), (1, 1, 7)], ids=["within", "beyond"])
+def test_a_sliding_models_cache_is_fed_whole_and_verify_compares_the_presents_end(sliding, shape):
+    """A cache object's sliding layers hold their window: fed at the end of the whole past
+    (the model reads nothing before it); the presents compared on eager's last tokens."""
+    _, model, program = sliding
+    inputs = llm_generate.example_inputs(model, *shape)
+    got = program(**inputs)
+    out = model(**copy.deepcopy(inputs))
+    torch.testing.assert_close(got[0], out.logits.detach(), atol=1e-4, rtol=1e-4)
+    batch, new, past = shape
+    for whole, kept in zip(
+        got[1:], [t for la in llm_generate.output_cache(out).layers for t in (la.keys, la.values)]
+    ):
+        assert whole.shape[2] == past + new
+        torch.testing.assert_close(whole[:, :, -kept.shape[2] :], kept, atol=1e-5, rtol=1e-5)
+    program.verify((), inputs)
+    ids = [f.rule.id for f in program.diagnostics.findings]
+    assert "DO601" not in ids and "DO604" not in ids
+    assert ids[-1] == "DO602"
+
+
 def test_genai_generates_transformers_greedy_tokens_beyond_the_window(sliding, tmp_path):
     og = pytest.importorskip("onnxruntime_genai")
     name, model, program = sliding

@@ -76,6 +76,18 @@ class FamilyInputs(Protocol):
         """The signature of the flat forward: one keyword parameter per flat input."""
         ...
 
+    def for_model(self, model: ir.Model) -> FamilyInputs:
+        """These inputs as ``model`` takes them after a runtime's optimization changed a
+        family value's contract (a sliding layer's cache made whole); ``self`` when
+        nothing changed."""
+        ...
+
+    def longer_output(self, name: str) -> int | None:
+        """The axis along which the ONNX output ``name`` holds more than the eager one,
+        whose values are its last positions (a whole cache against a window); None for
+        an output of the same shape."""
+        ...
+
 
 @runtime_checkable
 class ModelFamily(Protocol):
