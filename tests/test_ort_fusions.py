@@ -64,6 +64,12 @@ def _model(name: str) -> transformers.PreTrainedModel:
     if name == "mistral":
         config = transformers.MistralConfig(**DECODER, sliding_window=4)
         return transformers.MistralForCausalLM(config).eval()
+    if name == "gemma3":  # a sliding layer, then a full one (transformers' default: 5 then 1)
+        layers = ["sliding_attention", "full_attention"]
+        config = transformers.Gemma3TextConfig(
+            **DECODER, head_dim=16, sliding_window=4, layer_types=layers
+        )
+        return transformers.Gemma3ForCausalLM(config).eval()
     assert name == "gemma2", name
     config = transformers.Gemma2Config(**DECODER, head_dim=16, sliding_window=4)
     return transformers.Gemma2ForCausalLM(config).eval()
@@ -149,7 +155,7 @@ def test_several_new_tokens_after_a_past_at_batch_two_are_gqas_limit_and_say_so(
     )
 
 
-@pytest.fixture(scope="module", params=["mistral", "gemma2"])
+@pytest.fixture(scope="module", params=["mistral", "gemma2", "gemma3"])
 def sliding(request):
     model = _model(request.param)
     with warnings.catch_warnings():
@@ -159,7 +165,8 @@ def sliding(request):
 
 
 def _sliding_layers(model) -> list[bool]:
-    """Which layers attend through a window: Gemma 2 alternates, Mistral's all do."""
+    """Which layers attend through a window: Gemma 2 alternates, Mistral's all do (Gemma 3's
+    configuration here: a sliding layer, then a full one)."""
     types = getattr(model.config, "layer_types", None)
     if types is None:
         return [True] * model.config.num_hidden_layers
@@ -173,13 +180,15 @@ def test_sliding_window_layers_fuse_into_gqa_with_their_window(sliding):
     assert len(gqa) == config.num_hidden_layers
     windows = [n.attributes.get_int("local_window_size", -1) for n in gqa]
     assert windows == [config.sliding_window if s else -1 for s in _sliding_layers(model)]
-    assert _sliding_layers(model) == ([True, False] if name == "gemma2" else [True, True])
-    if name == "gemma2":  # query_pre_attn_scalar and attn_logit_softcapping, on every layer
+    assert _sliding_layers(model) == ([True, True] if name == "mistral" else [True, False])
+    if name != "mistral":  # query_pre_attn_scalar and Gemma 2's attn_logit_softcapping
         scales = [n.attributes.get_float("scale") for n in gqa]
         assert scales == pytest.approx([config.query_pre_attn_scalar**-0.5] * len(gqa))
-        assert {n.attributes.get_float("softcap") for n in gqa} == {config.attn_logit_softcapping}
+        caps = {n.attributes.get_float("softcap", 0.0) for n in gqa}
+        assert caps == {config.attn_logit_softcapping or 0.0}
     ops = _ops(program)
     for unfused in ("Softmax", "Tanh", "Slice", "Greater", "Neg"):
+        # Gemma 2's final logits are soft-capped too (outside the attention)
         assert ops[unfused] == (1 if unfused == "Tanh" and name == "gemma2" else 0), unfused
     # every present is its GroupQueryAttention's whole cache, past + new, under one name
     sliding_present = [v for v in program.model.graph.outputs if v.name.startswith("present.0.")]
@@ -193,12 +202,14 @@ def test_sliding_window_layers_fuse_into_gqa_with_their_window(sliding):
     past = next(v for v in program.model.graph.inputs if v.name == "past_key_values.0.key")
     assert str(past.shape[2]) == "past_sequence_length"
     (note,) = program.diagnostics.by_rule("DO510")
-    layers = "model.layers.0" if name == "gemma2" else "model.layers.0-1"
+    layers = "model.layers.0-1" if name == "mistral" else "model.layers.0"
     assert f"with a sliding window of 4 token(s) ({layers}) keep their whole cache" in (
         note.message
     )
     assert "`present.0.key`, `present.0.value`" in note.message
     assert ("`present.1.key`" in note.message) == (name == "mistral")
+    if name == "gemma3":  # its q/k norms go into GroupQueryAttention's inputs: no warning
+        assert ops["SimplifiedLayerNormalization"] >= 4
     assert not program.diagnostics.by_rule("DO503")
 
 
@@ -283,7 +294,7 @@ def test_genai_generates_transformers_greedy_tokens_beyond_the_window(sliding, t
     program.save(tmp_path / "model.onnx")
     config = json.loads((tmp_path / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is True
-    assert config["model"]["type"] == name
+    assert config["model"]["type"] == model.config.model_type  # gemma3_text for Gemma 3
     assert "sliding_window" not in config["model"]["decoder"]  # every layer's cache whole
     torch.manual_seed(3)
     prompt = torch.randint(1, 100, (1, 6))

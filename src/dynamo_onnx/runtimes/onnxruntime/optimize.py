@@ -137,6 +137,8 @@ def find_blocks(model: ir.Model) -> list[Block]:
 
 
 def _is_fused(block: Block, nodes: list[ir.Node]) -> bool:
+    if not nodes:  # nothing of it is left: absorbed by a fused op of the module around it
+        return True  # (Gemma 3's q/k norms go into GroupQueryAttention's inputs)
     for node in nodes:
         if block.kind == "attention" and node.op_type == "GroupQueryAttention":
             return True

@@ -479,11 +479,17 @@ def whole_cache_shapes(model: ir.Model) -> None:
             or value.index() not in (1, 2)
         ):
             continue
-        past, query = node.inputs[2 + value.index()], node.inputs[0]
-        if past is None or past.shape is None or query is None or query.shape is None:
+        past = node.inputs[2 + value.index()]
+        # the new tokens' length from the value input (the query and key may be normalized
+        # by nodes the fusion made, whose shapes are not inferred)
+        new = next(
+            (v.shape[1] for v in (node.inputs[2], node.inputs[0]) if v is not None and v.shape),
+            None,
+        )
+        if past is None or past.shape is None or new is None:
             continue
         batch, heads, length, size = past.shape
-        total = f"{length} + {query.shape[1]}"
+        total = f"{length} + {new}"
         value.shape = ir.Shape([batch, heads, ir.SymbolicDim(total), size])
 
 
