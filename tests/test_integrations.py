@@ -167,10 +167,83 @@ def test_facts_and_runtime_passes_of_a_transformers_model():
         "model_type": "mistral",
         "use_cache": True,
         "sliding_window": 16,
+        "max_positions": config.max_position_embeddings,
     }
     assert family.facts(torch.nn.Linear(2, 2)) == {}
-    # the slot of issue 35's ORT fusions and quantization: nothing yet
-    assert integrations.runtime_passes(_decoder_model(), _WithConfig(config), "onnxruntime") == []
+    # after ONNX Runtime's fusions: the names of a sliding layer's whole cache
+    passes = integrations.runtime_passes(_decoder_model(), _WithConfig(config), "onnxruntime")
+    assert [type(p).__name__ for p in passes] == ["WholeWindowCacheNames"]
+    assert integrations.runtime_passes(_decoder_model(), torch.nn.Linear(2, 2), "onnxruntime") == []
+
+
+def _windowed_model(window: int) -> ir.Model:
+    """``present.0.*`` from a GroupQueryAttention of ``local_window_size=window`` reading
+    ``past_key_values.0.*`` of the sliding layer's dimension."""
+    float_type = ir.TensorType(ir.DataType.FLOAT)
+    past = [
+        ir.Value(
+            name=f"past_key_values.0.{kind}",
+            type=float_type,
+            shape=ir.Shape(["batch_size", 2, "sliding_past_sequence_length", 16]),
+        )
+        for kind in ("key", "value")
+    ]
+    new = ir.Value(
+        name="value", type=float_type, shape=ir.Shape(["batch_size", "sequence_length", 32])
+    )
+    gqa = ir.node(
+        "GroupQueryAttention",
+        [new, new, new, *past],
+        attributes={"num_heads": 2, "kv_num_heads": 2, "local_window_size": window},
+        domain="com.microsoft",
+        num_outputs=3,
+    )
+    for value, name in zip(gqa.outputs, ["attention", "present.0.key", "present.0.value"]):
+        value.name = name
+        value.type = float_type
+    gqa.outputs[1].shape = ir.Shape(
+        ["batch_size", 2, "sliding_past_sequence_length + sequence_length", 16]
+    )
+    graph = ir.Graph([new, *past], list(gqa.outputs), nodes=[gqa], opset_imports={"": 20})
+    return ir.Model(graph, ir_version=10)
+
+
+@pytest.mark.parametrize("window", [4, -1])
+def test_a_sliding_layers_whole_cache_takes_the_full_layers_names(window):
+    from dynamo_onnx.integrations.transformers.whole_cache import WholeWindowCacheNames
+
+    model = _windowed_model(window)
+    assert WholeWindowCacheNames()(model).modified == (window > 0)
+    past = "past_sequence_length" if window > 0 else "sliding_past_sequence_length"
+    assert str(model.graph.inputs[1].shape[2]) == past
+    assert str(model.graph.outputs[1].shape[2]) == f"{past} + sequence_length"
+
+
+def test_a_sliding_cache_is_fed_whole_to_a_model_that_keeps_it_whole():
+    """A sliding layer that saw 6 tokens keeps 3 (window 4); fed to a whole-cache model at
+    the end of 6 positions, zeros before; the 6 given back are kept as transformers does."""
+    config = transformers.MistralConfig(
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        hidden_size=32,
+        sliding_window=4,
+    )
+    cache = transformers.DynamicCache(config=config)
+    keys = torch.arange(6.0).reshape(1, 1, 6, 1).expand(1, 2, 6, 16).contiguous()
+    cache.update(keys, keys + 100, 0)
+    assert cache.layers[0].keys.shape[2] == 3
+    bound = {"input_ids": torch.ones(1, 1, dtype=torch.int64), "past_key_values": cache}
+    inputs = TransformersFamily().inputs(inspect.signature(_WithConfig.forward), bound)
+    assert inputs.flat(bound)["past_key_values_0_key"].shape[2] == 3  # as exported
+    assert inputs.for_model(_windowed_model(-1)) is inputs
+    whole = inputs.for_model(_windowed_model(4))
+    fed = whole.flat(bound)["past_key_values_0_key"]
+    assert fed.shape[2] == 6 and fed[0, 0, :, 0].tolist() == [0, 0, 0, 3, 4, 5]
+    assert whole.longer_output("present.0.key") == 2 and whole.longer_output("logits") is None
+    assert inputs.longer_output("present.0.key") is None
+    rebuilt = whole.model_inputs(whole.flat(bound))["past_key_values"]
+    assert rebuilt.layers[0].keys[0, 0, :, 0].tolist() == [3, 4, 5]
 
 
 def test_the_public_cache_dynamic_shapes_comes_from_the_integration():

@@ -324,12 +324,30 @@ def test_a_model_exported_without_a_cache_saves_no_genai_config(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
 
 
-def test_a_sliding_window_model_saves_no_genai_config_that_would_ignore_its_window(
-    tmp_path, plain_export
-):
-    _, program = plain_export("gemma2")
+@pytest.mark.parametrize("name", ["gemma2", "mistral"])
+def test_a_sliding_window_model_saves_no_genai_config_and_says_why(name, tmp_path, plain_export):
+    """Unfused, a sliding layer's present is its window; onnxruntime-genai would refuse the
+    folder. A note at save says so and names the option that writes it."""
+    _, program = plain_export(name)
+    before = len(program.diagnostics.by_rule("DO415"))
     program.save(tmp_path / "model.onnx")
     assert not (tmp_path / "genai_config.json").exists()
+    notes = program.diagnostics.by_rule("DO415")
+    assert len(notes) == before + 1
+    note = notes[-1]
+    assert note.level.name == "NOTE"
+    assert note.message.startswith(f"`genai_config.json` is not written beside {tmp_path}")
+    assert "their last window - 1 tokens as their present" in note.message
+    assert '`optimize="onnxruntime"`' in note.message
+    program.save(tmp_path / "again.onnx", external_data=True)  # every save says it
+    assert len(program.diagnostics.by_rule("DO415")) == before + 2
+
+
+def test_a_model_with_a_full_cache_saves_its_genai_config_without_a_note(tmp_path, plain_export):
+    _, program = plain_export("llama")
+    program.save(tmp_path / "model.onnx")
+    assert (tmp_path / "genai_config.json").exists()
+    assert not program.diagnostics.by_rule("DO415")
 
 
 def test_a_model_that_makes_its_own_cache_returns_it_as_presents():

@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 import onnx_ir as ir
+import onnxruntime
 import pytest
 import torch
 import transformers
@@ -30,6 +31,9 @@ from dynamo_onnx.runtimes.onnxruntime.rules import (
     CosSinCacheOfProduct,
     GroupQueryAttentionOfIndexMask,
     SameShapeReshape,
+    SoftcappedAttention,
+    SoftcappedAttentionUnfused,
+    WholeCacheOfWindowedAttention,
     index_mask_form,
 )
 
@@ -60,6 +64,12 @@ def _model(name: str) -> transformers.PreTrainedModel:
     if name == "mistral":
         config = transformers.MistralConfig(**DECODER, sliding_window=4)
         return transformers.MistralForCausalLM(config).eval()
+    if name == "gemma3":  # a sliding layer, then a full one (transformers' default: 5 then 1)
+        layers = ["sliding_attention", "full_attention"]
+        config = transformers.Gemma3TextConfig(
+            **DECODER, head_dim=16, sliding_window=4, layer_types=layers
+        )
+        return transformers.Gemma3ForCausalLM(config).eval()
     assert name == "gemma2", name
     config = transformers.Gemma2Config(**DECODER, head_dim=16, sliding_window=4)
     return transformers.Gemma2ForCausalLM(config).eval()
@@ -145,18 +155,165 @@ def test_several_new_tokens_after_a_past_at_batch_two_are_gqas_limit_and_say_so(
     )
 
 
-@pytest.mark.parametrize("name", ["mistral", "gemma2"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="sliding-window layers: transformers keeps the last window - 1 tokens of their "
-    "cache (the present is a Slice of the concatenation, the key positions start at an "
-    "offset), where GroupQueryAttention keeps the whole cache from position 0 and masks by "
-    "local_window_size; Gemma 2 also scales and soft-caps the scores",
+@pytest.fixture(scope="module", params=["mistral", "gemma2", "gemma3"])
+def sliding(request):
+    model = _model(request.param)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no warning at all
+        program = _export(model)
+    return request.param, model, program
+
+
+def _sliding_layers(model) -> list[bool]:
+    """Which layers attend through a window: Gemma 2 alternates, Mistral's all do (Gemma 3's
+    configuration here: a sliding layer, then a full one)."""
+    types = getattr(model.config, "layer_types", None)
+    if types is None:
+        return [True] * model.config.num_hidden_layers
+    return [kind == "sliding_attention" for kind in types]
+
+
+def test_sliding_window_layers_fuse_into_gqa_with_their_window(sliding):
+    name, model, program = sliding
+    config = model.config
+    gqa = [n for n in program.model.graph if n.op_type == "GroupQueryAttention"]
+    assert len(gqa) == config.num_hidden_layers
+    windows = [n.attributes.get_int("local_window_size", -1) for n in gqa]
+    assert windows == [config.sliding_window if s else -1 for s in _sliding_layers(model)]
+    assert _sliding_layers(model) == ([True, True] if name == "mistral" else [True, False])
+    if name != "mistral":  # query_pre_attn_scalar and Gemma 2's attn_logit_softcapping
+        scales = [n.attributes.get_float("scale") for n in gqa]
+        assert scales == pytest.approx([config.query_pre_attn_scalar**-0.5] * len(gqa))
+        caps = {n.attributes.get_float("softcap", 0.0) for n in gqa}
+        assert caps == {config.attn_logit_softcapping or 0.0}
+    ops = _ops(program)
+    for unfused in ("Softmax", "Tanh", "Slice", "Greater", "Neg"):
+        # Gemma 2's final logits are soft-capped too (outside the attention)
+        assert ops[unfused] == (1 if unfused == "Tanh" and name == "gemma2" else 0), unfused
+    # every present is its GroupQueryAttention's whole cache, past + new, under one name
+    sliding_present = [v for v in program.model.graph.outputs if v.name.startswith("present.0.")]
+    assert all(v.producer().op_type == "GroupQueryAttention" for v in sliding_present)
+    assert [str(d) for d in sliding_present[0].shape] == [
+        "batch_size",
+        "2",
+        "past_sequence_length + sequence_length",
+        "16",
+    ]
+    past = next(v for v in program.model.graph.inputs if v.name == "past_key_values.0.key")
+    assert str(past.shape[2]) == "past_sequence_length"
+    (note,) = program.diagnostics.by_rule("DO510")
+    layers = "model.layers.0-1" if name == "mistral" else "model.layers.0"
+    assert f"with a sliding window of 4 token(s) ({layers}) keep their whole cache" in (
+        note.message
+    )
+    assert "`present.0.key`, `present.0.value`" in note.message
+    assert ("`present.1.key`" in note.message) == (name == "mistral")
+    if name == "gemma3":  # its q/k norms go into GroupQueryAttention's inputs: no warning
+        assert ops["SimplifiedLayerNormalization"] >= 4
+    assert not program.diagnostics.by_rule("DO503")
+
+
+def _whole_past_feeds(model, batch, new, past):
+    """ONNX Runtime's feeds with every layer's whole past, and transformers' inputs with the
+    same past given through ``cache.update`` (a sliding layer keeps its last window - 1)."""
+    config = model.config
+    kv, size = config.num_key_value_heads, config.head_dim
+    torch.manual_seed(past)
+    pasts = [
+        (torch.randn(batch, kv, past, size), torch.randn(batch, kv, past, size))
+        for _ in range(config.num_hidden_layers)
+    ]
+    cache = transformers.DynamicCache(config=config)
+    for layer, (keys, values) in enumerate(pasts):
+        cache.update(keys.clone(), values.clone(), layer)
+    ids = torch.randint(1, config.vocab_size, (batch, new))
+    mask = torch.ones(batch, past + new, dtype=torch.int64)
+    positions = torch.arange(past, past + new).expand(batch, new)
+    feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+    for layer, (keys, values) in enumerate(pasts):
+        feeds[f"past_key_values.{layer}.key"] = keys
+        feeds[f"past_key_values.{layer}.value"] = values
+    eager = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+    return {k: v.numpy() for k, v in feeds.items()}, {**eager, "past_key_values": cache}
+
+
+@pytest.mark.parametrize(
+    "shape", [*SHAPES, (1, 3, 9)], ids=lambda s: "batch{}-new{}-past{}".format(*s)
 )
-def test_sliding_window_models_fuse_into_gqa(name):
-    model = _model(name)
-    program = _export(model)
-    assert _ops(program)["GroupQueryAttention"] == model.config.num_hidden_layers
+def test_sliding_logits_match_eager_and_presents_hold_the_whole_cache(sliding, shape):
+    _, model, program = sliding
+    batch, new, past = shape
+    window = model.config.sliding_window
+    feeds, inputs = _whole_past_feeds(model, *shape)
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString())
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    out = model(**inputs, use_cache=True)
+    np.testing.assert_allclose(got["logits"], out.logits.detach().numpy(), atol=1e-4, rtol=1e-4)
+    assert past + new > window or shape != (1, 3, 9)  # one shape beyond the window
+    for layer, kept in enumerate(llm_generate.output_cache(out).layers):
+        for kind, tensor in (("key", kept.keys), ("value", kept.values)):
+            whole = got[f"present.{layer}.{kind}"]
+            assert whole.shape[2] == past + new  # every token, sliding layers too
+            np.testing.assert_array_equal(
+                whole[:, :, :past], feeds[f"past_key_values.{layer}.{kind}"]
+            )
+            # transformers' present (a sliding layer's last window - 1) is its end
+            length = tensor.shape[2]
+            assert length == (
+                min(past + new, window - 1) if _sliding_layers(model)[layer] else past + new
+            )
+            np.testing.assert_allclose(
+                whole[:, :, -length:], tensor.detach().numpy(), atol=1e-5, rtol=1e-5
+            )
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 2), (1, 1, 7)], ids=["within", "beyond"])
+def test_a_sliding_models_cache_is_fed_whole_and_verify_compares_the_presents_end(sliding, shape):
+    """A cache object's sliding layers hold their window: fed at the end of the whole past
+    (the model reads nothing before it); the presents compared on eager's last tokens."""
+    _, model, program = sliding
+    inputs = llm_generate.example_inputs(model, *shape)
+    got = program(**inputs)
+    out = model(**copy.deepcopy(inputs))
+    torch.testing.assert_close(got[0], out.logits.detach(), atol=1e-4, rtol=1e-4)
+    batch, new, past = shape
+    for whole, kept in zip(
+        got[1:], [t for la in llm_generate.output_cache(out).layers for t in (la.keys, la.values)]
+    ):
+        assert whole.shape[2] == past + new
+        torch.testing.assert_close(whole[:, :, -kept.shape[2] :], kept, atol=1e-5, rtol=1e-5)
+    program.verify((), inputs)
+    ids = [f.rule.id for f in program.diagnostics.findings]
+    assert "DO601" not in ids and "DO604" not in ids
+    assert ids[-1] == "DO602"
+
+
+def test_genai_generates_transformers_greedy_tokens_beyond_the_window(sliding, tmp_path):
+    og = pytest.importorskip("onnxruntime_genai")
+    name, model, program = sliding
+    program.save(tmp_path / "model.onnx")
+    config = json.loads((tmp_path / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is True
+    assert config["model"]["type"] == model.config.model_type  # gemma3_text for Gemma 3
+    assert "sliding_window" not in config["model"]["decoder"]  # every layer's cache whole
+    torch.manual_seed(3)
+    prompt = torch.randint(1, 100, (1, 6))
+    eager = model.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=10,
+        min_new_tokens=10,
+        do_sample=False,
+    )
+    assert eager.shape[1] == 16 > 3 * model.config.sliding_window
+    generator_model = og.Model(str(tmp_path))
+    params = og.GeneratorParams(generator_model)
+    params.set_search_options(max_length=16, do_sample=False)
+    generator = og.Generator(generator_model, params)
+    generator.append_tokens(prompt.numpy().astype(np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    np.testing.assert_array_equal(np.asarray(generator.get_sequence(0)), eager[0].numpy())
 
 
 def test_genai_generates_transformers_greedy_tokens_from_the_fused_folder(tmp_path):
@@ -454,6 +611,10 @@ def _mask_graph(extra: str | None) -> ir.Value:
     )
     total = ir.node("Add", [past, new])
     kv = ir.node("Range", [const(0), total.outputs[0], const(1)])
+    if extra is not None and extra.startswith("offset"):  # the last positions: arange + offset
+        offset = ir.Value(name="offset", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([]))
+        kv_range = kv
+        kv = ir.node("Add", [kv_range.outputs[0], offset])
     q_range = ir.node("Range", [const(0), new, const(1)])
     q = ir.node("Add", [q_range.outputs[0], past])
     kv4 = ir.node("Unsqueeze", [kv.outputs[0], const([0, 1, 2])])
@@ -462,9 +623,11 @@ def _mask_graph(extra: str | None) -> ir.Value:
     cast = ir.node("Cast", [mask], attributes={"to": ir.DataType.BOOL})
     padding = ir.node("Unsqueeze", [cast.outputs[0], const([1, 2])])
     nodes = [total, kv, q_range, q, kv4, q4, causal, cast, padding]
+    if extra is not None and extra.startswith("offset"):
+        nodes.insert(1, kv_range)
     allowed = ir.node("And", [causal.outputs[0], padding.outputs[0]])
     nodes.append(allowed)
-    if extra == "window":
+    if extra in ("window", "offset window"):
         shifted = ir.node("Sub", [q4.outputs[0], const(4)])
         window = ir.node("Greater", [kv4.outputs[0], shifted.outputs[0]])
         allowed = ir.node("And", [allowed.outputs[0], window.outputs[0]])
@@ -478,7 +641,8 @@ def _mask_graph(extra: str | None) -> ir.Value:
         [allowed.outputs[0], const(0.0, np.float32), const(np.finfo(np.float32).min, np.float32)],
     )
     nodes.append(where)
-    ir.Graph([past, new, mask], [where.outputs[0]], nodes=nodes, opset_imports={"": 18})
+    inputs = [past, new, mask] + ([offset] if extra and extra.startswith("offset") else [])
+    ir.Graph(inputs, [where.outputs[0]], nodes=nodes, opset_imports={"": 18})
     return where.outputs[0]
 
 
@@ -489,6 +653,138 @@ def test_transformers_index_mask_is_causal_with_padding_and_its_window():
     assert windowed.reason == "" and windowed.window == 4
     other = index_mask_form(_mask_graph("bidirectional"))
     assert other.reason.startswith("the mask also tests `Or`")
+
+
+def test_keys_from_an_offset_are_a_window_that_keeps_only_its_last_tokens():
+    kept = index_mask_form(_mask_graph("offset window"))
+    assert kept.reason == "" and kept.window == 4 and kept.offset
+    assert not index_mask_form(_mask_graph("window")).offset
+    # keys from an offset without a window: not a form GroupQueryAttention computes
+    assert index_mask_form(_mask_graph("offset")).reason == (
+        "the key positions start at an offset, without a sliding window"
+    )
+
+
+def _windowed_gqa_graph(window: int, kept: int, output: bool = True) -> ir.Model:
+    """A ``GroupQueryAttention`` of ``local_window_size=window`` whose present key goes
+    through ``present[:, :, -kept:]`` (a graph output when ``output``)."""
+    names = ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total"]
+    inputs = [ir.Value(name=n, type=ir.TensorType(FLOAT)) for n in names]
+    inputs[3].shape = ir.Shape(["B", 2, "P", 16])
+    gqa = ir.node(
+        "GroupQueryAttention",
+        inputs,
+        attributes={"num_heads": 4, "kv_num_heads": 2, "local_window_size": window},
+        domain="com.microsoft",
+        num_outputs=3,
+    )
+
+    def const(values: list[int]) -> ir.Value:
+        value = ir.Value(type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([1]))
+        value.const_value = ir.tensor(np.array(values, np.int64))
+        return value
+
+    window_of = ir.node(
+        "Slice", [gqa.outputs[1], const([-kept]), const([2**63 - 1]), const([2]), const([1])]
+    )
+    window_of.outputs[0].name = "kept_key"
+    gqa.outputs[0].name, gqa.outputs[2].name = "attention", "present_value"
+    last = window_of.outputs[0]
+    nodes = [gqa, window_of]
+    if not output:  # the slice read by something else
+        use = ir.node("Identity", [last])
+        nodes.append(use)
+        last = use.outputs[0]
+        last.name = "used"
+    graph = ir.Graph(
+        inputs,
+        [gqa.outputs[0], last, gqa.outputs[2]],
+        nodes=nodes,
+        opset_imports={"": 18, "com.microsoft": 1},
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+@pytest.mark.parametrize(
+    ("window", "kept", "output", "whole"),
+    [(4, 3, True, True), (4, 2, True, False), (-1, 3, True, False), (4, 3, False, False)],
+)
+def test_the_window_of_a_windowed_gqas_present_becomes_its_whole_present(
+    window, kept, output, whole
+):
+    model = _windowed_gqa_graph(window, kept, output)
+    rules = pattern.RewriteRuleSet([WholeCacheOfWindowedAttention.rule()])
+    assert rules.apply_to_model(model) == int(whole)
+    ir.passes.common.IdentityEliminationPass()(model)
+    present = model.graph.outputs[1].producer()
+    assert (present.op_type == "GroupQueryAttention") == whole
+    assert _count(model, "Slice") == (0 if whole else 1)
+
+
+def _softcapped_attention(scale: float, cap: float) -> ir.Model:
+    """Gemma 2's eager attention: ``softmax(cap * tanh(q k^T * scale / cap) + mask) v``."""
+    shape = ir.Shape([1, 2, 3, 16])
+    q, k, v = (ir.Value(name=n, type=ir.TensorType(FLOAT), shape=shape) for n in "qkv")
+    mask = ir.Value(name="mask", type=ir.TensorType(FLOAT), shape=ir.Shape([1, 1, 3, 3]))
+
+    constants: list[ir.Value] = []
+
+    def scalar(value: float) -> ir.Value:
+        name = f"c{len(constants)}"
+        constant = ir.Value(name=name, type=ir.TensorType(FLOAT), shape=ir.Shape([]))
+        constant.const_value = ir.tensor(np.array(value, np.float32), name=name)
+        constants.append(constant)
+        return constant
+
+    kt = ir.node("Transpose", [k], attributes={"perm": [0, 1, 3, 2]})
+    scores = ir.node("MatMul", [q, kt.outputs[0]])
+    scaled = ir.node("Mul", [scores.outputs[0], scalar(scale)])
+    div = ir.node("Div", [scaled.outputs[0], scalar(cap)])
+    tanh = ir.node("Tanh", [div.outputs[0]])
+    capped = ir.node("Mul", [tanh.outputs[0], scalar(cap)])
+    masked = ir.node("Add", [capped.outputs[0], mask])
+    weights = ir.node("Softmax", [masked.outputs[0]], attributes={"axis": -1})
+    out = ir.node("MatMul", [weights.outputs[0], v])
+    out.outputs[0].name = "attention"
+    nodes = [kt, scores, scaled, div, tanh, capped, masked, weights, out]
+    graph = ir.Graph(
+        [q, k, v, mask],
+        out.outputs,
+        nodes=nodes,
+        initializers=constants,
+        opset_imports={"": 18},
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+def _run(model: ir.Model, feeds: dict) -> np.ndarray:
+    proto = ir.serde.serialize_model(model)
+    return onnxruntime.InferenceSession(proto.SerializeToString()).run(None, feeds)[0]
+
+
+def test_softcapped_attention_is_one_sdpa_with_its_scale_and_cap_or_written_back():
+    model = _softcapped_attention(0.0625, 50.0)
+    rng = np.random.default_rng(0)
+    feeds = {n: 10 * rng.standard_normal((1, 2, 3, 16), dtype=np.float32) for n in "qkv"}
+    feeds["mask"] = np.triu(np.full((3, 3), -1e9, np.float32), 1)[None, None]
+    want = _run(model, feeds)
+    assert pattern.RewriteRuleSet([SoftcappedAttention.rule()]).apply_to_model(model) == 1
+    (sdpa,) = list(model.graph)
+    assert (sdpa.op_type, sdpa.domain) == ("SDPA", "ai.onnxruntime._fusion")
+    assert sdpa.attributes.get_float("scale") == 0.0625
+    assert sdpa.attributes.get_float("softcap") == 50.0
+    # no GroupQueryAttention took it: written back out, the same values
+    back = pattern.RewriteRuleSet([SoftcappedAttentionUnfused.rule()]).apply_to_model(model)
+    assert back == 1 and _count(model, "Tanh") == 1 and _count(model, "SDPA") == 0
+    np.testing.assert_allclose(_run(model, feeds), want, rtol=1e-5, atol=1e-5)
+
+
+def test_two_caps_are_not_one_soft_cap():
+    model = _softcapped_attention(0.0625, 50.0)
+    tanh = next(n for n in model.graph if n.op_type == "Tanh")
+    after = next(u.node for u in tanh.outputs[0].uses())
+    after.inputs[1].const_value = ir.tensor(np.array(30.0, np.float32))
+    assert pattern.RewriteRuleSet([SoftcappedAttention.rule()]).apply_to_model(model) == 0
 
 
 def test_the_gqa_rule_is_onnxscripts_with_the_mask_checked():

@@ -582,6 +582,8 @@ NOT_FROM_A_FIXTURE = {
     "DO305": "needs two registered functions: test_dispatch",
     "DO306": "needs a registered function that fails: test_fallback_and_coverage",
     "DO130": "needs a transformers mixture-of-experts model: test_llm_cache (Mixtral)",
+    "DO415": "needs a transformers sliding-window model: test_llm_cache (Gemma 2, Mistral)",
+    "DO510": "needs a transformers sliding-window model fused: test_ort_fusions (Mistral, Gemma 2)",
     "DO400": "a finalize crash; the pass's failure rule",
     "DO600": "ONNX Runtime failing to run a valid model; the pass's failure rule",
     "DO603": "needs a wrong registered function: test_verification",

@@ -17,7 +17,13 @@ import torch
 
 from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.errors import OnnxExporterError
-from dynamo_onnx.integrations import FamilyInputs, files_beside
+from dynamo_onnx.integrations import (
+    FamilyInputs,
+    facts,
+    files_beside,
+    files_not_beside,
+    runtime_passes,
+)
 from dynamo_onnx.io import onnx_file
 from dynamo_onnx.io.inputs import call_arguments
 from dynamo_onnx.io.runner import OrtRunner
@@ -136,11 +142,17 @@ class ONNXProgram:
         if runtime is None:
             self._run([OptimizePass()], self.model)
         else:
-            config = getattr(self.reference, "config", None)
-            positions = getattr(config, "max_position_embeddings", None)
-            request = FusionRequest(self.model, positions if isinstance(positions, int) else None)
+            # the model's family says how many positions its rotary caches hold, and which
+            # passes of its own it wants after the fusions
+            request = FusionRequest(
+                self.model,
+                facts(self.reference).get("max_positions"),
+                tuple(runtime_passes(self.model, self.reference, runtime)),
+            )
             self.model = self._run([OnnxRuntimeFusionPass()], request).model
             describe_into(self._context().summary, self.model)
+            if self.inputs is not None:  # the fusion may change a family value's contract
+                self.inputs = self.inputs.for_model(self.model)
         self.release()
 
     def quantize(
@@ -215,6 +227,7 @@ class ONNXProgram:
             external_data,
             self.model_location,
             self._beside(destination) if isinstance(destination, (str, os.PathLike)) else {},
+            self._not_beside(destination) if isinstance(destination, (str, os.PathLike)) else {},
         )
         self._run([SavePass()], request)
 
@@ -223,6 +236,11 @@ class ONNXProgram:
         configuration a runtime reads to run the folder as it is)."""
         filename = os.path.basename(os.fspath(destination))
         return files_beside(self.model, self.reference, self.inputs, filename)
+
+    def _not_beside(self, destination: str | os.PathLike[str]) -> dict[str, str]:
+        """Files the model's family cannot write beside this model, with the reason."""
+        filename = os.path.basename(os.fspath(destination))
+        return files_not_beside(self.model, self.reference, self.inputs, filename)
 
     def verify(
         self,
@@ -263,6 +281,7 @@ class ONNXProgram:
             rtol,
             find_divergence,
             second_shape,
+            longer_output=self.inputs.longer_output if self.inputs is not None else None,
         )
         return list(self._run([VerifyPass()], request).comparisons)
 

@@ -34,9 +34,11 @@ __all__ = [
     "SavedModel",
     "capturing",
     "copy_family_values",
+    "facts",
     "families",
     "family_of",
     "files_beside",
+    "files_not_beside",
     "input_family",
     "load_folder",
     "output_leaves",
@@ -120,6 +122,24 @@ def files_beside(
     found: dict[str, str | bytes] = {}
     for family in FAMILIES:
         found.update(family.files_beside(model, reference, inputs, filename))
+    return found
+
+
+def files_not_beside(
+    model: ir.Model, reference: Any, inputs: FamilyInputs | None, filename: str
+) -> dict[str, str]:
+    """Every family's files it cannot write beside ``model``, with the reason."""
+    found: dict[str, str] = {}
+    for family in FAMILIES:
+        found.update(family.files_not_beside(model, reference, inputs, filename))
+    return found
+
+
+def facts(model: Any) -> dict[str, Any]:
+    """What the families read from the caller's ``model`` (later families win a key)."""
+    found: dict[str, Any] = {}
+    for family in FAMILIES:
+        found.update(family.facts(model))
     return found
 
 

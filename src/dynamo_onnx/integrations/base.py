@@ -76,6 +76,18 @@ class FamilyInputs(Protocol):
         """The signature of the flat forward: one keyword parameter per flat input."""
         ...
 
+    def for_model(self, model: ir.Model) -> FamilyInputs:
+        """These inputs as ``model`` takes them after a runtime's optimization changed a
+        family value's contract (a sliding layer's cache made whole); ``self`` when
+        nothing changed."""
+        ...
+
+    def longer_output(self, name: str) -> int | None:
+        """The axis along which the ONNX output ``name`` holds more than the eager one,
+        whose values are its last positions (a whole cache against a window); None for
+        an output of the same shape."""
+        ...
+
 
 @runtime_checkable
 class ModelFamily(Protocol):
@@ -171,11 +183,22 @@ class ModelFamily(Protocol):
         caller's model. Empty for a model of another family."""
         ...
 
+    def files_not_beside(
+        self, model: ir.Model, reference: Any, inputs: FamilyInputs | None, filename: str
+    ) -> Mapping[str, str]:
+        """Files :meth:`files_beside` would write for a model of this kind but cannot for
+        this one: name -> why not and what would let it (a note at save). Empty for a
+        model of another family."""
+        ...
+
     def runtime_passes(
         self, model: ir.Model, reference: Any, runtime: str
     ) -> list[ir.passes.PassBase]:
-        """The ONNX-side passes that make ``model`` fast on ``runtime``
-        (``"onnxruntime"``: fused attention, quantized weights...), in order."""
+        """The family's ONNX-side passes for ``runtime`` (``"onnxruntime"``), run in order on
+        the model the runtime's own optimization made (its fusions): what the family's
+        conventions need after it (transformers: the names of a sliding layer's cache
+        once it keeps the whole cache). ``reference`` is the caller's model; empty for a
+        model of another family."""
         ...
 
     def facts(self, model: Any) -> Mapping[str, Any]:

@@ -39,6 +39,9 @@ class SaveRequest:
     #: Files written beside the model once it is saved (name -> text or bytes): its
     #: family's (a runtime's configuration of the folder, a tokenizer).
     beside: Mapping[str, str | bytes] = dataclasses.field(default_factory=dict)
+    #: Files the family would write beside a model of this kind but cannot for this one
+    #: (name -> why not): a note each (DO511).
+    not_beside: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _describe(destination: Any) -> str:
@@ -85,6 +88,14 @@ class SavePass:
         else:
             self._save(ctx, request)
         _report_left_out_weights(ctx, request)
+        for name, reason in request.not_beside.items():
+            ctx.record(
+                "file-not-written-beside",
+                locations=[request.model_location],
+                file=name,
+                path=_describe(request.destination),
+                reason=reason,
+            )
         return request
 
     def _write(self, ctx: DiagnosticContext, request: SaveRequest) -> None:

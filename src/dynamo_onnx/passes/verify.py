@@ -114,6 +114,9 @@ class VerifyRequest:
     #: Also compare at a second size of every dynamic dimension.
     second_shape: bool = True
     comparisons: tuple[Comparison, ...] = ()
+    #: The axis along which an output (by name) holds more than eager's, whose values are
+    #: its last positions (``FamilyInputs.longer_output``: a whole cache against a window).
+    longer_output: Callable[[str], int | None] | None = None
 
 
 class VerifyPass:
@@ -174,7 +177,8 @@ def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
         if untraced is not None
         else ""
     )
-    results = _compare_all(ctx, names, actual, expected, atol, rtol, random, where)
+    longer = request.longer_output
+    results = _compare_all(ctx, names, actual, expected, atol, rtol, random, where, longer)
     second = None
     if request.second_shape and request.exported_program is not None and all(r.ok for r in results):
         second = _second_inputs(request.exported_program, args, kwargs)
@@ -184,7 +188,7 @@ def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
         actual2 = _run(ctx, request, args2, kwargs2)
         where = f" (at a second size of the dynamic dimensions: {sizes})"
         at_second = (
-            _compare_all(ctx, names, actual2, expected2, atol, rtol, random, where)
+            _compare_all(ctx, names, actual2, expected2, atol, rtol, random, where, longer)
             if actual2 is not None
             else [Comparison(0, names[0], float("inf"), float("inf"), False, where)]
         )
@@ -303,11 +307,14 @@ def _compare_all(
     rtol: float,
     random: Sequence[bool],
     where: str,
+    longer: Callable[[str], int | None] | None = None,
 ) -> list[Comparison]:
     """Compare output by output; a DO601 warning for each that differs.
 
     An output computed from random numbers (DO123) is compared on shape only: its values
-    can never equal eager's. Every other output is compared on values.
+    can never equal eager's. An output that holds more than eager's along an axis
+    (``longer``) is compared on its last positions, eager's. Every other output is
+    compared on values.
     """
     if len(actual) != len(expected):
         raise ValueError(
@@ -324,7 +331,7 @@ def _compare_all(
                 i, names[i], 0.0 if same else float("inf"), 0.0, same, detail, on_values=False
             )
         else:
-            result = compare(i, names[i], a, e, atol, rtol)
+            result = _compare_end(i, names[i], a, e, atol, rtol, longer and longer(names[i]))
         results.append(result)
         if not result.ok:
             ctx.record(
@@ -339,6 +346,34 @@ def _compare_all(
                 detail=result.detail + where,
             )
     return results
+
+
+def _compare_end(
+    index: int,
+    name: str,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    atol: float,
+    rtol: float,
+    axis: int | None,
+) -> Comparison:
+    """:func:`compare`, on the last positions of ``actual`` along ``axis`` when it holds
+    more there than ``expected`` and has its shape elsewhere."""
+    if (
+        axis is None
+        or actual.dim() != expected.dim()
+        or actual.shape[axis] <= expected.shape[axis]
+        or any(a != e for j, (a, e) in enumerate(zip(actual.shape, expected.shape)) if j != axis)
+    ):
+        return compare(index, name, actual, expected, atol, rtol)
+    count = expected.shape[axis]
+    end = actual.narrow(axis, actual.shape[axis] - count, count)
+    result = compare(index, name, end, expected, atol, rtol)
+    detail = (
+        f"; compared on its last {count} of {actual.shape[axis]} positions along axis {axis}, "
+        "those eager returns"
+    )
+    return dataclasses.replace(result, detail=result.detail + detail)
 
 
 def _another(tensor: torch.Tensor, shape: list[int]) -> torch.Tensor:

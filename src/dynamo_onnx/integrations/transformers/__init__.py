@@ -32,6 +32,7 @@ from dynamo_onnx.integrations.transformers.dynamic_shapes import (
 from dynamo_onnx.integrations.transformers.experts import traceable_experts
 from dynamo_onnx.integrations.transformers.shared_buffer import genai_search_options
 from dynamo_onnx.integrations.transformers.spec_forms import CACHE_EXAMPLE, cache_specs
+from dynamo_onnx.integrations.transformers.whole_cache import WholeWindowCacheNames
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -116,29 +117,64 @@ class TransformersFamily:
         """``genai_config.json`` for a causal LM exported with its cache (onnxruntime-genai
         then runs the folder as it is)."""
         config = _config(reference)
-        if not isinstance(inputs, CacheInputs) or config is None or inputs.sliding():
-            return {}  # (a sliding window is not described to onnxruntime-genai yet)
+        if not isinstance(inputs, CacheInputs) or config is None:
+            return {}
+        search = genai_search_options(model)
+        if inputs.sliding() and not search["past_present_share_buffer"]:
+            # onnxruntime-genai gives every layer the whole cache; a sliding layer's
+            # present holds its window until it is fused into GroupQueryAttention (DO510)
+            return {}
         found = genai.genai_config(model, config, filename)
         if found is None:
             return {}
         # a model fused for ONNX Runtime may share the cache's past and present buffers
-        found["search"].update(genai_search_options(model))
+        found["search"].update(search)
         return {genai.FILENAME: genai.dumps(found)}
+
+    def files_not_beside(
+        self, model: ir.Model, reference: Any, inputs: FamilyInputs | None, filename: str
+    ) -> dict[str, str]:
+        """``genai_config.json`` for a causal LM with sliding-window layers not fused for
+        ONNX Runtime: onnxruntime-genai would refuse the folder."""
+        config = _config(reference)
+        if (
+            not isinstance(inputs, CacheInputs)
+            or config is None
+            or not inputs.sliding()
+            or genai_search_options(model)["past_present_share_buffer"]
+            or genai.genai_config(model, config, filename) is None
+        ):
+            return {}
+        return {
+            genai.FILENAME: "the model's sliding-window layers hand back their last window - 1 "
+            "tokens as their present, and onnxruntime-genai gives every layer's present the "
+            "whole sequence (it refuses the folder); optimized for ONNX Runtime "
+            '(`optimize="onnxruntime"`, the CLI\'s `--optimize-for onnxruntime`) they keep '
+            "their whole cache in GroupQueryAttention and the file is written"
+        }
 
     def runtime_passes(
         self, model: ir.Model, reference: Any, runtime: str
     ) -> list[ir.passes.PassBase]:
-        """None yet: the ORT fusions and quantization of issue 35 land here."""
-        del model, reference, runtime
-        return []
+        """After the fusions for ONNX Runtime, a causal LM's sliding-window layers that keep
+        their whole cache take the full layers' dimension names
+        (:class:`~dynamo_onnx.integrations.transformers.whole_cache.WholeWindowCacheNames`)."""
+        del model
+        if runtime != "onnxruntime" or _config(reference) is None:
+            return []
+        return [WholeWindowCacheNames()]
 
     def facts(self, model: Any) -> dict[str, Any]:
-        """``model_type``, ``use_cache`` and the sliding window of a transformers model."""
+        """``model_type``, ``use_cache``, the sliding window of a transformers model and its
+        ``max_positions`` (``max_position_embeddings``: the rows of the rotary caches the
+        fusions for ONNX Runtime write)."""
         config = _config(model)
         if config is None:
             return {}
+        positions = getattr(config, "max_position_embeddings", None)
         return {
             "model_type": config.model_type,
             "use_cache": bool(getattr(config, "use_cache", False)),
             "sliding_window": getattr(config, "sliding_window", None),
+            "max_positions": positions if isinstance(positions, int) else None,
         }

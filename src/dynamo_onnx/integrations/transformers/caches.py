@@ -208,6 +208,9 @@ class CacheInputs:
         #: the model's parameter -> its prefix in the ONNX names (a cache's is
         #: ``past_key_values`` whatever the parameter is called)
         self.prefixes = {name: _onnx_prefix(name) for name in self.templates}
+        #: whether the model's sliding layers take and return their whole cache (fused
+        #: into GroupQueryAttention with their window, DO510) instead of their window
+        self.whole_windows = False
 
     @staticmethod
     def parts(bound: Mapping[str, Any]) -> list[tuple[str, int, str, torch.Tensor]]:
@@ -243,8 +246,31 @@ class CacheInputs:
         return _key(onnx_name)
 
     def flat(self, bound: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        """Bound ``forward`` arguments -> the export's keyword inputs."""
-        return {_key(name): t for name, t in self._named(bound).items()}
+        """Bound ``forward`` arguments -> the export's keyword inputs. For a model whose
+        sliding layers take the whole cache, a sliding layer's window is put at the end of
+        the whole past's length, zeros before it: the model reads no token before the
+        window."""
+        named = self._named(bound)
+        if self.whole_windows:
+            for name, value in bound.items():
+                if is_cache(value):
+                    named.update(_whole_windows(value, _onnx_prefix(name)))
+        return {_key(name): t for name, t in named.items()}
+
+    def for_model(self, model: Any) -> CacheInputs:
+        """A copy that feeds the sliding layers their whole cache when ``model``'s
+        sliding layers keep it (:func:`keeps_whole_windows`)."""
+        whole = self.sliding() and keeps_whole_windows(model)
+        if whole == self.whole_windows:
+            return self
+        adapted = copy.copy(self)
+        adapted.whole_windows = whole
+        return adapted
+
+    def longer_output(self, name: str) -> int | None:
+        """A present of a whole-cache model holds past + new tokens along axis 2, where
+        transformers' sliding layer holds the last window - 1 of them."""
+        return 2 if self.whole_windows and name.startswith("present.") else None
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The caller's inputs (as ``forward`` takes them) -> the export's, ((), flat)."""
@@ -258,6 +284,9 @@ class CacheInputs:
     def model_inputs(self, flat: Mapping[str, torch.Tensor]) -> dict[str, Any]:
         """The export's inputs -> the model's keyword arguments, caches rebuilt."""
         named = {self.names[k]: v for k, v in flat.items()}
+        if self.whole_windows:  # what transformers keeps of the whole cache: the window
+            for name, template in self.templates.items():
+                named.update(_windows_of(template, named, self.prefixes[name]))
         kwargs: dict[str, Any] = dict(self.constants)
         for name, template in self.templates.items():
             prefix = f"{self.prefixes[name]}."
@@ -282,3 +311,55 @@ class CacheInputs:
         """The signature the flat forward has: one keyword parameter per flat input."""
         kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
         return inspect.Signature([inspect.Parameter(k, kind) for k in self.names])
+
+
+def keeps_whole_windows(model: Any) -> bool:
+    """Whether ``model`` (an ``ir.Model``) returns some ``present.*`` as a windowed
+    GroupQueryAttention's whole cache (the fusion for ONNX Runtime, DO510)."""
+    for value in getattr(getattr(model, "graph", None), "outputs", ()):
+        node = value.producer()
+        if (
+            (value.name or "").startswith("present.")
+            and node is not None
+            and node.op_type == "GroupQueryAttention"
+            and node.attributes.get_int("local_window_size", -1) > 0
+        ):
+            return True
+    return False
+
+
+def _sliding_layers(cache: Any) -> list[tuple[int, Any]]:
+    return [
+        (i, layer)
+        for i, layer in enumerate(getattr(cache, "layers", ()))
+        if getattr(layer, "is_sliding", False) and hasattr(layer, "sliding_window")
+    ]
+
+
+def _whole_windows(cache: Any, prefix: str) -> dict[str, torch.Tensor]:
+    """A cache's sliding layers as whole caches: each window at the end of the tokens the
+    layer has seen (``cumulative_length``), zeros before it."""
+    found = {}
+    for index, layer in _sliding_layers(cache):
+        seen = int(getattr(layer, "cumulative_length", 0) or 0)
+        for kind, tensor in (("key", layer.keys), ("value", layer.values)):
+            missing = seen - tensor.shape[-2]
+            if missing > 0:
+                zeros = tensor.new_zeros((*tensor.shape[:-2], missing, tensor.shape[-1]))
+                tensor = torch.cat([zeros, tensor], dim=-2)
+            found[f"{prefix}.{index}.{kind}"] = tensor
+    return found
+
+
+def _windows_of(
+    template: Any, named: Mapping[str, torch.Tensor], prefix: str
+) -> dict[str, torch.Tensor]:
+    """The whole caches of ``template``'s sliding layers as transformers keeps them: their
+    last ``window - 1`` tokens."""
+    found = {}
+    for index, layer in _sliding_layers(template):
+        for kind in ("key", "value"):
+            name = f"{prefix}.{index}.{kind}"
+            if name in named:
+                found[name] = named[name][..., -(layer.sliding_window - 1) :, :]
+    return found

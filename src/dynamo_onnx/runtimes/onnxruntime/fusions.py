@@ -50,6 +50,10 @@ from dynamo_onnx.runtimes.onnxruntime.rules import (
     CosSinCacheOfProduct,
     GroupQueryAttentionOfIndexMask,
     SameShapeReshape,
+    SoftcappedAttention,
+    SoftcappedAttentionUnfused,
+    WholeCacheOfWindowedAttention,
+    whole_cache_shapes,
 )
 
 __all__ = ["FUSED_OPS", "MatchFailure", "canonical_dims", "fuse", "op_counts"]
@@ -110,10 +114,13 @@ def _steps(max_positions: int | None) -> list[tuple[str, Fusion, dict[str, objec
         ("cos_sin_cache_of_product", _rules(CosSinCacheOfProduct.rule(max_positions)), {}),
         ("cse", _cse, {}),
         ("partial_rotary_embedding", fuse_partial_rotary_embedding, {}),
+        ("sdpa_softcap", _rules(SoftcappedAttention.rule()), {}),
         ("sdpa", fuse_sdpa, {"apply_shape_inference": True}),
         ("canonical_dims", canonical_dims, {}),
         ("same_shape_reshape", _same_shape_reshapes, {}),
         ("gqa", _rules(GroupQueryAttentionOfIndexMask.rule()), {}),  # for onnxscript's: rules.py
+        ("whole_window_cache", _whole_window_caches, {}),
+        ("sdpa_softcap_unfused", _rules(SoftcappedAttentionUnfused.rule()), {}),
         ("packed_qkv_for_gqa", fuse_qkv_gqa, {}),
         ("mha1", _rules(*mha_rules(has_past_present=True).rules), {}),  # mha.py: shape checked
         ("mha2", _rules(*mha_rules(has_past_present=False).rules), {}),
@@ -129,6 +136,13 @@ def _steps(max_positions: int | None) -> list[tuple[str, Fusion, dict[str, objec
 def _same_shape_reshapes(model: ir.Model) -> int:
     count = _rules(SameShapeReshape.rule())(model)
     common_passes.IdentityEliminationPass()(model)
+    return count
+
+
+def _whole_window_caches(model: ir.Model) -> int:
+    count = _rules(WholeCacheOfWindowedAttention.rule())(model)
+    common_passes.IdentityEliminationPass()(model)
+    whole_cache_shapes(model)
     return count
 
 

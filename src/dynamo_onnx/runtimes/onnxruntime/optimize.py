@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
+from collections.abc import Sequence
 from typing import ClassVar
 
 import onnx_ir as ir
@@ -80,11 +81,13 @@ class FusionReport:
 
 @dataclasses.dataclass(frozen=True)
 class FusionRequest:
-    """The model to fuse (left as it is: the report holds the fused copy), and the rows of
-    its rotary caches (None: computed)."""
+    """The model to fuse (left as it is: the report holds the fused copy), the rows of its
+    rotary caches (None: computed), and the passes its model family wants run after the
+    fusions (``ModelFamily.runtime_passes``)."""
 
     model: ir.Model
     max_positions: int | None = None
+    after: tuple[ir.passes.PassBase, ...] = ()
 
 
 class OnnxRuntimeFusionPass:
@@ -97,7 +100,9 @@ class OnnxRuntimeFusionPass:
 
     def __call__(self, ctx: DiagnosticContext, request: FusionRequest) -> FusionReport:
         with dropped(*ONNX_IR_CHATTER):  # onnx_ir's remarks while it rewrites are not the user's
-            return optimize_for_onnxruntime(request.model, ctx, max_positions=request.max_positions)
+            return optimize_for_onnxruntime(
+                request.model, ctx, max_positions=request.max_positions, after=request.after
+            )
 
 
 def _module(node: ir.Node) -> str:
@@ -219,7 +224,11 @@ def layer_spans(layers: list[str]) -> str:
 
 
 def optimize_for_onnxruntime(
-    model: ir.Model, ctx: DiagnosticContext, *, max_positions: int | None = None
+    model: ir.Model,
+    ctx: DiagnosticContext,
+    *,
+    max_positions: int | None = None,
+    after: Sequence[ir.passes.PassBase] = (),
 ) -> FusionReport:
     """Fuse a copy of ``model`` for ONNX Runtime (onnxscript's ORT fusions with the rules of
     ``rules.py``; the copy shares the weights) and record what fused (DO502) and each block
@@ -228,7 +237,8 @@ def optimize_for_onnxruntime(
 
     Call it inside a pass of ``ctx`` (``OnnxRuntimeFusionPass`` is one). ``max_positions``:
     the rows of the rotary cos/sin caches (``max_position_embeddings``); None computes them
-    in the graph from the position ids.
+    in the graph from the position ids. ``after``: the model family's passes, run on the
+    fused model (``ModelFamily.runtime_passes``).
     """
     model = model.clone()  # the nodes: the tensors are shared, never changed in place
     blocks = find_blocks(model)
@@ -237,6 +247,8 @@ def optimize_for_onnxruntime(
     with fake_weights_hidden(model):
         fusions = fuse(model, max_positions=max_positions, optimize=optimize, failures=failures)
     drop_newer_attributes(model, model.opset_imports.get("", TORCHLIB_OPSET))
+    for family_pass in after:
+        family_pass(model)
     refused = runtime_refusal(ctx, model)
     if refused is not None:  # a rule matched where it must not: never hand that back
         where, fields = refused
@@ -263,7 +275,31 @@ def optimize_for_onnxruntime(
         unfused=len(unfused),
         blocks=len(blocks),
     )
+    if fusions.get("whole_window_cache"):
+        _record_whole_caches(ctx, model)
     return FusionReport(model, before, after, fusions, tuple(blocks), tuple(unfused))
+
+
+def _record_whole_caches(ctx: DiagnosticContext, model: ir.Model) -> None:
+    """DO510: the windowed attentions whose present (a graph output) is now the whole cache."""
+    outputs = {id(v) for v in model.graph.outputs}
+    nodes = [
+        n
+        for n in model.graph
+        if n.op_type == "GroupQueryAttention"
+        and n.attributes.get_int("local_window_size", -1) > 0
+        and any(id(o) in outputs for o in n.outputs[1:])
+    ]
+    if not nodes:
+        return
+    windows = sorted({n.attributes.get_int("local_window_size", -1) for n in nodes})
+    ctx.record(
+        "window-cache-made-whole",
+        layers=len(nodes),
+        windows=", ".join(map(str, windows)),
+        modules=layer_spans([_layer(_module(n)) for n in nodes]),
+        outputs=", ".join(f"`{o.name}`" for n in nodes for o in n.outputs[1:] if id(o) in outputs),
+    )
 
 
 def _record_unfused(

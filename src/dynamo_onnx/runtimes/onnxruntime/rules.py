@@ -29,6 +29,10 @@ __all__ = [
     "CosSinCacheOfProduct",
     "SameShapeReshape",
     "GroupQueryAttentionOfIndexMask",
+    "WholeCacheOfWindowedAttention",
+    "SoftcappedAttention",
+    "SoftcappedAttentionUnfused",
+    "whole_cache_shapes",
     "MaskForm",
     "index_mask_form",
 ]
@@ -169,10 +173,14 @@ class MaskForm:
         reason: why the mask is not of the form (empty when it is).
         window: the number of tokens a sliding-window mask keeps (``kv > q - window``), or
             None for a full causal mask.
+        offset: whether the key positions start at an offset (``arange(n) + offset``): the
+            keys are the last ``n`` tokens of the sequence, as a cache that keeps only its
+            window holds them; only with a window.
     """
 
     reason: str = ""
     window: int | None = None
+    offset: bool = False
 
 
 def _through(value: ir.Value | None, *op_types: str) -> ir.Value | None:
@@ -196,9 +204,16 @@ def _is_range_from_zero(value: ir.Value | None) -> bool:
     )
 
 
-def _is_key_positions(value: ir.Value | None) -> bool:
-    """``arange(total)`` unsqueezed to ``[1, 1, 1, T]``."""
-    return _is_range_from_zero(_through(value, "Unsqueeze"))
+def _key_positions(value: ir.Value | None) -> str | None:
+    """``"start"`` for ``arange(total)`` unsqueezed to ``[1, 1, 1, T]``, ``"offset"`` for
+    ``arange(n) + offset`` (the last ``n`` positions), None for anything else."""
+    source = _through(value, "Unsqueeze")
+    if _is_range_from_zero(source):
+        return "start"
+    node = None if source is None else source.producer()
+    if node is not None and node.op_type == "Add" and any(map(_is_range_from_zero, node.inputs)):
+        return "offset"
+    return None
 
 
 def _is_query_positions(value: ir.Value | None) -> bool:
@@ -250,6 +265,7 @@ def index_mask_form(mask: ir.Value) -> MaskForm:
     assert allowed is not None
     causal = padding = False
     window: int | None = None
+    starts: set[str] = set()
     for leaf in _leaves(_through(allowed, "Expand") or allowed):
         producer = leaf.producer()
         constant = _scalar(leaf)
@@ -260,11 +276,14 @@ def index_mask_form(mask: ir.Value) -> MaskForm:
         if producer is None:
             return MaskForm(f"the mask reads `{leaf.name}` directly")
         inputs = producer.inputs
-        if producer.op_type == "LessOrEqual" and _is_key_positions(inputs[0]):
+        keys = _key_positions(inputs[0]) if producer.op_type in ("LessOrEqual", "Greater") else None
+        if keys is not None:
+            starts.add(keys)
+        if producer.op_type == "LessOrEqual" and keys is not None:
             if not _is_query_positions(inputs[1]):
                 return MaskForm("the causal test does not compare with the query positions")
             causal = True
-        elif producer.op_type == "Greater" and _is_key_positions(inputs[0]):
+        elif producer.op_type == "Greater" and keys is not None:
             shift = inputs[1].producer() if inputs[1] is not None else None
             size = (
                 _scalar(shift.inputs[1]) if shift is not None and shift.op_type == "Sub" else None
@@ -280,14 +299,67 @@ def index_mask_form(mask: ir.Value) -> MaskForm:
         return MaskForm("the mask has no causal test (kv_idx <= q_idx)")
     if not padding:
         return MaskForm("the mask does not read the graph input `attention_mask`")
-    return MaskForm(window=window)
+    if len(starts) > 1:
+        return MaskForm("the causal and window tests see the keys at different positions")
+    if "offset" in starts and window is None:
+        return MaskForm("the key positions start at an offset, without a sliding window")
+    return MaskForm(window=window, offset="offset" in starts)
+
+
+def _ints_or_none(value: ir.Value | None) -> list[int] | None:
+    return None if value is None else _ints(value)
+
+
+def keeps_last(node: ir.Node, count: int) -> bool:
+    """Whether ``node`` is a ``Slice`` keeping the last ``count`` positions of axis 2 of a
+    ``[batch, heads, positions, head_size]`` tensor (``x[:, :, -count:, :]``)."""
+    if node.op_type != "Slice" or node.domain != "" or len(node.inputs) < 3:
+        return False
+    starts, ends = _ints(node.inputs[1]), _ints(node.inputs[2])
+    axes = _ints_or_none(node.inputs[3]) if len(node.inputs) > 3 else [0]  # Slice's default
+    steps = _ints_or_none(node.inputs[4]) if len(node.inputs) > 4 else None
+    return (
+        starts == [-count]
+        and ends is not None
+        and len(ends) == 1
+        and ends[0] >= 2**31 - 1
+        and axes in ([2], [-2])
+        and steps in (None, [1])
+    )
+
+
+def _window_cache_reason(past: ir.Value | None, window: int) -> str:
+    """Why the cache of a layer whose keys start at an offset is not "the last
+    ``window - 1`` tokens of the concatenation, as an output": empty when it is.
+
+    Such a layer keeps only its window; GroupQueryAttention keeps the whole cache and
+    masks by its window instead, so its present (the whole cache) replaces the slice."""
+    if past is None:
+        return "the layer has no past"
+    concats = [u.node for u in past.uses() if u.node.op_type == "Concat" and u.idx == 0]
+    if len(concats) != 1:
+        return f"`{past.name}` is not concatenated with the new tokens once"
+    slices = [u.node for u in concats[0].outputs[0].uses() if u.node.op_type == "Slice"]
+    if len(slices) != 1 or not keeps_last(slices[0], window - 1):
+        return f"the cache of `{past.name}` is not its last {window - 1} tokens"
+    if not slices[0].outputs[0].is_graph_output():
+        return f"the last {window - 1} tokens of `{past.name}` are not a graph output"
+    return ""
 
 
 class GroupQueryAttentionOfIndexMask(GroupQueryAttention):
     """onnxscript's ``GroupQueryAttention`` rule with its mask checked: the mask is
     onnxscript's ``Trilu`` form or transformers 5's index form (:func:`index_mask_form`); a
-    sliding window becomes GQA's ``local_window_size`` (GQA attends to
-    ``local_window_size + 1`` tokens, the window to ``window``).
+    sliding window becomes GQA's ``local_window_size`` (both count the tokens a query
+    attends to, itself included: ONNX Runtime's kernel and onnxruntime-genai's builder
+    agree); the attention's scale
+    (onnxscript's rule drops it) becomes GQA's ``scale``.
+
+    A sliding-window layer that keeps only its window (its keys start at an offset, its
+    present is the last ``window - 1`` tokens of the concatenation) fuses too: GQA's past
+    and present are then the whole cache, and :class:`WholeCacheOfWindowedAttention`
+    makes its present the output in place of the slice (the layer's cache contract
+    changes from the window to the whole sequence, onnxruntime-genai's).
 
     onnxscript 0.7's rule accepts any mask: its check compares the causal-mask match with
     ``None``, and a failed match is a falsy ``MatchResult``, never ``None``. So a model whose
@@ -320,14 +392,199 @@ class GroupQueryAttentionOfIndexMask(GroupQueryAttention):
         form = index_mask_form(mask)
         if form.reason:
             return pattern.MatchResult().fail(f"The mask is not causal: {form.reason}.", mask)
+        if form.offset:
+            assert form.window is not None  # index_mask_form made sure
+            for past in (kwargs.get("past_key"), kwargs.get("past_value")):
+                reason = _window_cache_reason(past, form.window)
+                if reason:
+                    return pattern.MatchResult().fail(
+                        f"The sliding-window cache is not one GroupQueryAttention keeps: {reason}.",
+                        past,
+                    )
         self._window = form.window
         return pattern.MatchResult()
 
     def rewrite(self, op: Any, **kwargs: Any) -> Any:
         outputs = super().rewrite(op, **kwargs)
+        node = outputs[0].producer()
         if self._window is not None:
-            node = outputs[0].producer()
-            node.attributes["local_window_size"] = ir.AttrInt64(
-                "local_window_size", self._window - 1
-            )
+            node.attributes["local_window_size"] = ir.AttrInt64("local_window_size", self._window)
+        for name in ("scale", "softcap"):
+            number = _attention_attribute(kwargs["query_BHSDh_rope"], name)
+            if number is not None:
+                node.attributes[name] = ir.AttrFloat32(name, number)
         return outputs
+
+
+def _attention_attribute(query: ir.Value, name: str) -> float | None:
+    """A float attribute of the fused attention (onnxscript's ``SDPA``) that reads
+    ``query``, or None when it is not set."""
+    for use in query.uses():
+        if use.node.op_type == "SDPA" and name in use.node.attributes:
+            value = use.node.attributes[name].value
+            return None if value is None else float(value)
+    return None
+
+
+class WholeCacheOfWindowedAttention(pattern.RewriteRuleClassBase):
+    """The last ``local_window_size - 1`` tokens of a windowed ``GroupQueryAttention``'s
+    present, as a graph output, become its whole present.
+
+    What :class:`GroupQueryAttentionOfIndexMask` leaves of a layer whose cache kept only its
+    window: GQA writes the new tokens into its past's buffer and masks by its window, so its
+    past and present are the whole cache (the layer then reads the whole sequence's past,
+    as onnxruntime-genai feeds every layer); the slice would hand back a window where the
+    next step needs the whole cache.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("WholeCacheOfWindowedAttention")
+
+    def pattern(self, op: Any, cache: Any, starts: Any, ends: Any) -> Any:
+        return op.Slice(cache, starts, ends, _allow_other_inputs=True, _outputs=["kept"])
+
+    def check(self, context: Any, cache: ir.Value, kept: ir.Value, **_: Any) -> Any:
+        result = pattern.MatchResult()
+        node = cache.producer()
+        if (
+            node is None
+            or node.op_type != "GroupQueryAttention"
+            or node.domain != "com.microsoft"
+            or cache.index() not in (1, 2)
+        ):
+            return result.fail("The slice is not of a GroupQueryAttention's present.", cache)
+        window = node.attributes.get_int("local_window_size", -1)
+        slice_node = kept.producer()
+        assert slice_node is not None
+        if window <= 1 or not keeps_last(slice_node, window - 1):
+            return result.fail("The slice does not keep the attention's window.", kept)
+        if not kept.is_graph_output():
+            return result.fail("The window is not a graph output.", kept)
+        return result
+
+    def rewrite(self, op: Any, cache: ir.Value, **_: Any) -> Any:
+        return op.Identity(cache)
+
+
+def whole_cache_shapes(model: ir.Model) -> None:
+    """Give each windowed ``GroupQueryAttention``'s present that is a graph output the shape
+    of its whole cache, ``[batch, heads, past + new, head_size]`` (the slice it replaced
+    declared the window's length)."""
+    for value in model.graph.outputs:
+        node = value.producer()
+        if (
+            node is None
+            or node.op_type != "GroupQueryAttention"
+            or node.attributes.get_int("local_window_size", -1) <= 0
+            or value.index() not in (1, 2)
+        ):
+            continue
+        past = node.inputs[2 + value.index()]
+        # the new tokens' length from the value input (the query and key may be normalized
+        # by nodes the fusion made, whose shapes are not inferred)
+        new = next(
+            (v.shape[1] for v in (node.inputs[2], node.inputs[0]) if v is not None and v.shape),
+            None,
+        )
+        if past is None or past.shape is None or new is None:
+            continue
+        batch, heads, length, size = past.shape
+        total = f"{length} + {new}"
+        value.shape = ir.Shape([batch, heads, ir.SymbolicDim(total), size])
+
+
+#: The domain of onnxscript's intermediate fusion ops (``SDPA``), consumed by later fusions.
+_FUSION_DOMAIN = "ai.onnxruntime._fusion"
+
+
+class SoftcappedAttention(pattern.RewriteRuleClassBase):
+    """Attention whose scores are soft-capped, ``softmax(cap * tanh(q k^T * scale / cap) +
+    mask) v`` (Gemma 2's ``attn_logit_softcapping``), becomes onnxscript's intermediate
+    ``SDPA`` with ``scale`` and ``softcap`` attributes: GroupQueryAttention has both, and
+    :class:`GroupQueryAttentionOfIndexMask` carries them over. Where no GroupQueryAttention
+    takes it, :class:`SoftcappedAttentionUnfused` writes it back out (onnxscript's other
+    attention fusions have no soft cap)."""
+
+    def __init__(self) -> None:
+        super().__init__("SoftcappedAttention")
+
+    def pattern(
+        self, op: Any, query: Any, key: Any, value: Any, mask: Any, scale: Any, cap: Any, cap2: Any
+    ) -> Any:
+        scores = op.Mul(op.MatMul(query, op.Transpose(key, perm=[0, 1, 3, 2])), scale)
+        capped = op.Mul(op.Tanh(op.Div(scores, cap)), cap2)
+        weights = op.Softmax(op.Add(capped, mask), axis=-1)
+        return op.MatMul(weights, value)
+
+    def check(self, context: Any, scale: ir.Value, cap: ir.Value, cap2: ir.Value, **_: Any) -> Any:
+        result = pattern.MatchResult()
+        if _scalar(scale) is None:
+            return result.fail("The scale is not a constant.", scale)
+        limit = _scalar(cap)
+        if limit is None or limit <= 0 or _scalar(cap2) != limit:
+            return result.fail("The soft cap is not one positive constant.", [cap, cap2])
+        return result
+
+    def rewrite(
+        self,
+        op: Any,
+        query: ir.Value,
+        key: ir.Value,
+        value: ir.Value,
+        mask: ir.Value,
+        scale: ir.Value,
+        cap: ir.Value,
+        **_: Any,
+    ) -> Any:
+        return op.SDPA(
+            query,
+            key,
+            value,
+            mask,
+            scale=_scalar(scale),
+            softcap=_scalar(cap),
+            key_format="BHSd",
+            _domain=_FUSION_DOMAIN,
+        )
+
+
+class SoftcappedAttentionUnfused(pattern.RewriteRuleClassBase):
+    """A soft-capped ``SDPA`` (:class:`SoftcappedAttention`) that no GroupQueryAttention
+    took, computed again as it was: onnxscript's ``MultiHeadAttention`` fusion would drop
+    its soft cap."""
+
+    def __init__(self) -> None:
+        super().__init__("SoftcappedAttentionUnfused")
+
+    def pattern(self, op: Any, query: Any, key: Any, value: Any, mask: Any) -> Any:
+        return op.SDPA(
+            query,
+            key,
+            value,
+            mask,
+            _domain=_FUSION_DOMAIN,
+            _allow_other_attributes=True,
+            _outputs=["attention"],
+        )
+
+    def check(self, context: Any, attention: ir.Value, **_: Any) -> Any:
+        node = attention.producer()
+        assert node is not None
+        if node.attributes.get_float("softcap", 0.0) <= 0:
+            return pattern.MatchResult().fail("The attention has no soft cap.", attention)
+        return pattern.MatchResult()
+
+    def rewrite(
+        self, op: Any, query: ir.Value, key: ir.Value, value: ir.Value, mask: ir.Value, **kw: Any
+    ) -> Any:
+        node = kw["attention"].producer()
+        scale = node.attributes.get_float("scale", 0.0)
+        cap = op.Constant(value_float=node.attributes.get_float("softcap", 0.0))
+        scores = op.MatMul(query, op.Transpose(key, perm=[0, 1, 3, 2]))
+        if scale:
+            scores = op.Mul(scores, op.Constant(value_float=scale))
+        else:  # SDPA's default: 1/sqrt(head size)
+            size = op.Cast(op.Shape(query, start=-1), to=ir.DataType.FLOAT)
+            scores = op.Div(scores, op.Sqrt(size))
+        capped = op.Mul(op.Tanh(op.Div(scores, cap)), cap)
+        return op.MatMul(op.Softmax(op.Add(capped, mask), axis=-1), value)
