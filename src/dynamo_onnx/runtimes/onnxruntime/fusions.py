@@ -46,6 +46,7 @@ from onnxscript.rewriter.ort_fusions.skip_normalization import (
 )
 from onnxscript.rewriter.rules.common import gemm_to_matmul_add_rule
 
+from dynamo_onnx.runtimes.onnxruntime.packing import PackedQKVOfSplit, pack_projections
 from dynamo_onnx.runtimes.onnxruntime.rules import (
     CosSinCacheOfProduct,
     GroupQueryAttentionOfIndexMask,
@@ -123,6 +124,9 @@ def _steps(max_positions: int | None) -> list[tuple[str, Fusion, dict[str, objec
         ("gelu", fuse_gelu, {}),
         ("bias_gelu", fuse_bias_gelu, {}),
         ("sdpa_via_mha", replace_sdpa_by_mha, {}),
+        # after the attention fusions, whose patterns read q, k and v from MatMuls of their own
+        ("packed_projections", pack_projections, {}),
+        ("packed_qkv_of_split", _rules(PackedQKVOfSplit.rule()), {}),
     ]
 
 
