@@ -16,10 +16,12 @@ import warnings
 
 import numpy as np
 import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
 import pytest
 import torch
 import transformers
 from onnxscript.rewriter import pattern
+from onnxscript.rewriter.ort_fusions.gqa_packed_qkv import fuse_qkv_gqa
 
 import dynamo_onnx
 import hf_models
@@ -28,6 +30,7 @@ from dynamo_onnx.passes.metadata import MODULE_PATH
 from dynamo_onnx.runtimes.onnxruntime.fusions import canonical_dims
 from dynamo_onnx.runtimes.onnxruntime.optimize import layer_spans
 from dynamo_onnx.runtimes.onnxruntime.packing import (
+    PackedQKVOfSlices,
     PackedQKVOfSplit,
     PackProjectionsPass,
     pack_projections,
@@ -578,9 +581,10 @@ def test_projections_of_inputs_of_their_own_are_left_alone():
     assert ir.convenience.get_const_tensor(split.inputs[1]).numpy().tolist() == [8, 4]
 
 
-def _gqa_graph(sizes: list[int]) -> ir.Model:
-    """``GroupQueryAttention(q, k, v, past...)`` of ``q, k, v = Split(qkv)``: 2 heads, 1 KV
-    head of 16, a window of 3, as onnxscript's GQA rule and ours write it."""
+def _gqa_graph(sizes: list[int], form: str = "split") -> ir.Model:
+    """``GroupQueryAttention(q, k, v, past...)`` of ``q, k, v = Split(qkv)`` (or three
+    ``Slice`` nodes, Phi-3's form): 2 heads, 1 KV head of 16, a window of 3, the rotary
+    embedding applied by the attention, as onnxscript's GQA rule and ours write it."""
     qkv = ir.Value(name="qkv", type=ir.TensorType(FLOAT), shape=ir.Shape([1, "S", 64]))
     past = [
         ir.Value(name=f"past_{kind}", type=ir.TensorType(FLOAT), shape=ir.Shape([1, 1, "P", 16]))
@@ -589,12 +593,36 @@ def _gqa_graph(sizes: list[int]) -> ir.Model:
     int32 = ir.TensorType(ir.DataType.INT32)
     seqlens = ir.Value(name="seqlens_k", type=int32, shape=ir.Shape([1]))
     total = ir.Value(name="total_sequence_length", type=int32, shape=ir.Shape([]))
-    widths = _initializer("widths", np.array(sizes, np.int64))
-    split = ir.node("Split", [qkv, widths], {"axis": -1}, num_outputs=3)
+    angles = np.arange(16, dtype=np.float32)[:, None] * 0.1 ** np.arange(8, dtype=np.float32)
+    cos, sin = _initializer("cos", np.cos(angles)), _initializer("sin", np.sin(angles))
+    initializers = [cos, sin]
+    if form == "split":
+        widths = _initializer("widths", np.array(sizes, np.int64))
+        initializers.append(widths)
+        nodes = [ir.node("Split", [qkv, widths], {"axis": -1}, num_outputs=3)]
+        parts = list(nodes[0].outputs)
+    else:
+        ends = np.cumsum(sizes)
+        nodes = []
+        for i, (start, end) in enumerate(zip([0, *ends[:-1]], ends)):
+            bounds = [
+                _initializer(f"{name}{i}", np.array([v], np.int64))
+                for name, v in (("start", start), ("end", end), ("axis", 2), ("step", 1))
+            ]
+            initializers += bounds
+            nodes.append(ir.node("Slice", [qkv, *bounds]))
+            nodes[-1].outputs[0].shape = ir.Shape([1, "S", int(end - start)])  # its check reads
+        parts = [n.outputs[0] for n in nodes]
     gqa = ir.node(
         "GroupQueryAttention",
-        [*split.outputs, *past, seqlens, total],
-        {"num_heads": 2, "kv_num_heads": 1, "local_window_size": 3},
+        [*parts, *past, seqlens, total, cos, sin],
+        {
+            "num_heads": 2,
+            "kv_num_heads": 1,
+            "local_window_size": 3,
+            "do_rotary": 1,
+            "rotary_interleaved": 0,
+        },
         domain="com.microsoft",
         num_outputs=3,
     )
@@ -603,26 +631,34 @@ def _gqa_graph(sizes: list[int]) -> ir.Model:
     graph = ir.Graph(
         [qkv, *past, seqlens, total],
         gqa.outputs,
-        nodes=[split, gqa],
-        initializers=[widths],
+        nodes=[*nodes, gqa],
+        initializers=initializers,
         opset_imports={"": 18, "com.microsoft": 1},
     )
     return ir.Model(graph, ir_version=10)
 
 
-def test_gqa_of_a_split_qkv_takes_it_packed_with_its_attributes_and_the_same_values():
-    model = _gqa_graph([32, 16, 16])
+def _gqa_feeds() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(2)
     new, past = 3, 2
-    feeds = {
+    return {
         "qkv": rng.standard_normal((1, new, 64), np.float32),
         "past_key": rng.standard_normal((1, 1, past, 16), np.float32),
         "past_value": rng.standard_normal((1, 1, past, 16), np.float32),
         "seqlens_k": np.array([past + new - 1], np.int32),
         "total_sequence_length": np.array(past + new, np.int32),
     }
+
+
+@pytest.mark.parametrize(
+    ("form", "rule"), [("split", PackedQKVOfSplit), ("slices", PackedQKVOfSlices)]
+)
+def test_gqa_of_a_split_qkv_takes_it_packed_with_its_attributes_and_the_same_values(form, rule):
+    model = _gqa_graph([32, 16, 16], form)
+    feeds = _gqa_feeds()
     want = _run(model, feeds)
-    assert pattern.RewriteRuleSet([PackedQKVOfSplit.rule()]).apply_to_model(model) == 1
+    assert pattern.RewriteRuleSet([rule.rule()]).apply_to_model(model) == 1
+    common_passes.RemoveUnusedNodesPass()(model)
     (gqa,) = model.graph
     assert gqa.op_type == "GroupQueryAttention"
     assert gqa.inputs[0].name == "qkv" and gqa.inputs[1] is None and gqa.inputs[2] is None
@@ -631,11 +667,22 @@ def test_gqa_of_a_split_qkv_takes_it_packed_with_its_attributes_and_the_same_val
         "past_value",
         "seqlens_k",
         "total_sequence_length",
+        "cos",
+        "sin",
     ]
-    assert gqa.attributes.get_int("local_window_size") == 3  # onnxscript's own rule drops it
+    assert gqa.attributes.get_int("local_window_size") == 3
     got = _run(model, feeds)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_onnxscripts_packed_qkv_rule_drops_the_window_ours_keeps():
+    """Why fusions.py runs PackedQKVOfSlices instead of onnxscript's ``fuse_qkv_gqa``: if
+    this fails, onnxscript keeps the attributes and its rule can come back."""
+    model = _gqa_graph([32, 16, 16], "slices")
+    assert fuse_qkv_gqa(model) == 1
+    (gqa,) = [n for n in model.graph if n.op_type == "GroupQueryAttention"]
+    assert gqa.inputs[1] is None and "local_window_size" not in gqa.attributes
 
 
 @pytest.mark.parametrize("sizes", [[16, 32, 16], [32, 8, 24]])

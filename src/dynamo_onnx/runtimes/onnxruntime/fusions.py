@@ -26,7 +26,6 @@ from onnxscript.rewriter.ort_fusions.bias_gelu import fuse_bias_gelu
 from onnxscript.rewriter.ort_fusions.cos_sin_cache import fuse_cos_sin_cache
 from onnxscript.rewriter.ort_fusions.erfgelu import fuse_erfgelu
 from onnxscript.rewriter.ort_fusions.gelu import fuse_gelu
-from onnxscript.rewriter.ort_fusions.gqa_packed_qkv import fuse_qkv_gqa
 from onnxscript.rewriter.ort_fusions.mha import fuse_mha1, fuse_mha2
 from onnxscript.rewriter.ort_fusions.mha_bias import fuse_mha_bias
 from onnxscript.rewriter.ort_fusions.mha_scale import fuse_mha_scale
@@ -46,7 +45,11 @@ from onnxscript.rewriter.ort_fusions.skip_normalization import (
 )
 from onnxscript.rewriter.rules.common import gemm_to_matmul_add_rule
 
-from dynamo_onnx.runtimes.onnxruntime.packing import PackedQKVOfSplit, pack_projections
+from dynamo_onnx.runtimes.onnxruntime.packing import (
+    PackedQKVOfSlices,
+    PackedQKVOfSplit,
+    pack_projections,
+)
 from dynamo_onnx.runtimes.onnxruntime.rules import (
     CosSinCacheOfProduct,
     GroupQueryAttentionOfIndexMask,
@@ -115,7 +118,8 @@ def _steps(max_positions: int | None) -> list[tuple[str, Fusion, dict[str, objec
         ("canonical_dims", canonical_dims, {}),
         ("same_shape_reshape", _same_shape_reshapes, {}),
         ("gqa", _rules(GroupQueryAttentionOfIndexMask.rule()), {}),  # for onnxscript's: rules.py
-        ("packed_qkv_for_gqa", fuse_qkv_gqa, {}),
+        # onnxscript's fuse_qkv_gqa with the attention's attributes kept: packing.py
+        ("packed_qkv_for_gqa", _rules(PackedQKVOfSlices.rule()), {}),
         ("mha1", fuse_mha1, {}),
         ("mha2", fuse_mha2, {}),
         ("mha_scale", fuse_mha_scale, {}),

@@ -11,9 +11,10 @@ before quantization, so ONNX Runtime's quantizer sees the packed weight, as in t
 
 Then GroupQueryAttention takes the packed projection as its query with empty key and value
 inputs (its packed-QKV form): the Split goes away. onnxscript's ``fuse_qkv_gqa`` only
-knows the three ``Slice`` nodes of a model that packs q, k, v itself (Phi-3);
-:class:`PackedQKVOfSplit` is the same rewrite for a ``Split`` and keeps every attribute of
-the attention (``local_window_size``, ``softcap``...).
+knows the three ``Slice`` nodes of a model that packs q, k, v itself (Phi-3), and drops the
+attention's other attributes (a sliding window's ``local_window_size``...):
+:class:`PackedQKVOfSplit` is the rewrite for a ``Split``, :class:`PackedQKVOfSlices`
+onnxscript's with the attributes kept.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
+from onnxscript.rewriter.ort_fusions.gqa_packed_qkv import PackedQKVForGQAFusion
 
 from dynamo_onnx.passes.metadata import (
     MODULE_CHAIN,
@@ -35,7 +37,13 @@ from dynamo_onnx.passes.metadata import (
     PACKED,
 )
 
-__all__ = ["PackProjectionsPass", "PackedQKVOfSplit", "Projection", "pack_projections"]
+__all__ = [
+    "PackProjectionsPass",
+    "PackedQKVOfSlices",
+    "PackedQKVOfSplit",
+    "Projection",
+    "pack_projections",
+]
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
 
@@ -395,3 +403,31 @@ class PackedQKVOfSplit(pattern.RewriteRuleClassBase):
             _domain="com.microsoft",
             _outputs=3,
         )
+
+
+class PackedQKVOfSlices(PackedQKVForGQAFusion):
+    """onnxscript's ``fuse_qkv_gqa`` rule (three ``Slice`` nodes of one projection, as a
+    model that packs q, k, v itself writes them: Phi-3), keeping the attention's attributes.
+
+    onnxscript 0.7's rewrite writes ``num_heads``, ``kv_num_heads``, ``do_rotary`` and
+    ``rotary_interleaved`` only: a sliding window's ``local_window_size`` (Phi-3's
+    ``sliding_window``), ``scale`` or ``softcap`` would be dropped, and the attention would
+    attend to the whole past."""
+
+    def __init__(self) -> None:
+        pattern.RewriteRuleClassBase.__init__(self, "PackedQKVOfSlices", remove_nodes=False)
+
+    def rewrite(self, op: Any, query_sliced: ir.Value, **values: Any) -> Any:
+        attention = next(
+            user for user, index in query_sliced.uses() if index == 0 and _is_gqa(user)
+        )
+        outputs = super().rewrite(op, query_sliced=query_sliced, **values)
+        packed = outputs[0].producer()
+        for name, attribute in attention.attributes.items():
+            if name not in packed.attributes:
+                packed.attributes[name] = attribute
+        return outputs
+
+
+def _is_gqa(node: ir.Node) -> bool:
+    return node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft"
