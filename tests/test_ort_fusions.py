@@ -26,7 +26,7 @@ from onnxscript.rewriter.ort_fusions.gqa_packed_qkv import fuse_qkv_gqa
 import dynamo_onnx
 import hf_models
 from conftest import line_of
-from dynamo_onnx.passes.metadata import MODULE_PATH
+from dynamo_onnx.passes.metadata import MODULE_PATH, PACKED
 from dynamo_onnx.runtimes.onnxruntime.fusions import canonical_dims
 from dynamo_onnx.runtimes.onnxruntime.optimize import layer_spans
 from dynamo_onnx.runtimes.onnxruntime.packing import (
@@ -256,7 +256,12 @@ def test_program_optimize_for_onnxruntime_after_a_plain_export():
     program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
     assert _ops(program)["GroupQueryAttention"] == 0
     program.optimize("onnxruntime")
-    assert _ops(program)["GroupQueryAttention"] == model.config.num_hidden_layers
+    layers = model.config.num_hidden_layers
+    assert _ops(program)["GroupQueryAttention"] == layers
+    packed = [n for n in program.model.graph if n.metadata_props.get(PACKED)]
+    assert sorted(n.metadata_props[PACKED] for n in packed) == sorted(
+        ["q_proj, k_proj, v_proj", "gate_proj, up_proj"] * layers
+    )
 
 
 def test_the_cli_optimizes_for_onnxruntime(tmp_path):

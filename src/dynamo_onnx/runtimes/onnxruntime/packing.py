@@ -3,11 +3,12 @@ as onnxruntime-genai's model builder writes them, and GroupQueryAttention's pack
 
 A transformers decoder layer computes q, k and v with three linear layers of the same
 hidden state, and gate and up with two: three MatMul kernels that each read the
-activations, three weights. One MatMul of the weights concatenated along their outputs,
-split after, computes the same values with one kernel and one read of the activations;
-once the weights are 4 bits (``MatMulNBits``), where decoding one token is bound by those
-launches and reads, that is most of the builder's lead. Packing runs on the float model
-before quantization, so ONNX Runtime's quantizer sees the packed weight, as in the builder.
+activations (and, with ``MatMulNBits`` at accuracy level 4, quantize them). One MatMul of
+the weights concatenated along their outputs, split after, computes the same values with
+one kernel and one read. Packing runs on the float model before quantization, so ONNX
+Runtime's quantizer sees the packed weight, as in the builder. (On the 1024-wide Llama of
+docs/performance.md the CPU time it saves is within the noise: reading the weights, which
+packing does not change, is most of a step.)
 
 Then GroupQueryAttention takes the packed projection as its query with empty key and value
 inputs (its packed-QKV form): the Split goes away. onnxscript's ``fuse_qkv_gqa`` only
