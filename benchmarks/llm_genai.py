@@ -15,7 +15,9 @@ each command in its own process, timed end to end (load, export, save: the expor
 each). Then, in one process, every folder generates greedily with
 ``onnxruntime_genai.Generator`` at prompts of 128 and 512 tokens, 32 new tokens, in
 alternating turns (folder order reversed every run, so both see the same machine load):
-prefill ms (``append_tokens``) and decode ms per token (``generate_next_token``). Also: node
+prefill ms (``append_tokens``) and decode ms per token (``generate_next_token``), in wall
+time and in CPU time of the process (with one thread, the work done: on a shared machine the
+wall time also counts the waits for a core, and swings more than the gaps). Also: node
 counts by op type, and token agreement (fp32 folders against transformers' greedy tokens;
 each int4 folder against its own fp32 folder: the share of the 32 tokens equal, and the
 tokens before the first difference). Each ONNX Runtime session runs on one thread (the
@@ -182,9 +184,11 @@ def _prompts(length: int, count: int) -> list[list[int]]:
     return [rng.integers(3, 1000, length).tolist() for _ in range(count)]
 
 
-def _generate(model: Any, prompt: list[int]) -> tuple[float, float, list[int]]:
-    """(prefill ms, decode ms per token, the new tokens), greedy; always NEW_TOKENS steps
-    (``min_length``: an end-of-sequence token does not stop one folder early)."""
+def _generate(model: Any, prompt: list[int]) -> tuple[float, float, list[int], float, float]:
+    """(prefill ms, decode ms per token, the new tokens, and the two in CPU ms of this
+    process), greedy; always NEW_TOKENS steps (``min_length``: an end-of-sequence token does
+    not stop one folder early). The sessions run on one thread, so the CPU time is the work
+    done whatever else the machine runs; the wall time also counts the waits for a core."""
     import numpy as np  # noqa: PLC0415
     import onnxruntime_genai as og  # noqa: PLC0415
 
@@ -192,17 +196,23 @@ def _generate(model: Any, prompt: list[int]) -> tuple[float, float, list[int]]:
     total = len(prompt) + NEW_TOKENS
     params.set_search_options(max_length=total, min_length=total, do_sample=False)
     generator = og.Generator(model, params)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     generator.append_tokens(np.array([prompt], dtype=np.int32))
-    prefill = time.perf_counter() - start
-    start = time.perf_counter()
+    prefill, prefill_cpu = time.perf_counter() - start, time.process_time() - cpu
+    start, cpu = time.perf_counter(), time.process_time()
     steps = 0
     while not generator.is_done():
         generator.generate_next_token()
         steps += 1
     decode = (time.perf_counter() - start) / max(steps, 1)
+    decode_cpu = (time.process_time() - cpu) / max(steps, 1)
     assert steps == NEW_TOKENS, steps
-    return prefill * 1e3, decode * 1e3, generator.get_sequence(0)[len(prompt) :].tolist()
+    tokens = generator.get_sequence(0)[len(prompt) :].tolist()
+    return prefill * 1e3, decode * 1e3, tokens, prefill_cpu * 1e3, decode_cpu * 1e3
+
+
+#: What ``timings`` records of each run: wall ms, then CPU ms of this process.
+_TIMES = ("prefill_ms", "decode_ms", "prefill_cpu_ms", "decode_cpu_ms")
 
 
 def timings(folders: dict[str, Path], runs: int, log: Any) -> dict[str, Any]:
@@ -216,20 +226,19 @@ def timings(folders: dict[str, Path], runs: int, log: Any) -> dict[str, Any]:
         (prompt,) = _prompts(length, 1)
         for name in names:  # a warm-up each: first-run allocations are not the figure
             _generate(models[name], prompt)
-        samples: dict[str, dict[str, list[float]]] = {
-            n: {"prefill_ms": [], "decode_ms": []} for n in names
-        }
+        samples: dict[str, dict[str, list[float]]] = {n: {key: [] for key in _TIMES} for n in names}
         for run in range(runs):
             for name in names if run % 2 == 0 else names[::-1]:
-                prefill, decode, _ = _generate(models[name], prompt)
-                samples[name]["prefill_ms"].append(prefill)
-                samples[name]["decode_ms"].append(decode)
+                prefill, decode, _, prefill_cpu, decode_cpu = _generate(models[name], prompt)
+                for key, value in zip(_TIMES, (prefill, decode, prefill_cpu, decode_cpu)):
+                    samples[name][key].append(value)
         for name in names:
             figures = {k: statistics.median(v) for k, v in samples[name].items()}
             result.setdefault(name, {})[str(length)] = figures
             print(
-                f"prompt {length}: {name}: prefill {figures['prefill_ms']:.1f} ms, "
-                f"decode {figures['decode_ms']:.2f} ms/token",
+                f"prompt {length}: {name}: prefill {figures['prefill_ms']:.1f} ms "
+                f"(CPU {figures['prefill_cpu_ms']:.1f}), decode {figures['decode_ms']:.2f} "
+                f"ms/token (CPU {figures['decode_cpu_ms']:.2f})",
                 file=log,
             )
     return result
@@ -416,6 +425,7 @@ def markdown(results: dict[str, Any]) -> str:
             text += f"; top-1 {top1:.1%} of fp32's (teacher-forced)"
         cells.append(text)
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", *_cpu_table(folders, times)]
     gpt2 = results.get("gpt2")
     if gpt2:
         med = gpt2["median_s"]
@@ -427,6 +437,30 @@ def markdown(results: dict[str, Any]) -> str:
             "fresh processes each, alternating).",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _cpu_table(folders: dict[str, Any], times: dict[str, Any]) -> list[str]:
+    """The same runs in CPU time of the one-thread process: on a shared machine the wall
+    time also counts the waits for a core, which this does not."""
+    lines = [
+        "CPU time of the same runs (the process, one ORT thread):",
+        "",
+        "| folder | "
+        + " | ".join(f"prefill {p} CPU ms | decode {p} CPU ms/token" for p in PROMPTS)
+        + " |",
+        "| --- " * (1 + 2 * len(PROMPTS)) + "|",
+    ]
+    for name in folders:
+        if name not in times or "prefill_cpu_ms" not in times[name][str(PROMPTS[0])]:
+            continue
+        base = times.get(f"builder {name.rsplit(' ', 1)[1]}")
+        cells = [name]
+        for length in map(str, PROMPTS):
+            mine, theirs = times[name][length], base[length] if base else None
+            for key, form in (("prefill_cpu_ms", "{:.1f}"), ("decode_cpu_ms", "{:.2f}")):
+                cells.append(_with_ratio(mine[key], theirs[key] if theirs else None, form))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _with_ratio(value: float, base: float | None, form: str) -> str:

@@ -202,7 +202,7 @@ def test_export_llm_optimized_for_onnxruntime_in_int4_is_one_gqa_per_layer_genai
     ops = collections.Counter(n.op_type for n in graph.node)
     layers = config.num_hidden_layers
     assert ops["GroupQueryAttention"] == layers, ops
-    assert ops["MatMulNBits"] == 7 * layers + 1, ops  # q, k, v, o, gate, up, down; lm_head
+    assert ops["MatMulNBits"] == 4 * layers + 1, ops  # qkv, o, gate_up, down (packed); lm_head
     genai = json.loads((out / "genai_config.json").read_text())
     assert genai["search"]["past_present_share_buffer"] is True
     genai_model = og.Model(str(out))

@@ -4,6 +4,7 @@ onnxruntime-genai loads the folder and generates."""
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 
@@ -11,10 +12,12 @@ import numpy as np
 import onnx
 import pytest
 import torch
+import transformers
 
 import dynamo_onnx
 import hf_models
 from dynamo_onnx.integrations.transformers import hf_folder
+from dynamo_onnx.runtimes.onnxruntime.quantize import quantizable_matmuls
 
 og = pytest.importorskip("onnxruntime_genai")
 
@@ -132,3 +135,42 @@ def test_program_quantize_spellings_and_an_unknown_precision(saved_llama):
     got = program(**inputs)[0]
     error = (got - want).abs().max().item()
     assert 0 < error < 0.02 * want.abs().max().item()  # 8-bit weights, float activations
+
+
+def test_an_int4_folder_optimized_for_onnxruntime_quantizes_the_packed_projections(tmp_path):
+    """q, k, v and gate, up packed before quantization (as the builder does): one
+    MatMulNBits each, GroupQueryAttention reads q, k, v packed, and genai generates."""
+    torch.manual_seed(0)
+    decoder = {**hf_models.DECODER, "hidden_size": 64, "intermediate_size": 128, "use_cache": True}
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**decoder))
+    model.eval().save_pretrained(tmp_path / "hf")
+    fused = dynamo_onnx.export(
+        model, (), kwargs=hf_folder.example_inputs(model), optimize="onnxruntime"
+    )
+    quantizable = quantizable_matmuls(fused.model)
+    assert quantizable == 4 * model.config.num_hidden_layers + 1  # qkv, o, gate_up, down; head
+
+    program = dynamo_onnx.export_llm(
+        tmp_path / "hf", tmp_path / "out", precision="int4", optimize="onnxruntime"
+    )
+    saved = onnx.load(str(tmp_path / "out" / "model.onnx"), load_external_data=False)
+    ops = collections.Counter(n.op_type for n in saved.graph.node)
+    assert ops["MatMulNBits"] == quantizable
+    assert ops["MatMul"] == ops["FusedMatMul"] == 0  # no weight left in float
+    widths = collections.Counter(
+        onnx.helper.get_attribute_value(a)
+        for n in saved.graph.node
+        if n.op_type == "MatMulNBits"
+        for a in n.attribute
+        if a.name == "N"
+    )
+    head_size = 64 // model.config.num_attention_heads
+    heads = model.config.num_attention_heads + 2 * model.config.num_key_value_heads
+    assert widths[heads * head_size] == widths[2 * 128] == model.config.num_hidden_layers
+    gqa = [n for n in saved.graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(gqa) == model.config.num_hidden_layers
+    assert all(n.input[1] == n.input[2] == "" for n in gqa)  # the packed-QKV form
+    (note,) = program.diagnostics.by_rule("DO506")
+    assert f"Quantized {quantizable} MatMul weights to int4" in note.message
+    tokens = _generate(tmp_path / "out", torch.randint(3, 100, (1, 6)))
+    assert len(tokens) == NEW_TOKENS and all(0 <= t < 100 for t in tokens)

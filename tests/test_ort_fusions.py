@@ -16,17 +16,26 @@ import warnings
 
 import numpy as np
 import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
 import onnxruntime
 import pytest
 import torch
 import transformers
 from onnxscript.rewriter import pattern
+from onnxscript.rewriter.ort_fusions.gqa_packed_qkv import fuse_qkv_gqa
 
 import dynamo_onnx
 import hf_models
 from conftest import line_of
+from dynamo_onnx.passes.metadata import MODULE_PATH, PACKED
 from dynamo_onnx.runtimes.onnxruntime.fusions import canonical_dims
 from dynamo_onnx.runtimes.onnxruntime.optimize import layer_spans
+from dynamo_onnx.runtimes.onnxruntime.packing import (
+    PackedQKVOfSlices,
+    PackedQKVOfSplit,
+    PackProjectionsPass,
+    pack_projections,
+)
 from dynamo_onnx.runtimes.onnxruntime.rules import (
     CosSinCacheOfProduct,
     GroupQueryAttentionOfIndexMask,
@@ -90,6 +99,12 @@ def fused(request):
     return request.param, model, program
 
 
+def _layer_of(node: ir.Node) -> str:
+    """``model.layers.3`` for a node of that layer's modules."""
+    module = node.metadata_props.get(MODULE_PATH, "")
+    return ".".join(module.split(".")[:3]) if module.startswith("model.layers.") else module
+
+
 def _ops(program) -> collections.Counter:
     return collections.Counter(node.op_type for node in program.model.graph)
 
@@ -113,15 +128,29 @@ def test_each_layer_is_one_gqa_with_its_rotary_and_two_fused_norms(fused):
     assert len(program.model.graph) < 45  # from about 230 nodes (the issue's Llama: 752)
     (summary,) = program.diagnostics.by_rule("DO502")
     assert f"0 of {4 * layers + 1} attention, norm and rotary blocks unfused" in summary.message
-    matmuls = 4 if name == "phi3" else 7  # Phi-3 packs q, k, v and gate, up
+    # four MatMuls a layer (q/k/v, o, gate/up, down), packed by dynamo-onnx (Phi-3 packs
+    # q, k, v and gate, up itself), and GQA reads the packed q/k/v (key, value inputs empty)
+    for layer in range(layers):
+        in_layer = [n for n in program.model.graph if _layer_of(n) == f"model.layers.{layer}"]
+        assert sum(n.op_type in ("MatMul", "FusedMatMul") for n in in_layer) == 4
+    assert all(n.inputs[1] is None and n.inputs[2] is None for n in gqa)
+    if name != "phi3":  # named as the builder names them
+        weights = {n.inputs[1].name for n in program.model.graph if n.op_type == "MatMul"}
+        assert {
+            "model.layers.0.self_attn.qkv_proj.weight",
+            "model.layers.0.mlp.gate_up_proj.weight",
+        } <= weights
+    ours = "" if name == "phi3" else ", 2 packed MatMul"
+    matmuls = 4 if name == "phi3" else 2
     assert (
         f"model.layers.0: {matmuls} FusedMatMul, 1 GroupQueryAttention, "
-        "1 SimplifiedLayerNormalization, 1 SkipSimplifiedLayerNormalization" in summary.message
+        f"1 SimplifiedLayerNormalization, 1 SkipSimplifiedLayerNormalization{ours};"
+        in summary.message
     )
     # a layer's input norm takes the residual add of the layer before: the skip form
     assert (
         f"model.layers.1: {matmuls} FusedMatMul, 1 GroupQueryAttention, "
-        "2 SkipSimplifiedLayerNormalization" in summary.message
+        f"2 SkipSimplifiedLayerNormalization{ours};" in summary.message
     )
     assert not [f for f in program.diagnostics.findings if f.rule.id in ("DO503", "DO504", "DO505")]
 
@@ -435,7 +464,12 @@ def test_program_optimize_for_onnxruntime_after_a_plain_export():
     program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
     assert _ops(program)["GroupQueryAttention"] == 0
     program.optimize("onnxruntime")
-    assert _ops(program)["GroupQueryAttention"] == model.config.num_hidden_layers
+    layers = model.config.num_hidden_layers
+    assert _ops(program)["GroupQueryAttention"] == layers
+    packed = [n for n in program.model.graph if n.metadata_props.get(PACKED)]
+    assert sorted(n.metadata_props[PACKED] for n in packed) == sorted(
+        ["q_proj, k_proj, v_proj", "gate_proj, up_proj"] * layers
+    )
 
 
 def test_the_cli_optimizes_for_onnxruntime(tmp_path):
@@ -791,3 +825,220 @@ def test_the_gqa_rule_is_onnxscripts_with_the_mask_checked():
     rule = GroupQueryAttentionOfIndexMask()
     assert rule.name == "GQAOfIndexMask"
     assert type(rule).__mro__[1].__name__ == "GroupQueryAttention"  # onnxscript's pattern
+
+
+# -- packing projections of one input ---------------------------------------------------------
+
+
+def _initializer(name: str, array: np.ndarray) -> ir.Value:
+    value = ir.Value(
+        name=name,
+        type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+        shape=ir.Shape(array.shape),
+    )
+    value.const_value = ir.tensor(array, name=name)
+    return value
+
+
+def _projections_graph() -> ir.Model:
+    """A layer's q, k, v of ``x`` (torch_lib's ``MatMul(x, Transpose(W))``, biases on q and v
+    only), and what must stay: a MatMul of a computed weight, one of another input, and one
+    whose output is the graph's."""
+    rng = np.random.default_rng(0)
+    x = ir.Value(name="x", type=ir.TensorType(FLOAT), shape=ir.Shape(["B", "S", 8]))
+    y = ir.Value(name="y", type=ir.TensorType(FLOAT), shape=ir.Shape(["B", 8]))
+    computed = ir.Value(name="computed", type=ir.TensorType(FLOAT), shape=ir.Shape([8, 3]))
+    initializers, nodes, outputs = [], [], []
+    for part, width, bias in (("q", 8, True), ("k", 4, False), ("v", 4, True)):
+        weight = _initializer(
+            f"layer.{part}_proj.weight", rng.standard_normal((width, 8), np.float32)
+        )
+        initializers.append(weight)
+        nodes.append(ir.node("Transpose", [weight], {"perm": [1, 0]}))
+        nodes.append(ir.node("MatMul", [x, nodes[-1].outputs[0]]))
+        if bias:
+            b = _initializer(f"layer.{part}_proj.bias", rng.standard_normal(width, np.float32))
+            initializers.append(b)
+            nodes.append(ir.node("Add", [nodes[-1].outputs[0], b]))
+        nodes.append(ir.node("Relu", [nodes[-1].outputs[0]]))
+        outputs.append(nodes[-1].outputs[0])
+    other = _initializer("other.weight", rng.standard_normal((8, 5), np.float32))
+    head = _initializer("head.weight", rng.standard_normal((8, 6), np.float32))
+    initializers += [other, head]
+    nodes += [
+        ir.node("MatMul", [x, computed]),
+        ir.node("MatMul", [y, other]),
+        ir.node("MatMul", [x, head]),
+    ]
+    outputs += [n.outputs[0] for n in nodes[-3:]]
+    for i, value in enumerate(outputs):
+        value.name = f"out{i}"
+    graph = ir.Graph(
+        [x, y, computed], outputs, nodes=nodes, initializers=initializers, opset_imports={"": 18}
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+def _run(model: ir.Model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    proto = ir.to_proto(model)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def test_projections_of_one_input_are_one_matmul_and_a_split_computing_the_same():
+    model = _projections_graph()
+    rng = np.random.default_rng(1)
+    feeds = {
+        "x": rng.standard_normal((2, 3, 8), np.float32),
+        "y": rng.standard_normal((2, 8), np.float32),
+        "computed": rng.standard_normal((8, 3), np.float32),
+    }
+    want = _run(model, feeds)
+    assert PackProjectionsPass()(model).modified
+    ops = collections.Counter(n.op_type for n in model.graph)
+    # q, k, v: one MatMul, one Add (k adds zeros), one Split; the three others as they were
+    assert (ops["MatMul"], ops["Add"], ops["Split"], ops["Transpose"]) == (4, 1, 1, 0)
+    (split,) = [n for n in model.graph if n.op_type == "Split"]
+    assert ir.convenience.get_const_tensor(split.inputs[1]).numpy().tolist() == [8, 4, 4]
+    packed = split.inputs[0].producer().inputs[0].producer()
+    assert packed.inputs[1].name == "layer.qkv_proj.weight"
+    assert packed.inputs[1].shape == ir.Shape([8, 16])  # [K, N], as MatMul reads it
+    bias = split.inputs[0].producer().inputs[1]
+    assert bias.name == "layer.qkv_proj.bias"
+    np.testing.assert_array_equal(bias.const_value.numpy()[8:12], np.zeros(4, np.float32))
+    assert set(model.graph.initializers) == {
+        "layer.qkv_proj.weight",
+        "layer.qkv_proj.bias",
+        "other.weight",
+        "head.weight",
+    }
+    got = _run(model, feeds)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    assert not PackProjectionsPass()(model).modified  # nothing left to pack
+
+
+def test_projections_of_inputs_of_their_own_are_left_alone():
+    model = _projections_graph()
+    # q's and k's input is another value now: v is alone
+    z = ir.Value(name="z", type=ir.TensorType(FLOAT), shape=ir.Shape(["B", "S", 8]))
+    model.graph.inputs.append(z)
+    matmuls = [n for n in model.graph if n.op_type == "MatMul"]
+    matmuls[0].replace_input_with(0, z)
+    matmuls[1].replace_input_with(0, z)
+    assert pack_projections(model) == 1  # q and k of z, not v with the computed weight
+    (split,) = [n for n in model.graph if n.op_type == "Split"]
+    assert ir.convenience.get_const_tensor(split.inputs[1]).numpy().tolist() == [8, 4]
+
+
+def _gqa_graph(sizes: list[int], form: str = "split") -> ir.Model:
+    """``GroupQueryAttention(q, k, v, past...)`` of ``q, k, v = Split(qkv)`` (or three
+    ``Slice`` nodes, Phi-3's form): 2 heads, 1 KV head of 16, a window of 3, the rotary
+    embedding applied by the attention, as onnxscript's GQA rule and ours write it."""
+    qkv = ir.Value(name="qkv", type=ir.TensorType(FLOAT), shape=ir.Shape([1, "S", 64]))
+    past = [
+        ir.Value(name=f"past_{kind}", type=ir.TensorType(FLOAT), shape=ir.Shape([1, 1, "P", 16]))
+        for kind in ("key", "value")
+    ]
+    int32 = ir.TensorType(ir.DataType.INT32)
+    seqlens = ir.Value(name="seqlens_k", type=int32, shape=ir.Shape([1]))
+    total = ir.Value(name="total_sequence_length", type=int32, shape=ir.Shape([]))
+    angles = np.arange(16, dtype=np.float32)[:, None] * 0.1 ** np.arange(8, dtype=np.float32)
+    cos, sin = _initializer("cos", np.cos(angles)), _initializer("sin", np.sin(angles))
+    initializers = [cos, sin]
+    if form == "split":
+        widths = _initializer("widths", np.array(sizes, np.int64))
+        initializers.append(widths)
+        nodes = [ir.node("Split", [qkv, widths], {"axis": -1}, num_outputs=3)]
+        parts = list(nodes[0].outputs)
+    else:
+        ends = np.cumsum(sizes)
+        nodes = []
+        for i, (start, end) in enumerate(zip([0, *ends[:-1]], ends)):
+            bounds = [
+                _initializer(f"{name}{i}", np.array([v], np.int64))
+                for name, v in (("start", start), ("end", end), ("axis", 2), ("step", 1))
+            ]
+            initializers += bounds
+            nodes.append(ir.node("Slice", [qkv, *bounds]))
+            nodes[-1].outputs[0].shape = ir.Shape([1, "S", int(end - start)])  # its check reads
+        parts = [n.outputs[0] for n in nodes]
+    gqa = ir.node(
+        "GroupQueryAttention",
+        [*parts, *past, seqlens, total, cos, sin],
+        {
+            "num_heads": 2,
+            "kv_num_heads": 1,
+            "local_window_size": 3,
+            "do_rotary": 1,
+            "rotary_interleaved": 0,
+        },
+        domain="com.microsoft",
+        num_outputs=3,
+    )
+    for value, name in zip(gqa.outputs, ("attention", "present_key", "present_value")):
+        value.name = name
+    graph = ir.Graph(
+        [qkv, *past, seqlens, total],
+        gqa.outputs,
+        nodes=[*nodes, gqa],
+        initializers=initializers,
+        opset_imports={"": 18, "com.microsoft": 1},
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+def _gqa_feeds() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(2)
+    new, past = 3, 2
+    return {
+        "qkv": rng.standard_normal((1, new, 64), np.float32),
+        "past_key": rng.standard_normal((1, 1, past, 16), np.float32),
+        "past_value": rng.standard_normal((1, 1, past, 16), np.float32),
+        "seqlens_k": np.array([past + new - 1], np.int32),
+        "total_sequence_length": np.array(past + new, np.int32),
+    }
+
+
+@pytest.mark.parametrize(
+    ("form", "rule"), [("split", PackedQKVOfSplit), ("slices", PackedQKVOfSlices)]
+)
+def test_gqa_of_a_split_qkv_takes_it_packed_with_its_attributes_and_the_same_values(form, rule):
+    model = _gqa_graph([32, 16, 16], form)
+    feeds = _gqa_feeds()
+    want = _run(model, feeds)
+    assert pattern.RewriteRuleSet([rule.rule()]).apply_to_model(model) == 1
+    common_passes.RemoveUnusedNodesPass()(model)
+    (gqa,) = model.graph
+    assert gqa.op_type == "GroupQueryAttention"
+    assert gqa.inputs[0].name == "qkv" and gqa.inputs[1] is None and gqa.inputs[2] is None
+    assert [v.name for v in gqa.inputs[3:]] == [
+        "past_key",
+        "past_value",
+        "seqlens_k",
+        "total_sequence_length",
+        "cos",
+        "sin",
+    ]
+    assert gqa.attributes.get_int("local_window_size") == 3
+    got = _run(model, feeds)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_onnxscripts_packed_qkv_rule_drops_the_window_ours_keeps():
+    """Why fusions.py runs PackedQKVOfSlices instead of onnxscript's ``fuse_qkv_gqa``: if
+    this fails, onnxscript keeps the attributes and its rule can come back."""
+    model = _gqa_graph([32, 16, 16], "slices")
+    assert fuse_qkv_gqa(model) == 1
+    (gqa,) = [n for n in model.graph if n.op_type == "GroupQueryAttention"]
+    assert gqa.inputs[1] is None and "local_window_size" not in gqa.attributes
+
+
+@pytest.mark.parametrize("sizes", [[16, 32, 16], [32, 8, 24]])
+def test_a_split_that_is_not_q_k_v_of_the_heads_stays(sizes):
+    model = _gqa_graph(sizes)
+    assert pattern.RewriteRuleSet([PackedQKVOfSplit.rule()]).apply_to_model(model) == 0
+    assert [n.op_type for n in model.graph] == ["Split", "GroupQueryAttention"]

@@ -27,6 +27,7 @@ __all__ = [
     "MODULE_CLASSES",
     "MODULE_PATH",
     "NAMESPACE",
+    "PACKED",
     "NodeSource",
     "STACK_TRACE",
     "control_flow_source",
@@ -48,6 +49,9 @@ MODULE_CLASS = f"{META_PREFIX}module_class"
 STACK_TRACE = f"{META_PREFIX}stack_trace"
 #: The key Netron and torch.onnx use for a node's module path.
 NAMESPACE = "namespace"
+#: On a MatMul that packs several projections of one input (``optimize="onnxruntime"``):
+#: their modules, relative to the node's module (``q_proj, k_proj, v_proj``).
+PACKED = f"{META_PREFIX}packed"
 
 
 @dataclasses.dataclass(frozen=True)

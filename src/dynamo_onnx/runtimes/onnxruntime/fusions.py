@@ -26,7 +26,6 @@ from onnxscript.rewriter.ort_fusions.bias_gelu import fuse_bias_gelu
 from onnxscript.rewriter.ort_fusions.cos_sin_cache import fuse_cos_sin_cache
 from onnxscript.rewriter.ort_fusions.erfgelu import fuse_erfgelu
 from onnxscript.rewriter.ort_fusions.gelu import fuse_gelu
-from onnxscript.rewriter.ort_fusions.gqa_packed_qkv import fuse_qkv_gqa
 from onnxscript.rewriter.ort_fusions.mha_bias import fuse_mha_bias
 from onnxscript.rewriter.ort_fusions.mha_scale import fuse_mha_scale
 from onnxscript.rewriter.ort_fusions.rms_normalization import (
@@ -46,6 +45,11 @@ from onnxscript.rewriter.ort_fusions.skip_normalization import (
 from onnxscript.rewriter.rules.common import gemm_to_matmul_add_rule
 
 from dynamo_onnx.runtimes.onnxruntime.mha import mha_rules
+from dynamo_onnx.runtimes.onnxruntime.packing import (
+    PackedQKVOfSlices,
+    PackedQKVOfSplit,
+    pack_projections,
+)
 from dynamo_onnx.runtimes.onnxruntime.rules import (
     CosSinCacheOfProduct,
     GroupQueryAttentionOfIndexMask,
@@ -121,7 +125,8 @@ def _steps(max_positions: int | None) -> list[tuple[str, Fusion, dict[str, objec
         ("gqa", _rules(GroupQueryAttentionOfIndexMask.rule()), {}),  # for onnxscript's: rules.py
         ("whole_window_cache", _whole_window_caches, {}),
         ("sdpa_softcap_unfused", _rules(SoftcappedAttentionUnfused.rule()), {}),
-        ("packed_qkv_for_gqa", fuse_qkv_gqa, {}),
+        # onnxscript's fuse_qkv_gqa with the attention's attributes kept: packing.py
+        ("packed_qkv_for_gqa", _rules(PackedQKVOfSlices.rule()), {}),
         ("mha1", _rules(*mha_rules(has_past_present=True).rules), {}),  # mha.py: shape checked
         ("mha2", _rules(*mha_rules(has_past_present=False).rules), {}),
         ("mha_scale", fuse_mha_scale, {}),
@@ -130,6 +135,9 @@ def _steps(max_positions: int | None) -> list[tuple[str, Fusion, dict[str, objec
         ("gelu", fuse_gelu, {}),
         ("bias_gelu", fuse_bias_gelu, {}),
         ("sdpa_via_mha", replace_sdpa_by_mha, {}),
+        # after the attention fusions, whose patterns read q, k and v from MatMuls of their own
+        ("packed_projections", pack_projections, {}),
+        ("packed_qkv_of_split", _rules(PackedQKVOfSplit.rule()), {}),
     ]
 
 

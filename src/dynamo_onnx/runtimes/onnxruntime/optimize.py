@@ -22,7 +22,13 @@ from dynamo_onnx.errors import OnnxExporterError, OptimizationError
 from dynamo_onnx.options import TORCHLIB_OPSET
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
-from dynamo_onnx.passes.metadata import MODULE_CLASSES, MODULE_PATH, STACK_TRACE, stack_frames
+from dynamo_onnx.passes.metadata import (
+    MODULE_CLASSES,
+    MODULE_PATH,
+    PACKED,
+    STACK_TRACE,
+    stack_frames,
+)
 from dynamo_onnx.passes.onnx.load_check import runtime_refusal
 from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
 from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden
@@ -175,9 +181,14 @@ def _is_fused(block: Block, nodes: list[ir.Node], own: list[ir.Node]) -> bool:
 _FUSED = frozenset(op for ops in FUSED_OPS.values() for op in ops)
 
 
-def _is_fused_op(node: ir.Node) -> bool:
-    """An operator a fusion made (``SimplifiedLayerNormalization`` is in the ONNX domain)."""
-    return node.domain == "com.microsoft" or (node.op_type in _FUSED and node.domain == "")
+def _fused_op(node: ir.Node) -> str | None:
+    """What a fusion made of ``node`` (``SimplifiedLayerNormalization`` is in the ONNX
+    domain; a MatMul of projections packed together is a ``packed MatMul``), or None."""
+    if PACKED in node.metadata_props:
+        return f"packed {node.op_type}"
+    if node.domain == "com.microsoft" or (node.op_type in _FUSED and node.domain == ""):
+        return node.op_type
+    return None
 
 
 def _layer(module: str) -> str:
@@ -196,8 +207,9 @@ def _per_layer(model: ir.Model) -> str:
     by layer, layers with the same counts together."""
     by_layer: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for node in model.graph:
-        if _is_fused_op(node):
-            by_layer[_layer(_module(node))][node.op_type] += 1
+        fused = _fused_op(node)
+        if fused:
+            by_layer[_layer(_module(node))][fused] += 1
     groups: dict[str, list[str]] = collections.defaultdict(list)
     for layer, counts in by_layer.items():
         key = ", ".join(f"{n} {op}" for op, n in sorted(counts.items()))
@@ -264,7 +276,7 @@ def optimize_for_onnxruntime(
     unfused = [b for b in blocks if not _is_fused(b, subtree(b), by_module.get(b.module, []))]
     for block in unfused:
         _record_unfused(ctx, block, by_module.get(block.module, []), subtree(block), failures)
-    fused_ops = collections.Counter(node.op_type for node in model.graph if _is_fused_op(node))
+    fused_ops = collections.Counter(filter(None, map(_fused_op, model.graph)))
     ctx.record(
         "runtime-optimized",
         runtime="ONNX Runtime",
