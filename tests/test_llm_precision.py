@@ -72,7 +72,8 @@ def test_a_quantized_folder_loads_in_genai_generates_and_quantizes_every_weight_
     saved_llama, float_weight_matmuls, precision, bits, tmp_path
 ):
     path, model = saved_llama
-    program = dynamo_onnx.export_llm(path, tmp_path, precision=precision)
+    # the plain folder (the command's --optimize-for none): each projection its own MatMul
+    program = dynamo_onnx.export_llm(path, tmp_path, precision=precision, optimize=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "genai_config.json",
         "model.onnx",
@@ -150,9 +151,8 @@ def test_an_int4_folder_optimized_for_onnxruntime_quantizes_the_packed_projectio
     quantizable = quantizable_matmuls(fused.model)
     assert quantizable == 4 * model.config.num_hidden_layers + 1  # qkv, o, gate_up, down; head
 
-    program = dynamo_onnx.export_llm(
-        tmp_path / "hf", tmp_path / "out", precision="int4", optimize="onnxruntime"
-    )
+    program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "out", precision="int4")
+    # (optimized for ONNX Runtime: export_llm's default)
     saved = onnx.load(str(tmp_path / "out" / "model.onnx"), load_external_data=False)
     ops = collections.Counter(n.op_type for n in saved.graph.node)
     assert ops["MatMulNBits"] == quantizable
