@@ -48,6 +48,8 @@ class _RootFiltered:
         self._op_type = op_type
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_rule", "_op_type"):  # copies, pickles
+            raise AttributeError(name)
         return getattr(self._rule, name)
 
     def __repr__(self) -> str:
