@@ -15,7 +15,11 @@ and peak RSS are the same for both) and measures:
   DEBUG), the export, then writing its SARIF log and markdown report at that level, timed
   in the same process so that the ratio does not depend on the machine's load between
   processes. (Findings are always recorded; the levels only change what is rendered.)
-  Each repeat runs all of a model's processes back to back.
+  Each repeat runs all of a model's processes back to back;
+- with GPT-2 in the run, GPT-2's export (``optimize=False``) against
+  ``torch.export.export(strict=False)`` alone, each in fresh processes, alternating
+  (``llm_genai.gpt2_overhead``, as ``make bench-llm`` measures it): what the exporter adds
+  to capture.
 
 The figures are medians over the repeats; each has the ratio ours / torch.onnx next to it,
 since these machines are shared and only ratios from one run compare. Results go to a JSON
@@ -366,6 +370,10 @@ def run(models: list[str], repeats: int, log: Any = sys.stderr) -> dict[str, Any
             for e in EXPORTERS
         }
         results["models"][model] = entry
+    if "gpt2-124m" in models:  # issue 35's target: the plain export against capture alone
+        from llm_genai import gpt2_overhead  # noqa: PLC0415 - the same workers as bench-llm
+
+        results["gpt2_torch_export"] = gpt2_overhead(repeats, log)
     import_runs = [_subprocess("--imports") for _ in range(repeats)]
     results["imports"] = {
         key: _median([r for r in import_runs if "error" not in r], key)
@@ -497,6 +505,16 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {imported['torch_s']:.2f} | {imported['package_s']:.2f} | "
             f"{imported['exporter_s']:.2f} | {imported['registry_s']:.2f} | "
             f"{imported['package_s'] + imported['exporter_s'] + imported['registry_s']:.2f} |",
+        ]
+    gpt2 = results.get("gpt2_torch_export")
+    if gpt2:
+        med = gpt2["median_s"]
+        lines += [
+            "",
+            f"GPT-2 124M, `dynamo_onnx.export(optimize=False)` against "
+            f"`torch.export.export(strict=False)` alone, fresh processes alternating: "
+            f"{med['dynamo-onnx']:.2f} s / {med['torch.export.export']:.2f} s, "
+            f"**{gpt2['ratio']:.2f}×** (medians of {len(gpt2['seconds']['dynamo-onnx'])}).",
         ]
     errors = [
         (model, exporter, entry[exporter]["error"])

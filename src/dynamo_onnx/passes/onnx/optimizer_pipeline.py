@@ -18,6 +18,9 @@ One rule is corrected: ``MaterializeReshapeShape`` writes a reshape's inferred r
 as a constant with ``allowzero=1``, a symbolic dimension as ``-1``; beside a dimension of
 static size 0 that is a shape ONNX forbids ("product of 0 in combination with -1": a view
 of an (n, 0, 2) tensor failed in ONNX Runtime). Here the rule leaves such a reshape as it is.
+
+The rules are tried only on nodes of their pattern's root op type (``rule_roots``): the
+same rewrites, without setting up the matcher for every rule at every node.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import onnxscript.optimizer
 import onnxscript.rewriter
 
 from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
+from dynamo_onnx.passes.onnx.rule_roots import root_filtered
 
 __all__ = ["optimize", "split_halves", "weights_kept"]
 
@@ -94,7 +98,7 @@ def optimize(model: ir.Model) -> None:
                 output_size_limit=_limit("OUTPUT"),
                 should_fold=weights_kept,
             ),
-            onnxscript.rewriter.RewritePass(kept),
+            onnxscript.rewriter.RewritePass(root_filtered(kept)),
             _SplitHalvesPass(),
             common_passes.RemoveUnusedNodesPass(),
             common_passes.RemoveUnusedFunctionsPass(),

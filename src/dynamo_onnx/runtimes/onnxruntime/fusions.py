@@ -44,6 +44,7 @@ from onnxscript.rewriter.ort_fusions.skip_normalization import (
 )
 from onnxscript.rewriter.rules.common import gemm_to_matmul_add_rule
 
+from dynamo_onnx.passes.onnx.rule_roots import root_filtered
 from dynamo_onnx.runtimes.onnxruntime.mha import mha_rules
 from dynamo_onnx.runtimes.onnxruntime.packing import (
     PackedQKVOfSlices,
@@ -239,7 +240,7 @@ def fuse(
             if any(left(node) for node in model.graph):
                 failures.extend(match_failures(model, kind, rules()))
     optimize(model)  # inlines the intermediate fusion functions no fusion consumed
-    rewrite(model, ORT_PATTERN_REWRITE_RULES)
+    rewrite(model, root_filtered(ORT_PATTERN_REWRITE_RULES))  # the same rules, sooner
     ir.passes.Sequential(
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=1),
         common_passes.RemoveInitializersFromInputsPass(),
