@@ -282,3 +282,26 @@ def test_diff_with_orders_and_ends(dtype):
     assert not program.diagnostics.by_rule("decomposition-fallback")
     _matches(lambda x: torch.diff(x, dim=0), x)
     _matches(lambda x, a, b: torch.diff(x, dim=1, prepend=a, append=b), x, before, after)
+
+
+class Clamped(torch.nn.Module):
+    """``torch.max(a, b)`` / ``torch.min(a, b)`` (``max.other``, T5's attention clamp):
+    torch_lib has them as ``maximum``/``minimum`` only."""
+
+    def forward(self, a, b, mask):
+        return torch.max(a, b), torch.min(a, b), torch.max(mask, mask.logical_not())
+
+
+def test_elementwise_max_and_min_of_two_tensors_translate_without_a_retrace():
+    a = torch.tensor([[1.0, float("nan"), -2.0], [0.0, 5.0, -1.0]])
+    b = torch.tensor([0.5, 3.0, float("nan")])  # broadcast, NaN on both sides
+    mask = torch.tensor([True, False, True])
+    program = dynamo_onnx.export(Clamped(), (a, b, mask), dynamic_shapes=({0: "rows"}, None, None))
+    (plan,) = program.diagnostics.by_rule("decomposition-plan")
+    assert plan.properties["retraced"] is False  # was: "`aten::max.other` has no ONNX function"
+    for args in ((a, b, mask), (torch.randn(4, 3), b, mask)):  # NaN propagates, as in torch
+        for got, want in zip(program(*args), Clamped()(*args), strict=True):
+            torch.testing.assert_close(got, want, equal_nan=True)
+    ints = (torch.tensor([3, -1, 7]), torch.tensor([2, 2, 2]))
+    _matches(torch.max, *ints, atol=0, rtol=0)
+    _matches(torch.min, *ints, atol=0, rtol=0)

@@ -10,7 +10,7 @@ are never chosen below the opset they need. What each group is for is said in it
 * ``functions.numeric``: the variance family torch_lib leaves unregistered, ``dist``,
   ``cdist``, ``ldexp``, ``special_entr``;
 * ``functions.pooling``: adaptive average and max pooling, max pooling's gradient;
-* ``functions.elementwise``: ``fmax``/``fmin``, ``hypot``, ``copysign``, ``frexp``,
+* ``functions.elementwise``: ``max.other``/``min.other``, ``fmax``/``fmin``, ``hypot``, ``copysign``, ``frexp``,
   ``uniform``, RReLU;
 * ``functions.indexing``: ``sort``, ``kthvalue``, ``searchsorted``/``bucketize``,
   ``take``/``put``, ``scatter`` with ``reduce``, ``nonzero_static``, ``squeeze.dims``,
@@ -84,6 +84,8 @@ _BY_NAME: tuple[tuple[str, object, int], ...] = (
     ("aten::adaptive_max_pool3d", pooling.adaptive_max_pool, 18),
     ("aten::max_pool2d_with_indices_backward", pooling.max_pool2d_with_indices_backward, 18),
     ("aten::_cdist_forward", numeric.cdist, 18),
+    ("aten::max.other", elementwise.max_other, 18),
+    ("aten::min.other", elementwise.min_other, 18),
     ("aten::fmax", elementwise.fmax, 18),
     ("aten::fmin", elementwise.fmin, 18),
     ("aten::hypot", elementwise.hypot, 18),

@@ -1,4 +1,6 @@
-"""Element-wise operators torch_lib has not written: ``fmax``/``fmin`` (NaN-ignoring),
+"""Element-wise operators torch_lib has not written: ``max.other``/``min.other`` (torch's
+``torch.max(a, b)``, which torch_lib has as ``maximum``/``minimum`` only: without them a
+model calling it is re-traced with torch's decompositions), ``fmax``/``fmin`` (NaN-ignoring),
 ``hypot``, ``copysign`` (the sign of -0.0 included), ``frexp``, ``uniform``, and
 ``rrelu_with_noise_functional`` (RReLU: the mean slope in evaluation mode)."""
 
@@ -8,7 +10,31 @@ from onnxscript import BOOL, FLOAT, INT32
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat, TReal
 
-__all__ = ["copysign", "fmax", "fmin", "frexp", "hypot", "rrelu_with_noise", "uniform"]
+__all__ = [
+    "copysign",
+    "fmax",
+    "fmin",
+    "frexp",
+    "hypot",
+    "max_other",
+    "min_other",
+    "rrelu_with_noise",
+    "uniform",
+]
+
+
+def max_other(self: TReal, other: TReal) -> TReal:
+    """max.other(Tensor self, Tensor other) -> Tensor: ``maximum``, as torch_lib writes it."""
+    if self.dtype == BOOL.dtype:
+        return op.Or(self, other)
+    return op.Max(self, other)
+
+
+def min_other(self: TReal, other: TReal) -> TReal:
+    """min.other(Tensor self, Tensor other) -> Tensor: ``minimum``, as torch_lib writes it."""
+    if self.dtype == BOOL.dtype:
+        return op.And(self, other)
+    return op.Min(self, other)
 
 
 def _nan_ignoring(self: TFloat, other: TFloat, chosen: TFloat) -> TFloat:
