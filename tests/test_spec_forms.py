@@ -18,6 +18,9 @@ from torch.export import Dim
 import dynamo_onnx
 import hf_models
 from conftest import line_of
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.passes.base import ExportRequest, ExportState
+from dynamo_onnx.passes.validate import ValidatePass
 
 #: (batch, new tokens, past): prefill with an empty past, one-token decoding past the
 #: sliding window, a few tokens after a short past.
@@ -123,17 +126,14 @@ def _spec(model, form: str) -> Any:
     return forms[form]
 
 
-LLAMA_FORMS = [
-    "one-dict",
-    "one-list-of-dims",
-    "registration-nesting",
-    "flat-per-tensor",
-    "auto",
-    "dynamic",
-    "dim-objects",
-    "other-name",
-    "positional",
-]
+#: Llama's forms that are exported, each with and without the registration.
+LLAMA_FORMS = ["one-dict", "one-list-of-dims", "auto", "dynamic", "dim-objects"]
+#: Llama's forms whose checked request is one-dict's (validation reads them into the same
+#: flat spec by the export's inputs, the same dims asked, the same labels): every pass after
+#: validation reads the checked request alone, so their export is one-dict's export. Each is
+#: validated and compared with one-dict, with and without the registration
+#: (test_spellings_of_one_dicts_spec_are_checked_into_its_request); one-dict is exported.
+SAME_AS_ONE_DICT = ["registration-nesting", "flat-per-tensor", "other-name", "positional"]
 #: The forms every other model is exported with (one with the registration, one without).
 OTHER_FORMS = [("registration-nesting", True), ("flat-per-tensor", False)]
 
@@ -172,6 +172,47 @@ def test_every_cache_spec_form_exports_a_model_equal_to_eager_at_three_shapes(ca
             assert len(got) == len(want)
             for g, w in zip(got, want):
                 torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
+    leaves, _ = torch.utils._pytree.tree_flatten(_inputs(model)[_cache_parameter(model)])
+    assert len(leaves) == 1  # the registration did not outlive the test
+
+
+def _checked(model, inputs: dict[str, Any], spec: Any) -> tuple[list[str], dict[str, Any]]:
+    """Validation's findings and what of its checked request depends on the spec: the
+    exporter's passes after validation read these, never the caller's spelling."""
+    ctx = DiagnosticContext()
+    request = ExportRequest(model, (), kwargs=inputs, dynamic_shapes=spec)
+    checked = ValidatePass()(ctx, ExportState(request)).valid
+    seen = {
+        "named_spec": checked.named_spec,
+        "dynamic_shapes": checked.dynamic_shapes,
+        "requested_dims": checked.requested_dims,
+        "declared_dims": checked.declared_dims,
+        "all_dims_dynamic": checked.all_dims_dynamic,
+        "input_labels": checked.input_labels,
+        "input_names": checked.input_names,
+        "family_names": checked.family_inputs.names,
+        "bound": {k: (v.shape, v.flatten().tolist()) for k, v in checked.bound.items()},
+        "kwargs": checked.kwargs,
+    }
+    return [f"{f.rule.id} {f.level.name} {f.message}" for f in ctx.findings], seen
+
+
+@pytest.mark.parametrize("registered", [False, True], ids=["leaf", "registered"])
+@pytest.mark.parametrize("form", SAME_AS_ONE_DICT)
+def test_spellings_of_one_dicts_spec_are_checked_into_its_request(form, registered):
+    """A spelling of one-dict's spec: validation takes it (no finding, none of a warning's
+    level) into one-dict's checked request, so it exports one-dict's model, which
+    test_every_cache_spec_form_exports_a_model_equal_to_eager_at_three_shapes exports and
+    compares with eager."""
+    model = hf_models.causal_lm("llama")
+    inputs = _inputs(model)
+    with _registered() if registered else contextlib.nullcontext():
+        findings, checked = _checked(model, inputs, _spec(model, form))
+        one_dict = _checked(model, inputs, _spec(model, "one-dict"))
+    assert (findings, checked) == one_dict
+    assert not [f for f in findings if "WARNING" in f or "ERROR" in f], findings
+    key = [str(d) for d in checked["named_spec"]["past_key_values_0_key"].values()]
+    assert key == ["batch", "past"]  # batch and past dynamic, by the caller's names
     leaves, _ = torch.utils._pytree.tree_flatten(_inputs(model)[_cache_parameter(model)])
     assert len(leaves) == 1  # the registration did not outlive the test
 
