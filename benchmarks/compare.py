@@ -508,14 +508,9 @@ def markdown(results: dict[str, Any]) -> str:
         ]
     gpt2 = results.get("gpt2_torch_export")
     if gpt2:
-        med = gpt2["median_s"]
-        lines += [
-            "",
-            f"GPT-2 124M, `dynamo_onnx.export(optimize=False)` against "
-            f"`torch.export.export(strict=False)` alone, fresh processes alternating: "
-            f"{med['dynamo-onnx']:.2f} s / {med['torch.export.export']:.2f} s, "
-            f"**{gpt2['ratio']:.2f}×** (medians of {len(gpt2['seconds']['dynamo-onnx'])}).",
-        ]
+        from llm_genai import gpt2_line  # noqa: PLC0415 - bench-llm's line, the same figures
+
+        lines += ["", gpt2_line(gpt2)]
     errors = [
         (model, exporter, entry[exporter]["error"])
         for model, entry in results["models"].items()

@@ -428,15 +428,19 @@ def markdown(results: dict[str, Any]) -> str:
     lines += ["", *_cpu_table(folders, times)]
     gpt2 = results.get("gpt2")
     if gpt2:
-        med = gpt2["median_s"]
-        lines += [
-            "",
-            f"GPT-2 124M export (optimize=False) {med['dynamo-onnx']:.2f} s against "
-            f"torch.export.export alone {med['torch.export.export']:.2f} s: "
-            f"**{gpt2['ratio']:.2f}x** (medians of {len(gpt2['seconds']['dynamo-onnx'])} "
-            "fresh processes each, alternating).",
-        ]
+        lines += ["", gpt2_line(gpt2)]
     return "\n".join(lines) + "\n"
+
+
+def gpt2_line(gpt2: dict[str, Any]) -> str:
+    """The report's line for :func:`gpt2_overhead`'s result (bench-llm's and make bench's)."""
+    med = gpt2["median_s"]
+    return (
+        f"GPT-2 124M, `dynamo_onnx.export(optimize=False)` against "
+        f"`torch.export.export(strict=False)` alone: {med['dynamo-onnx']:.2f} s / "
+        f"{med['torch.export.export']:.2f} s, **{gpt2['ratio']:.2f}x** (medians of "
+        f"{len(gpt2['seconds']['dynamo-onnx'])} fresh processes each, alternating)."
+    )
 
 
 def _cpu_table(folders: dict[str, Any], times: dict[str, Any]) -> list[str]:

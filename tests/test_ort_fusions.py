@@ -317,6 +317,26 @@ def test_a_sliding_models_cache_is_fed_whole_and_verify_compares_the_presents_en
     assert ids[-1] == "DO602"
 
 
+def _greedy(model, prompt: torch.Tensor, new: int) -> torch.Tensor:
+    """transformers' greedy sequence: ``prompt`` and exactly ``new`` tokens."""
+    ones = torch.ones_like(prompt)
+    return model.generate(
+        prompt, attention_mask=ones, max_new_tokens=new, min_new_tokens=new, do_sample=False
+    )
+
+
+def _genai_sequence(og, folder, prompt: torch.Tensor, length: int) -> np.ndarray:
+    """onnxruntime-genai's greedy sequence of ``length`` tokens from ``folder``."""
+    generator_model = og.Model(str(folder))
+    params = og.GeneratorParams(generator_model)
+    params.set_search_options(max_length=length, do_sample=False)
+    generator = og.Generator(generator_model, params)
+    generator.append_tokens(prompt.numpy().astype(np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    return np.asarray(generator.get_sequence(0))
+
+
 def test_genai_generates_transformers_greedy_tokens_beyond_the_window(sliding, tmp_path):
     og = pytest.importorskip("onnxruntime_genai")
     name, model, program = sliding
@@ -327,22 +347,9 @@ def test_genai_generates_transformers_greedy_tokens_beyond_the_window(sliding, t
     assert "sliding_window" not in config["model"]["decoder"]  # every layer's cache whole
     torch.manual_seed(3)
     prompt = torch.randint(1, 100, (1, 6))
-    eager = model.generate(
-        prompt,
-        attention_mask=torch.ones_like(prompt),
-        max_new_tokens=10,
-        min_new_tokens=10,
-        do_sample=False,
-    )
+    eager = _greedy(model, prompt, 10)
     assert eager.shape[1] == 16 > 3 * model.config.sliding_window
-    generator_model = og.Model(str(tmp_path))
-    params = og.GeneratorParams(generator_model)
-    params.set_search_options(max_length=16, do_sample=False)
-    generator = og.Generator(generator_model, params)
-    generator.append_tokens(prompt.numpy().astype(np.int32))
-    while not generator.is_done():
-        generator.generate_next_token()
-    np.testing.assert_array_equal(np.asarray(generator.get_sequence(0)), eager[0].numpy())
+    np.testing.assert_array_equal(_genai_sequence(og, tmp_path, prompt, 16), eager[0].numpy())
 
 
 def test_genai_generates_transformers_greedy_tokens_from_the_fused_folder(tmp_path):
@@ -353,21 +360,8 @@ def test_genai_generates_transformers_greedy_tokens_from_the_fused_folder(tmp_pa
     config = json.loads((tmp_path / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is True
     prompt = torch.randint(1, 100, (1, 6))
-    eager = model.generate(
-        prompt,
-        attention_mask=torch.ones_like(prompt),
-        max_new_tokens=10,
-        min_new_tokens=10,
-        do_sample=False,
-    )
-    generator_model = og.Model(str(tmp_path))
-    params = og.GeneratorParams(generator_model)
-    params.set_search_options(max_length=16, do_sample=False)
-    generator = og.Generator(generator_model, params)
-    generator.append_tokens(prompt.numpy().astype(np.int32))
-    while not generator.is_done():
-        generator.generate_next_token()
-    np.testing.assert_array_equal(np.asarray(generator.get_sequence(0)), eager[0].numpy())
+    eager = _greedy(model, prompt, 10)
+    np.testing.assert_array_equal(_genai_sequence(og, tmp_path, prompt, 16), eager[0].numpy())
 
 
 def test_an_attention_gqa_cannot_take_is_a_finding_at_its_line_with_the_reason():
