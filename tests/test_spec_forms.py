@@ -19,6 +19,7 @@ import dynamo_onnx
 import hf_models
 from conftest import line_of
 from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.integrations.transformers import hf_folder
 from dynamo_onnx.passes.base import ExportRequest, ExportState
 from dynamo_onnx.passes.validate import ValidatePass
 
@@ -34,20 +35,8 @@ def _cache_parameter(model: torch.nn.Module) -> str:
 
 
 def _inputs(model: transformers.PreTrainedModel, batch: int = 2, new: int = 3, past: int = 4):
-    config = model.config
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    cache = transformers.DynamicCache(config=config)
-    for layer in range(config.num_hidden_layers):
-        shape = (batch, heads, past, head_dim)
-        cache.update(torch.randn(shape), torch.randn(shape), layer)
-    return {
-        "input_ids": torch.randint(1, config.vocab_size, (batch, new)),
-        "attention_mask": torch.ones(batch, past + new, dtype=torch.int64),
-        "position_ids": torch.arange(past, past + new).expand(batch, new),
-        _cache_parameter(model): cache,
-        "use_cache": True,
-    }
+    """A decoding step's inputs, as ``export-llm`` builds them (its cache filled at random)."""
+    return hf_folder.example_inputs(model, batch, new, past)
 
 
 def _eager(model, inputs) -> list[torch.Tensor]:
