@@ -142,3 +142,26 @@ def test_finalize_gives_an_input_used_as_output_its_own_node():
     assert [n.op_type for n in model.graph] == ["Identity"]
     assert model.graph.outputs[0] is not model.graph.inputs[0]
     onnx.checker.check_model(ir.to_proto(model), full_check=True)
+
+
+def test_a_decorated_forwards_code_is_found_where_the_function_is_written():
+    """transformers wraps many ``forward``s in a decorator (``deprecate_kwarg``): the file
+    was the decorator's (transformers/utils/deprecation.py) with the function's line number,
+    a place that points nowhere. Both now come from the function."""
+    import inspect  # noqa: PLC0415
+
+    import transformers  # noqa: PLC0415
+
+    from dynamo_onnx.passes.model import code_location, return_location  # noqa: PLC0415
+
+    config = transformers.MistralConfig(
+        num_hidden_layers=1, hidden_size=32, num_attention_heads=2, vocab_size=50
+    )
+    model = transformers.MistralForCausalLM(config)
+    forward = inspect.unwrap(transformers.MistralForCausalLM.forward)
+    assert forward is not transformers.MistralForCausalLM.forward  # (still decorated)
+    where = code_location(model)
+    assert where is not None and where.path == inspect.getsourcefile(forward)
+    assert where.line == inspect.getsourcelines(forward)[1]
+    returned = return_location(model)
+    assert returned is not None and returned.path == where.path and returned.line > where.line

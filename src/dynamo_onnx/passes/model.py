@@ -86,9 +86,12 @@ def forward_signature(model: Any) -> inspect.Signature | None:
 
 
 def code_location(model: Any) -> Location | None:
-    """Where the model's code starts: its class's ``forward``, or the function itself."""
+    """Where the model's code starts: its class's ``forward``, or the function itself. A
+    decorated ``forward`` (transformers wraps many in ``deprecate_kwarg``) is unwrapped:
+    ``getsourcefile`` would name the decorator's file, ``getsourcelines`` the function's line."""
     try:
         code_owner = type(model).forward if isinstance(model, torch.nn.Module) else model
+        code_owner = inspect.unwrap(code_owner)
         path = inspect.getsourcefile(code_owner)
         _, line = inspect.getsourcelines(code_owner)
     except (TypeError, OSError, AttributeError):  # builtins, ScriptModules, no source
@@ -115,7 +118,7 @@ def return_location(model: Any) -> Location | None:
     start = code_location(model)
     try:
         code_owner = type(model).forward if isinstance(model, torch.nn.Module) else model
-        lines, first = inspect.getsourcelines(code_owner)
+        lines, first = inspect.getsourcelines(inspect.unwrap(code_owner))
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except (TypeError, OSError, AttributeError, SyntaxError):
         return start
