@@ -90,13 +90,18 @@ def _export(model, **options):
     )
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2", "phi3"])
-def fused(request):
-    model = _model(request.param)
+def _exported_with_no_warning(name: str):
+    """(name, model, program) of ``_export``; any DynamoOnnxWarning fails the test."""
+    model = _model(name)
     with warnings.catch_warnings():
         warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no warning at all
         program = _export(model)
-    return request.param, model, program
+    return name, model, program
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "phi3"])
+def fused(request):
+    return _exported_with_no_warning(request.param)
 
 
 def _layer_of(node: ir.Node) -> str:
@@ -186,11 +191,7 @@ def test_several_new_tokens_after_a_past_at_batch_two_are_gqas_limit_and_say_so(
 
 @pytest.fixture(scope="module", params=["mistral", "gemma2", "gemma3"])
 def sliding(request):
-    model = _model(request.param)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no warning at all
-        program = _export(model)
-    return request.param, model, program
+    return _exported_with_no_warning(request.param)
 
 
 def _sliding_layers(model) -> list[bool]:
