@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import onnx_ir as ir
+import pytest
 import torch
 
 import dynamo_onnx
 from conftest import MLPModel, SmallCNN
+from dynamo_onnx.diagnostics import Level
 from dynamo_onnx.passes.decompose import rewrites
 from dynamo_onnx.registry import target_name
 
@@ -33,13 +35,139 @@ class InPlace(torch.nn.Module):
         return torch.relu(y)
 
 
-def test_in_place_operator_forces_the_retrace_and_says_so():
-    program = dynamo_onnx.export(InPlace(), (torch.randn(3),))
+class AugmentedAssignment(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y += x  # add_ with a tensor of the same dtype
+        y *= 0.5
+        return y.sin()
+
+
+class ReadBeforeAndAfter(torch.nn.Module):
+    def forward(self, x):
+        y = x + 1
+        before = y * 3  # reads the value before the write
+        y.mul_(2).sub_(1)  # a chain of writes
+        torch.relu_(y)
+        return before + y
+
+
+class MaskedInPlace(torch.nn.Module):
+    def forward(self, x):
+        y = x.exp()
+        y.masked_fill_(x > 0, 0.0)
+        return y.sum(-1)
+
+
+class ConvReluInPlace(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.relu = torch.nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        return self.relu(self.conv(x)).mean((2, 3))
+
+
+#: In-place operators writing a tensor only the graph sees: made out-of-place, no re-trace.
+OWN_TENSOR_WRITES = [
+    InPlace,
+    AugmentedAssignment,
+    ReadBeforeAndAfter,
+    MaskedInPlace,
+    ConvReluInPlace,
+]
+
+
+def _example(model: torch.nn.Module, batch: int = 3) -> torch.Tensor:
+    return (
+        torch.randn(batch, 3, 6, 6) if isinstance(model, ConvReluInPlace) else torch.randn(batch, 4)
+    )
+
+
+@pytest.mark.parametrize("make", OWN_TENSOR_WRITES, ids=lambda m: m.__name__)
+def test_in_place_writes_to_the_graphs_own_tensors_need_no_retrace(make):
+    torch.manual_seed(0)
+    model = make().eval()
+    x = _example(model)
+    program = dynamo_onnx.export(model, (x,), dynamic_shapes=({0: "batch"},))
+    plan = _plan(program)
+    assert plan.properties["retraced"] is False
+    assert "made out-of-place" in plan.message
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    for batch in (2, 5):
+        y = _example(model, batch)
+        torch.testing.assert_close(program(y)[0], model(y.clone()), atol=1e-5, rtol=1e-5)
+
+
+class ViewTakenBeforeTheWrite(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        flat = y.view(-1)  # sees the write below
+        y.add_(1)
+        return flat * 1
+
+
+class WrittenSlice(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y[:, 0].add_(10)  # writes through a view into y
+        return y.cos()
+
+
+class WrittenInput(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x * 2
+
+
+class WrittenAndReturned(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y.add_(1)
+        return y
+
+
+class PromotingWrite(torch.nn.Module):
+    def forward(self, x):
+        y = (x * 10).to(torch.int32)
+        y.add_(torch.ones_like(x, dtype=torch.int64))  # stays int32; add would give int64
+        return y
+
+
+#: Writes someone else can see, or whose out-of-place form has another dtype: re-traced.
+SEEN_WRITES = [
+    ViewTakenBeforeTheWrite,
+    WrittenSlice,
+    WrittenInput,
+    WrittenAndReturned,
+    PromotingWrite,
+]
+
+
+@pytest.mark.parametrize("make", SEEN_WRITES, ids=lambda m: m.__name__)
+def test_in_place_writes_others_can_see_force_the_retrace_and_say_so(make):
+    x = torch.randn(3, 4)
+    program = dynamo_onnx.export(make(), (x.clone(),))
     plan = _plan(program)
     assert plan.properties["retraced"] is True
-    assert "in-place operator `aten::add_.Tensor`" in plan.message
-    x = torch.randn(3)
-    torch.testing.assert_close(program(x)[0], InPlace()(x))
+    assert "made out-of-place" not in plan.message
+    y = torch.randn(3, 4)
+    torch.testing.assert_close(program(y.clone())[0], make()(y.clone()))
+
+
+def test_the_rewrite_changes_only_the_graphs_own_writes():
+    """On the captured graph: add_ becomes add and the reader after it reads add's result;
+    a write through a view stays."""
+    ep = torch.export.export(ReadBeforeAndAfter(), (torch.randn(3, 4),))
+    assert rewrites.functionalize_inplace(ep) == 3
+    targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
+    assert not any(t._schema.is_mutable for t in targets)
+    assert torch.ops.aten.relu.default in targets and torch.ops.aten.sub.Tensor in targets
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(ep.module()(x), ReadBeforeAndAfter()(x))
+    seen = torch.export.export(WrittenSlice(), (torch.randn(3, 4),))
+    assert rewrites.functionalize_inplace(seen) == 0
 
 
 class WithoutBatchNorm(dynamo_onnx.OnnxRegistry):

@@ -131,8 +131,9 @@ class ReturnsNoneToo(torch.nn.Module):
 class Mutates(torch.nn.Module):
     def forward(self, x):
         y = x.clone()
+        flat = y.view(-1)  # sees the write below: re-traced, its view becomes a reshape
         y.add_(1)
-        return y.view(-1)
+        return flat * 2
 
 
 class Promotes(torch.nn.Module):

@@ -25,6 +25,7 @@ from dynamo_onnx.passes.decompose.plan import retrace_reason
 from dynamo_onnx.passes.decompose.rewrites import (
     bypass_lifted_copies,
     cast_symbolic_operands,
+    functionalize_inplace,
     insert_type_promotion,
     rewrite_aliases,
     rewrite_views,
@@ -79,6 +80,7 @@ class DecomposePass:
         assert ep is not None and registry is not None
         rewrite_aliases(ep)
         bypass_lifted_copies(ep)
+        made_functional = functionalize_inplace(ep)
         reason = retrace_reason(ep, registry, opset)
         ctx.record(
             "decomposition-plan",
@@ -88,6 +90,12 @@ class DecomposePass:
                 if reason is not None
                 else "not re-traced: the captured graph is functional and every operator in "
                 "it is translatable"
+                + (
+                    f" ({made_functional} in-place operator(s) on the graph's own tensors "
+                    "made out-of-place)"
+                    if made_functional
+                    else ""
+                )
             ),
         )
         if reason is None:

@@ -21,6 +21,12 @@
 * ``squeeze`` of a dimension the graph does not have at size 1 (a dynamic one) squeezes
   nothing in torch but fails in ONNX: it becomes an ``alias``, or squeezes only the
   dimensions of size 1.
+* An in-place operator on a tensor the graph itself made (``position_bias += mask`` in T5,
+  ``nn.ReLU(inplace=True)`` after a convolution) becomes its out-of-place form, and the
+  later readers of that tensor read the new node: the graph is then functional and needs
+  no re-trace, which would cost a second trace of the whole model (T5: half its export).
+  Only where nothing else can see the write: the tensor is no input, weight or view, no
+  view is taken of it, it is not returned, and the out-of-place result has its dtype.
 * Reshapes to a statically known shape get that shape instead of one with ``-1`` in it
   (``view(x, [1, -1, 128, 64])``): the ONNX optimizer can then see that a reshape to the
   shape its input already has is an ``Identity`` and remove it (12 nodes in GPT-2).
@@ -43,6 +49,7 @@ __all__ = [
     "bypass_lifted_copies",
     "squeeze_only_size_one",
     "cast_symbolic_operands",
+    "functionalize_inplace",
     "insert_type_promotion",
     "rewrite_aliases",
     "rewrite_views",
@@ -127,6 +134,93 @@ def bypass_lifted_copies(ep: torch.export.ExportedProgram) -> int:
         if chain:
             gm.recompile()
     return count
+
+
+def functionalize_inplace(ep: torch.export.ExportedProgram) -> int:
+    """In-place operators writing a tensor no one else can see become out-of-place ones
+    (module docstring); returns how many."""
+    count = 0
+    for gm in graph_modules(ep):
+        position = {node: index for index, node in enumerate(gm.graph.nodes)}
+        changed = False
+        for node in list(gm.graph.nodes):
+            functional = _out_of_place(node)
+            if functional is None or not _only_writer(node, functional):
+                continue
+            written = node.args[0]
+            with gm.graph.inserting_before(node):
+                fresh = gm.graph.call_function(functional, node.args, node.kwargs)
+            fresh.meta = dict(node.meta)
+            for user in list(written.users):  # the readers after the write read its result
+                if position.get(user, -1) > position[node]:
+                    user.replace_input_with(written, fresh)
+            node.replace_all_uses_with(fresh)
+            gm.graph.erase_node(node)
+            count += 1
+            changed = True
+        if changed:
+            gm.recompile()
+    return count
+
+
+def _returns_alias(target: Any) -> bool:
+    """Whether an operator's result may share memory with an argument (a view, or an
+    in-place operator's ``self``); True for what has no ATen schema to say otherwise."""
+    schema = getattr(target, "_schema", None)
+    if schema is None or not hasattr(target, "overloadpacket"):  # not an ATen OpOverload
+        return True
+    return schema.is_mutable or any(r.alias_info is not None for r in schema.returns)
+
+
+def _out_of_place(node: torch.fx.Node) -> Any:
+    """``aten.add.Tensor`` for a node of ``aten.add_.Tensor`` (the in-place operator writes
+    ``self`` only, its out-of-place twin exists and makes a new tensor), else None."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or not hasattr(node.target, "overloadpacket"):
+        return None
+    name = schema.name.split("::")[-1]
+    written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    if not name.endswith("_") or [a.name for a in written] != ["self"]:
+        return None
+    packet = getattr(getattr(torch.ops, node.target.namespace), name[:-1], None)
+    functional = getattr(packet, node.target._overloadname, None)
+    if functional is None or _returns_alias(functional):
+        return None
+    arguments = [a.name for a in functional._schema.arguments]
+    return functional if arguments == [a.name for a in schema.arguments] else None
+
+
+def _only_writer(node: torch.fx.Node, functional: Any) -> bool:
+    """Whether the tensor ``node`` writes is one the graph made (no input, weight or view),
+    seen by no view and no output, and whether the out-of-place result keeps its dtype."""
+    written = node.args[0]
+    if not isinstance(written, torch.fx.Node) or written.op != "call_function":
+        return False
+    if _returns_alias(written.target):
+        return False
+    if any(u.op == "output" for u in (*written.users, *node.users)):
+        return False  # the signature names the returned node
+    if any(_returns_alias(u.target) for u in written.users if u is not node):
+        return False
+    value = _val(written)
+    return isinstance(value, torch.Tensor) and _result_dtype(functional, node) == value.dtype
+
+
+def _result_dtype(functional: Any, node: torch.fx.Node) -> torch.dtype | None:
+    """The dtype ``functional`` makes from the node's arguments, computed on their trace-time
+    (fake) values: an in-place ``add_`` keeps ``self``'s dtype, ``add`` promotes. None when
+    it cannot be told."""
+    args = torch.fx.node.map_arg(node.args, _val)
+    kwargs = torch.fx.node.map_arg(node.kwargs, _val)
+    mode = getattr(_val(node.args[0]), "fake_mode", None)
+    if mode is None:
+        return None
+    try:
+        with mode:
+            out = functional(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - then the write is left to the re-trace
+        return None
+    return out.dtype if isinstance(out, torch.Tensor) else None
 
 
 def rewrite_views(ep: torch.export.ExportedProgram) -> int:
