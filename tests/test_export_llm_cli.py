@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import tokenizers
 import torch
@@ -158,16 +159,18 @@ def test_a_folder_that_is_not_a_causal_lm_is_do507_with_transformers_reason(make
     cause = make(path)
     proc = run("export-llm", str(path), "-o", str(tmp_path / "out"))
     assert proc.returncode == 2, proc.stderr  # the user's mistake: a usage error
-    assert proc.stdout == f"export-llm of {path} failed\n"
+    assert proc.stdout == f"export-llm of {path} failed: 1 error(s), 0 warning(s)\n"
     assert f"[DO507 hf-folder-unusable] `{path}` is not a Hugging Face causal LM folder " in (
         proc.stderr
     )
     assert cause in proc.stderr and "Traceback" not in proc.stderr
     assert "Fix: Give the folder save_pretrained wrote" in proc.stderr
     assert not (tmp_path / "out").exists()
+    verbosity = transformers.utils.logging.get_verbosity()
     with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:  # the API says the same
         dynamo_onnx.export_llm(path, tmp_path / "out")
     assert str(info.value).startswith("[DO507 hf-folder-unusable]") and cause in str(info.value)
+    assert transformers.utils.logging.get_verbosity() == verbosity  # quiet while loading only
 
 
 def test_a_bad_precision_fails_before_the_model_is_loaded(tmp_path):
@@ -218,6 +221,80 @@ def test_export_llm_optimized_for_onnxruntime_in_int4_is_one_gqa_per_layer_genai
         dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "o", optimize="tensorrt")
     assert str(info.value).startswith("[DO109 invalid-option] `optimize` is 'tensorrt'")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture(scope="module")
+def llama_with_a_nan(tmp_path_factory):
+    """A Llama saved with a NaN in one weight (a fine-tune gone wrong), and a config whose
+    end-of-sequence id is outside its vocabulary (transformers warns while loading it)."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        **{**hf_models.DECODER, "hidden_size": 64}, bos_token_id=1, eos_token_id=500
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight[0, 0] = float("nan")
+    path = tmp_path_factory.mktemp("nan_llama")
+    model.save_pretrained(path)
+    return path
+
+
+def test_export_llm_writes_the_reports_and_gates_on_warnings_with_the_folder_written(
+    llama_with_a_nan, tmp_path
+):
+    """``--sarif``/``--report``/``--warnings-as-errors`` as ``export`` takes them: exit 3, the
+    folder written all the same, both reports with the warning as an error; without the
+    gate, exit 0 and the warning listed. transformers' own remarks while loading are not
+    printed."""
+    out, sarif, report = tmp_path / "gated", tmp_path / "llm.sarif", tmp_path / "llm.md"
+    proc = run(
+        "export-llm", str(llama_with_a_nan), "-o", str(out),
+        "--sarif", str(sarif), "--report", str(report), "--warnings-as-errors",
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    first, folder = proc.stdout.splitlines()
+    assert first == (
+        f"exported {llama_with_a_nan}, but warnings are errors: 1 error(s), 0 warning(s); "
+        f"wrote SARIF {sarif}, report {report}"
+    )
+    assert folder == f"wrote {out}: genai_config.json, model.onnx, model.onnx.data"
+    assert "[DO401 non-finite-weights]" in proc.stderr
+    assert "[transformers]" not in proc.stderr and "vocabulary" not in proc.stderr
+    log = json.loads(sarif.read_text())
+    from dynamo_onnx.reports import sarif as sarif_module
+
+    sarif_module.validate(log)
+    (result,) = [r for r in log["runs"][0]["results"] if r["ruleId"] == "DO401"]
+    assert result["level"] == "error"  # a warning made an error by the gate
+    assert "down_proj" in result["message"]["text"]
+    assert log["runs"][0]["invocations"][0]["executionSuccessful"] is False
+    text = report.read_text()
+    assert "DO401" in text and "warnings as errors" in text
+    ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])  # loads
+
+    proc = run("export-llm", str(llama_with_a_nan), "-o", str(tmp_path / "plain"), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 error(s), 1 warning(s)" in proc.stdout
+    assert "  warning DO401 non-finite-weights " in proc.stderr
+    assert "[transformers]" not in proc.stderr
+
+
+def test_a_failed_export_llm_still_writes_the_reports(tmp_path):
+    """DO507 (no model in the folder): exit 2, and the SARIF log and the report asked for
+    say so, as for any failed export."""
+    sarif, report = tmp_path / "f.sarif", tmp_path / "f.md"
+    empty = tmp_path / "hf"
+    empty.mkdir()
+    proc = run(
+        "export-llm", str(empty), "-o", str(tmp_path / "out"),
+        "--sarif", str(sarif), "--report", str(report),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout.startswith(f"export-llm of {empty} failed: 1 error(s), 0 warning(s); ")
+    log = json.loads(sarif.read_text())
+    assert [r["ruleId"] for r in log["runs"][0]["results"] if r["level"] == "error"] == ["DO507"]
+    assert "DO507" in report.read_text()
+    assert not (tmp_path / "out").exists()
 
 
 def test_transformers_loads_the_folder_as_saved(saved_llama):

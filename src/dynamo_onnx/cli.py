@@ -537,29 +537,69 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_export_llm(args: argparse.Namespace) -> int:
-    """A Hugging Face folder on disk to a folder onnxruntime-genai runs (``export_llm``)."""
+    """A Hugging Face folder on disk to a folder onnxruntime-genai runs (``export_llm``),
+    with the reports, the warnings and the exit codes of ``export``."""
     import dynamo_onnx
 
+    options = dynamo_onnx.DiagnosticOptions(
+        verbosity_level=_VERBOSITY[args.verbosity], warnings_as_errors=args.warnings_as_errors
+    )
+    show_progress = not args.quiet and sys.stderr.isatty()
     start = time.perf_counter()
+    code, failure, ctx = EXIT_OK, "", None
     try:
-        program = dynamo_onnx.export_llm(
-            args.hf_dir,
-            args.output,
-            precision=args.precision,
-            optimize=True if args.optimize_for == "none" else args.optimize_for,
-            block_size=args.block_size,
-            accuracy_level=args.accuracy_level,
-        )
+        # The command prints its own list of the warnings: no Python warning repeats them.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dynamo_onnx.DynamoOnnxWarning)
+            program = dynamo_onnx.export_llm(
+                args.hf_dir,
+                args.output,
+                precision=args.precision,
+                optimize=True if args.optimize_for == "none" else args.optimize_for,
+                block_size=args.block_size,
+                accuracy_level=args.accuracy_level,
+                progress=ProgressPrinter(sys.stderr) if show_progress else None,
+                diagnostic_options=options,
+                source_root=args.source_root or default_source_root(),
+                verbose=args.verbose,
+            )
+        ctx = program.diagnostics
+    except dynamo_onnx.WarningsAsErrorsError as error:  # the folder is written all the same
+        ctx, code, failure = error.diagnostics, EXIT_WARNINGS, str(error)
+    except dynamo_onnx.InvalidExportOptionsError as error:
+        ctx, code, failure = error.diagnostics, EXIT_USAGE, str(error)
     except dynamo_onnx.OnnxExporterError as error:
-        _emit(f"export-llm of {args.hf_dir} failed")
-        print(_bounded(str(error)), file=sys.stderr)
-        usage = isinstance(error, dynamo_onnx.InvalidExportOptionsError)
-        return EXIT_USAGE if usage else EXIT_FAILED
-    files = ", ".join(sorted(p.name for p in pathlib.Path(args.output).iterdir()))
+        ctx, code, failure = error.diagnostics, EXIT_FAILED, str(error)
+    written, unwritten = _write_reports(ctx, args) if ctx is not None else ([], [])
+    unwritten_text = "\n".join(map(str, unwritten))
+    if unwritten and code == EXIT_OK:
+        code, failure = EXIT_FAILED, unwritten_text
+    elif unwritten:
+        failure += "\n" + unwritten_text
     elapsed = time.perf_counter() - start
-    _emit(f"exported {args.hf_dir} in {elapsed:.1f} s: {_summary(program.diagnostics)}")
-    _emit(f"wrote {args.output}: {files}")
-    return EXIT_OK
+    where = "; wrote " + ", ".join(written) if written else ""
+    summary = _summary(ctx) if ctx is not None else "no diagnostics"
+    out = pathlib.Path(args.output)
+    folder = (
+        f"wrote {out}: " + ", ".join(sorted(p.name for p in out.iterdir()))
+        if code in (EXIT_OK, EXIT_WARNINGS) and out.is_dir()
+        else None
+    )
+    if code == EXIT_OK:
+        _emit(f"exported {args.hf_dir} in {elapsed:.1f} s: {summary}{where}")
+    elif code == EXIT_WARNINGS and not unwritten:
+        _emit(f"exported {args.hf_dir}, but warnings are errors: {summary}{where}")
+    else:
+        _emit(f"export-llm of {args.hf_dir} failed: {summary}{where}")
+    if folder is not None:
+        _emit(folder)
+    if code == EXIT_OK:
+        listing = _warning_lines(ctx)
+        if listing:
+            print(_bounded("\n".join(listing)), file=sys.stderr)
+        return code
+    print(_bounded(failure), file=sys.stderr)
+    return code
 
 
 # -- rules, report -----------------------------------------------------------------------
@@ -751,6 +791,44 @@ def _step_summary(
 # -- the parser --------------------------------------------------------------------------
 
 
+def _diagnostics_arguments(command: argparse.ArgumentParser) -> None:
+    """The options of a command that exports: its reports, their verbosity, the warnings
+    gate and what the terminal shows (``export`` and ``export-llm`` alike)."""
+    command.add_argument("--sarif", help="write the SARIF log here")
+    command.add_argument("--report", help="write the markdown report here")
+    command.add_argument(
+        "--all-rules",
+        action="store_true",
+        help="describe every rule of the catalog in the SARIF log, not only those it uses",
+    )
+    command.add_argument(
+        "--verbosity",
+        choices=sorted(_VERBOSITY),
+        default="info",
+        help="what the reports show (default: info)",
+    )
+    command.add_argument(
+        "--warnings-as-errors",
+        action="store_true",
+        help="fail (exit code 3) when the export produces warnings; the model is written",
+    )
+    command.add_argument(
+        "--source-root",
+        help="SARIF paths are relative to this (default: the top of the git work tree "
+        "holding the working directory, else the working directory)",
+    )
+    command.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress: only the final summary (and the warnings, or what failed)",
+    )
+    command.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show what torch and the ONNX libraries print while exporting (hidden by default)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dynamo-onnx",
@@ -790,14 +868,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "-o", "--output", default="model.onnx", help="the ONNX file (default: model.onnx)"
     )
-    export.add_argument("--sarif", help="write the SARIF log here")
-    export.add_argument("--report", help="write the markdown report here")
     export.add_argument("--opset", type=int, help="the ONNX opset (default 20)")
-    export.add_argument(
-        "--all-rules",
-        action="store_true",
-        help="describe every rule of the catalog in the SARIF log, not only those it uses",
-    )
     export.add_argument("--dynamic", action="store_true", help="make every input dimension dynamic")
     export.add_argument(
         "--dynamic-dim",
@@ -820,37 +891,12 @@ def _parser() -> argparse.ArgumentParser:
         "ONNX file then has the weights as inputs, without data",
     )
     export.add_argument(
-        "--verbosity",
-        choices=sorted(_VERBOSITY),
-        default="info",
-        help="what the reports show (default: info)",
-    )
-    export.add_argument(
-        "--warnings-as-errors",
-        action="store_true",
-        help="fail (exit code 3) when the export produces warnings",
-    )
-    export.add_argument(
-        "--source-root",
-        help="SARIF paths are relative to this (default: the top of the git work tree "
-        "holding the working directory, else the working directory)",
-    )
-    export.add_argument(
         "--optimize-for",
         choices=["onnxruntime"],
         help="also fuse the model for this runtime (attention into GroupQueryAttention, "
         "rotary embeddings, RMS norms: docs/llm.md)",
     )
-    export.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress: only the final summary (and the warnings, or what failed)",
-    )
-    export.add_argument(
-        "--verbose",
-        action="store_true",
-        help="also show what torch and the ONNX libraries print while exporting (hidden by default)",
-    )
+    _diagnostics_arguments(export)
     export.set_defaults(func=_cmd_export)
 
     llm = commands.add_parser(
@@ -884,6 +930,7 @@ def _parser() -> argparse.ArgumentParser:
         default=4,
         help="MatMulNBits' accuracy level: 4 computes with int8 activations (default: 4)",
     )
+    _diagnostics_arguments(llm)
     llm.set_defaults(func=_cmd_export_llm)
 
     rules = commands.add_parser("rules", help="list the rules, or print one rule's help")

@@ -38,7 +38,7 @@ from dynamo_onnx.reports.terminal import ProgressPrinter, issue_warnings
 from dynamo_onnx.torch_onnx_names import OperatorExportTypes, TrainingMode
 from dynamo_onnx.versions import package_version, tool_versions
 
-__all__ = ["dynamo_export", "export", "export_from", "export_passes"]
+__all__ = ["dynamo_export", "export", "export_from", "export_passes", "warnings_gate"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -102,7 +102,7 @@ def export_passes() -> list[Pass[ExportState]]:
     ]
 
 
-def _warnings_as_errors(ctx: ReportingContext) -> WarningsAsErrorsError | None:
+def warnings_gate(ctx: ReportingContext) -> WarningsAsErrorsError | None:
     """The error to raise when warnings-as-errors is on and the export produced warnings."""
     if not ctx.options.warnings_as_errors:
         return None
@@ -175,7 +175,7 @@ def _run(
         if report:
             error.report_paths = ctx.try_write_reports(artifacts_dir)
         raise
-    gate = _warnings_as_errors(ctx)
+    gate = warnings_gate(ctx)
     ctx.finish(gate)
     if report:
         program.report_dir = os.fspath(artifacts_dir)

@@ -15,11 +15,11 @@ import pathlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dynamo_onnx.errors import InvalidOptionValueError
-from dynamo_onnx.exporter import export
+from dynamo_onnx.errors import InvalidOptionValueError, WarningsAsErrorsError
+from dynamo_onnx.exporter import export, warnings_gate
 from dynamo_onnx.files import atomic_write_bytes
 from dynamo_onnx.integrations import load_folder
-from dynamo_onnx.options import optimize_problem
+from dynamo_onnx.options import DiagnosticOptions, optimize_problem
 from dynamo_onnx.reports import ReportingContext
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
 
@@ -43,6 +43,9 @@ def export_llm(
     symmetric: bool = True,
     accuracy_level: int = 4,
     progress: Callable[[Any], None] | None = None,
+    diagnostic_options: DiagnosticOptions | None = None,
+    source_root: str | os.PathLike[str] | None = None,
+    verbose: bool | None = None,
 ) -> ONNXProgram:
     """Export the causal LM saved in ``hf_dir`` with its KV cache to ``output_dir``.
 
@@ -53,14 +56,19 @@ def export_llm(
     ``accuracy_level``); ``optimize`` is :func:`export`'s, "onnxruntime" by default: the
     folder is for ONNX Runtime, so its attention, norms and rotary embeddings are fused
     (True keeps the plain model, with onnxscript's optimizer only). Nothing is downloaded:
-    ``hf_dir`` is a folder ``save_pretrained`` wrote.
+    ``hf_dir`` is a folder ``save_pretrained`` wrote. ``diagnostic_options``,
+    ``source_root`` and ``verbose`` are :func:`export`'s: the program's diagnostics (and the
+    error's, when it fails) hold every finding of the load, export, quantization and save.
 
     Raises:
         InvalidOptionValueError: ``hf_dir`` is no causal LM transformers loads offline
             (DO507), or a quantization setting is unknown (DO109).
+        WarningsAsErrorsError: ``warnings_as_errors`` is on and a step warned; the folder
+            is written all the same (``error.program`` is the program), as a CI job that
+            gates on warnings still wants to look at what was made.
         OnnxExporterError: the export, quantization or save failed (the rule says which).
     """
-    ctx = ReportingContext(subject=os.fspath(hf_dir))
+    ctx = ReportingContext(diagnostic_options, source_root=source_root, subject=os.fspath(hf_dir))
     quantization = Quantization(precision, block_size, symmetric, accuracy_level)
     unusable = optimize_problem(optimize)
     problem = quantization.problem() or (
@@ -72,13 +80,20 @@ def export_llm(
             "invalid-option", InvalidOptionValueError, option=option, problem=what, allowed=allowed
         )
     folder = load_folder(ctx, hf_dir)
-    program = export(
-        folder.model,
-        (),
-        kwargs=folder.inputs,
-        optimize=optimize,
-        progress=progress,
-    )
+    gate: WarningsAsErrorsError | None = None
+    try:
+        program = export(
+            folder.model,
+            (),
+            kwargs=folder.inputs,
+            optimize=optimize,
+            progress=progress,
+            diagnostic_options=diagnostic_options,
+            source_root=source_root,
+            verbose=verbose,
+        )
+    except WarningsAsErrorsError as error:  # the folder is still made, then this is raised
+        gate, program = error, error.program  # type: ignore[assignment]
     program.quantize(
         precision, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
     )
@@ -87,4 +102,11 @@ def export_llm(
     program.save(out / MODEL_FILENAME, external_data=True)
     for source in folder.files_to_copy:
         atomic_write_bytes(out / source.name, source.read_bytes())
+    if gate is None:  # a warning of the quantization or the save
+        gate = warnings_gate(program.diagnostics)
+        if gate is not None:
+            program.diagnostics.finish(gate)
+    if gate is not None:
+        gate.program = program
+        raise gate
     return program

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import logging
 import os
 import pathlib
 from collections.abc import Iterator
@@ -96,17 +97,21 @@ def _first_line(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _no_progress_bar(transformers: Any) -> Iterator[None]:
-    """transformers' "Loading weights" bar off while loading (what a library prints is not
-    the exporter's output), and as the caller had it afterwards."""
-    bars = transformers.utils.logging
-    enabled = bars.is_progress_bar_enabled()
-    bars.disable_progress_bar()
+def _quiet_loading(transformers: Any) -> Iterator[None]:
+    """transformers' "Loading weights" bar and its warnings ("Model config: eos_token_id must
+    be ... within the vocabulary") off while loading: what a library prints is not the
+    exporter's output, and it says it again whenever the user loads the model. Its
+    verbosity and bar are as the caller had them afterwards."""
+    utils = transformers.utils.logging
+    enabled, verbosity = utils.is_progress_bar_enabled(), utils.get_verbosity()
+    utils.disable_progress_bar()
+    utils.set_verbosity(logging.ERROR)
     try:
         yield
     finally:
+        utils.set_verbosity(verbosity)
         if enabled:
-            bars.enable_progress_bar()
+            utils.enable_progress_bar()
 
 
 def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> HFFolder:
@@ -119,7 +124,7 @@ def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> HFFolder:
         import transformers  # noqa: PLC0415
 
         try:
-            with _no_progress_bar(transformers):
+            with _quiet_loading(transformers):
                 model = transformers.AutoModelForCausalLM.from_pretrained(
                     folder, local_files_only=True, dtype=torch.float32
                 )
