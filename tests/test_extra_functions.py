@@ -305,3 +305,33 @@ def test_elementwise_max_and_min_of_two_tensors_translate_without_a_retrace():
     ints = (torch.tensor([3, -1, 7]), torch.tensor([2, 2, 2]))
     _matches(torch.max, *ints, atol=0, rtol=0)
     _matches(torch.min, *ints, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("product", "x"),
+    [
+        (lambda x: torch.cumprod(x, 1), torch.randn(3, 5)),
+        (lambda x: torch.cumprod(x, 0), torch.tensor([[2.0, 0.0, -1.0], [3.0, -2.0, 4.0]])),
+        (lambda x: x.cumprod(-1), torch.randint(-3, 4, (2, 3, 4))),  # int64
+        (lambda x: torch.cumprod(x, 1, dtype=torch.float64), torch.randn(2, 4)),
+        (lambda x: torch.cumprod(x, 0), torch.tensor(3.0)),  # 0-d
+    ],
+)
+def test_cumprod_is_exact_with_zeros_negatives_and_integers(product, x):
+    """torch_lib has no cumprod (torch.onnx fails on it, DO301 here before): the product of
+    a triangle of the row, exact where exp(cumsum(log)) is not (zeros, negatives)."""
+    program = _matches(product, x)
+    assert program(x)[0].dtype == product(x).dtype
+    (plan,) = program.diagnostics.by_rule("decomposition-plan")
+    assert plan.properties["retraced"] is False
+
+
+def test_cumprod_along_a_dynamic_length():
+    class Running(torch.nn.Module):
+        def forward(self, x):
+            return torch.cumprod(1 + x.sigmoid(), dim=1)
+
+    program = dynamo_onnx.export(Running(), (torch.randn(2, 5),), dynamic_shapes=({1: "n"},))
+    for length in (3, 9):
+        x = torch.randn(2, length)
+        torch.testing.assert_close(program(x)[0], Running()(x))

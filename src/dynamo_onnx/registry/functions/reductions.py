@@ -1,7 +1,8 @@
 """Reductions where torch_lib's function fails on a case: a 0-d input (``all``, ``any``,
 ``amax``, ``amin``: ONNX reductions reject an axis on a scalar), ``scatter_reduce`` with
 ``mean`` (torch_lib overwrites instead of averaging), and circular padding (ONNX
-Runtime's ``Pad`` has no ``wrap`` mode on CPU: slices and a concatenation instead).
+Runtime's ``Pad`` has no ``wrap`` mode on CPU: slices and a concatenation instead); and
+``cumprod``, which torch_lib (and so torch.onnx) has no function for, and ONNX no operator.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "amin",
     "any_dim",
     "any_dims",
+    "cumprod",
     "pad",
     "scatter_add",
     "scatter_reduce",
@@ -94,6 +96,32 @@ def amin(self: TReal, dim: Sequence[int] = (), keepdim: bool = False) -> TReal:
     if _scalar(self):
         return op.Identity(self)
     return torchlib_core.aten_amin(self, dim, keepdim)
+
+
+def cumprod(self: TReal, dim: int, dtype: int = -1) -> TReal:
+    """cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor
+
+    ONNX has ``CumSum`` but no cumulative product, and ``exp(cumsum(log(x)))`` is wrong for
+    zeros and negative numbers. Exact instead: along ``dim`` (moved last), each position
+    ``i`` multiplies the row of ``x`` where the positions after ``i`` are 1, a ``ReduceProd``
+    of an n x n triangle (n the length along ``dim``, dynamic or not): n times the memory of
+    the input, fine for the sequence lengths models take a cumulative product over."""
+    rank = len(self.shape)  # the input's: a value made here has no shape yet
+    if dtype not in (-1, None):
+        self = op.Cast(self, to=dtype)
+    if rank == 0:
+        return op.Identity(self)
+    axis = dim % rank
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    back = [perm.index(d) for d in range(rank)]
+    last = op.Transpose(self, perm=perm) if axis != rank - 1 else self
+    length = op.Squeeze(op.Shape(last, start=-1))
+    positions = op.Range(op.Constant(value_int=0), length, op.Constant(value_int=1))
+    # kept[i, j]: position j is at or before position i
+    kept = op.LessOrEqual(op.Unsqueeze(positions, [0]), op.Unsqueeze(positions, [1]))
+    rows = op.Where(kept, op.Unsqueeze(last, [-2]), op.CastLike(op.Constant(value_int=1), last))
+    product = op.ReduceProd(rows, [-1], keepdims=0)
+    return op.Transpose(product, perm=back) if axis != rank - 1 else product
 
 
 def scatter_reduce(
