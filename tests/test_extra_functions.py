@@ -335,3 +335,22 @@ def test_cumprod_along_a_dynamic_length():
     for length in (3, 9):
         x = torch.randn(2, length)
         torch.testing.assert_close(program(x)[0], Running()(x))
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("extreme", [torch.cummax, torch.cummin], ids=["cummax", "cummin"])
+@pytest.mark.parametrize(
+    ("x", "dim"),
+    [
+        (torch.tensor([1.0, 3.0, 3.0, 2.0, 5.0, 0.0]), 0),  # ties: the last position
+        (torch.randn(3, 6), 1),
+        (torch.randint(-3, 4, (5, 3)), 0),  # int64, many ties
+        (torch.tensor([1.0, NAN, 0.0, NAN, -1.0, 2.0]), 0),  # NaN wins, at the last NaN
+        (torch.tensor(3.0), 0),
+    ],
+)
+def test_cummax_and_cummin_values_and_indices_as_torch(extreme, x, dim):
+    program = _matches(lambda t: extreme(t, dim), x)
+    assert program(x)[1].tolist() == extreme(x, dim).indices.tolist()

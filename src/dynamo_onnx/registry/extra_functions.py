@@ -16,7 +16,7 @@ are never chosen below the opset they need. What each group is for is said in it
   ``take``/``put``, ``scatter`` with ``reduce``, ``nonzero_static``, ``squeeze.dims``,
   ``empty_permuted``, ``reshape`` (a size of 0 is empty, as in ``view``);
 * ``functions.reductions``: torch_lib's ``all``/``any``/``amax``/``amin`` on 0-d inputs,
-  ``scatter_reduce`` with ``mean``, circular ``pad``, ``cumprod`` (torch_lib has none);
+  ``scatter_reduce`` with ``mean``, circular ``pad``, ``cumprod``, ``cummax``, ``cummin`` (torch_lib has none);
 * ``functions.bags``: ``embedding_bag`` without torch_lib's loop over the bags (ONNX
   Runtime crashes running it when the indices' shape is static);
 * ``functions.random``: ``cauchy``, ``exponential``, ``geometric``, ``log_normal``;
@@ -116,6 +116,8 @@ _BY_NAME: tuple[tuple[str, object, int], ...] = (
     ("aten::scatter_reduce.two", reductions.scatter_reduce, 18),
     ("aten::pad", reductions.pad, 18),
     ("aten::cumprod", reductions.cumprod, 18),
+    ("aten::cummax", reductions.cummax, 18),
+    ("aten::cummin", reductions.cummin, 18),
     ("aten::embedding_bag", bags.embedding_bag, 18),
     ("aten::embedding_bag.padding_idx", bags.embedding_bag, 18),
     ("aten::_embedding_bag", bags.embedding_bag, 18),

@@ -2,7 +2,8 @@
 ``amax``, ``amin``: ONNX reductions reject an axis on a scalar), ``scatter_reduce`` with
 ``mean`` (torch_lib overwrites instead of averaging), and circular padding (ONNX
 Runtime's ``Pad`` has no ``wrap`` mode on CPU: slices and a concatenation instead); and
-``cumprod``, which torch_lib (and so torch.onnx) has no function for, and ONNX no operator.
+``cumprod``, ``cummax`` and ``cummin``, which torch_lib (and so torch.onnx) has no function
+for, and ONNX no operator.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ __all__ = [
     "amin",
     "any_dim",
     "any_dims",
+    "cummax",
+    "cummin",
     "cumprod",
     "pad",
     "scatter_add",
@@ -111,17 +114,68 @@ def cumprod(self: TReal, dim: int, dtype: int = -1) -> TReal:
         self = op.Cast(self, to=dtype)
     if rank == 0:
         return op.Identity(self)
-    axis = dim % rank
-    perm = [d for d in range(rank) if d != axis] + [axis]
-    back = [perm.index(d) for d in range(rank)]
-    last = op.Transpose(self, perm=perm) if axis != rank - 1 else self
-    length = op.Squeeze(op.Shape(last, start=-1))
-    positions = op.Range(op.Constant(value_int=0), length, op.Constant(value_int=1))
-    # kept[i, j]: position j is at or before position i
-    kept = op.LessOrEqual(op.Unsqueeze(positions, [0]), op.Unsqueeze(positions, [1]))
+    last, back = _along_last(self, dim, rank)
+    kept, _ = _prefixes(last)
     rows = op.Where(kept, op.Unsqueeze(last, [-2]), op.CastLike(op.Constant(value_int=1), last))
     product = op.ReduceProd(rows, [-1], keepdims=0)
-    return op.Transpose(product, perm=back) if axis != rank - 1 else product
+    return op.Transpose(product, perm=back) if back != list(range(rank)) else product
+
+
+def _along_last(self: TTensor, dim: int, rank: int) -> tuple[TTensor, list[int]]:
+    """``self`` (of ``rank``) with ``dim`` moved last, and the permutation back."""
+    axis = dim % rank
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    moved = op.Transpose(self, perm=perm) if axis != rank - 1 else self
+    return moved, [perm.index(d) for d in range(rank)]
+
+
+def _prefixes(last: TTensor) -> tuple[BOOL, INT64]:
+    """``kept[i, j]`` (position ``j`` is at or before ``i``) along the last axis, and the
+    positions ``0..n-1``."""
+    length = op.Squeeze(op.Shape(last, start=-1))
+    positions = op.Range(op.Constant(value_int=0), length, op.Constant(value_int=1))
+    return op.LessOrEqual(op.Unsqueeze(positions, [0]), op.Unsqueeze(positions, [1])), positions
+
+
+def _cumulative_extreme(self: TReal, dim: int, largest: bool) -> tuple[TReal, INT64]:
+    """cummax/cummin: over each prefix (an n x n triangle, as :func:`cumprod`), the extreme
+    and the last position holding it (torch's choice on ties). Positions after ``i`` are
+    filled with the first element, which every prefix holds: no sentinel of the dtype."""
+    rank = len(self.shape)
+    if rank == 0:
+        return op.Identity(self), op.Constant(value_int=0)
+    last, back = _along_last(self, dim, rank)
+    kept, positions = _prefixes(last)
+    first = op.Unsqueeze(op.Slice(last, [0], [1], [-1]), [-1])  # [..., 1, 1]
+    rows = op.Where(kept, op.Unsqueeze(last, [-2]), first)
+    reduce = op.ReduceMax if largest else op.ReduceMin
+    values = reduce(rows, [-1], keepdims=1)
+    missing = op.Constant(value_int=-1)
+    hits = op.And(kept, op.Equal(rows, values))
+    indices = op.ReduceMax(op.Where(hits, positions, missing), [-1], keepdims=0)
+    values = op.Squeeze(values, [-1])
+    if self.dtype is not None and self.dtype.is_floating_point():
+        # torch: a NaN wins from where it is on, at the last NaN's position (ONNX Runtime's
+        # ReduceMax/ReduceMin skip NaNs)
+        nans = op.ReduceMax(
+            op.Where(op.And(kept, op.IsNaN(rows)), positions, missing), [-1], keepdims=0
+        )
+        seen = op.GreaterOrEqual(nans, op.Constant(value_int=0))
+        values = op.Where(seen, op.CastLike(op.Constant(value_float=float("nan")), values), values)
+        indices = op.Where(seen, nans, indices)
+    if back != list(range(rank)):
+        values, indices = op.Transpose(values, perm=back), op.Transpose(indices, perm=back)
+    return values, indices
+
+
+def cummax(self: TReal, dim: int) -> tuple[TReal, INT64]:
+    """cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)"""
+    return _cumulative_extreme(self, dim, largest=True)
+
+
+def cummin(self: TReal, dim: int) -> tuple[TReal, INT64]:
+    """cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)"""
+    return _cumulative_extreme(self, dim, largest=False)
 
 
 def scatter_reduce(
