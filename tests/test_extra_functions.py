@@ -348,6 +348,7 @@ NAN = float("nan")
         (torch.randn(3, 6), 1),
         (torch.randint(-3, 4, (5, 3)), 0),  # int64, many ties
         (torch.tensor([1.0, NAN, 0.0, NAN, -1.0, 2.0]), 0),  # NaN wins, at the last NaN
+        (torch.tensor([[False, True, False], [True, False, True]]), 1),  # bool
         (torch.tensor(3.0), 0),
     ],
 )

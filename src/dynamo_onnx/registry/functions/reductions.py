@@ -144,6 +144,16 @@ def _cumulative_extreme(self: TReal, dim: int, largest: bool) -> tuple[TReal, IN
     rank = len(self.shape)
     if rank == 0:
         return op.Identity(self), op.Constant(value_int=0)
+    if self.dtype == BOOL.dtype:  # ONNX Runtime has no Where or ReduceMax on bool
+        values, indices = _extremes(op.Cast(self, to=INT64.dtype), dim, largest, rank, False)
+        return op.Cast(values, to=BOOL.dtype), indices
+    floating = self.dtype is not None and self.dtype.is_floating_point()
+    return _extremes(self, dim, largest, rank, floating)
+
+
+def _extremes(
+    self: TReal, dim: int, largest: bool, rank: int, floating: bool
+) -> tuple[TReal, INT64]:
     last, back = _along_last(self, dim, rank)
     kept, positions = _prefixes(last)
     first = op.Unsqueeze(op.Slice(last, [0], [1], [-1]), [-1])  # [..., 1, 1]
@@ -154,7 +164,7 @@ def _cumulative_extreme(self: TReal, dim: int, largest: bool) -> tuple[TReal, IN
     hits = op.And(kept, op.Equal(rows, values))
     indices = op.ReduceMax(op.Where(hits, positions, missing), [-1], keepdims=0)
     values = op.Squeeze(values, [-1])
-    if self.dtype is not None and self.dtype.is_floating_point():
+    if floating:
         # torch: a NaN wins from where it is on, at the last NaN's position (ONNX Runtime's
         # ReduceMax/ReduceMin skip NaNs)
         nans = op.ReduceMax(
