@@ -8,6 +8,7 @@ import math
 import onnx_ir as ir
 import pytest
 import torch
+import torch.nn.functional as F
 
 import dynamo_onnx
 from dynamo_onnx.diagnostics import Level
@@ -355,3 +356,31 @@ NAN = float("nan")
 def test_cummax_and_cummin_values_and_indices_as_torch(extreme, x, dim):
     program = _matches(lambda t: extreme(t, dim), x)
     assert program(x)[1].tolist() == extreme(x, dim).indices.tolist()
+
+
+@pytest.mark.parametrize(
+    ("pool", "shape"),
+    [
+        (lambda x: F.avg_pool2d(x, 3, 1, 1, True, False, 2), (1, 3, 9, 9)),  # OpInfo's
+        (lambda x: F.avg_pool2d(x, (6, 6), (3, 3), (2, 3), True, True, 2), (1, 3, 9, 9)),
+        (lambda x: F.avg_pool2d(x, 3, 2, 1, divisor_override=5), (2, 2, 7, 8)),
+        (torch.nn.AvgPool2d(2, divisor_override=1), (1, 4, 6, 6)),  # a sum pooling
+        (lambda x: F.avg_pool3d(x, 3, 2, 1, True, False, 3), (1, 2, 5, 6, 7)),
+    ],
+)
+def test_average_pooling_divides_by_the_divisor_override(pool, shape):
+    """torch_lib ignores divisor_override (the mean came out): the window's sum over it."""
+    _matches(pool, torch.randn(*shape))
+
+
+def test_average_pooling_with_a_divisor_at_dynamic_sizes():
+    class SumPool(torch.nn.Module):
+        def forward(self, x):
+            return F.avg_pool2d(x, 3, 2, 1, divisor_override=4)
+
+    program = dynamo_onnx.export(
+        SumPool(), (torch.randn(1, 2, 9, 9),), dynamic_shapes=({2: "h", 3: "w"},)
+    )
+    for size in ((9, 9), (12, 7)):
+        x = torch.randn(1, 2, *size)
+        torch.testing.assert_close(program(x)[0], SumPool()(x))

@@ -9,7 +9,8 @@ are never chosen below the opset they need. What each group is for is said in it
   ``operator.pow``/``floordiv``) by Python's rules;
 * ``functions.numeric``: the variance family torch_lib leaves unregistered, ``dist``,
   ``cdist``, ``ldexp``, ``special_entr``;
-* ``functions.pooling``: adaptive average and max pooling, max pooling's gradient;
+* ``functions.pooling``: adaptive average and max pooling, average pooling with
+  ``divisor_override`` (torch_lib ignores it), max pooling's gradient;
 * ``functions.elementwise``: ``max.other``/``min.other``, ``fmax``/``fmin``, ``hypot``, ``copysign``, ``frexp``,
   ``uniform``, RReLU;
 * ``functions.indexing``: ``sort``, ``kthvalue``, ``searchsorted``/``bucketize``,
@@ -78,6 +79,8 @@ _BY_NAME: tuple[tuple[str, object, int], ...] = (
     ("aten::ldexp.Tensor", numeric.ldexp, 18),
     ("aten::special_entr", numeric.special_entr, 18),
     ("aten::diff", numeric.diff, 18),
+    ("aten::avg_pool2d", pooling.avg_pool2d, 18),
+    ("aten::avg_pool3d", pooling.avg_pool3d, 18),
     ("aten::_adaptive_avg_pool2d", pooling.adaptive_avg_pool, 18),
     ("aten::_adaptive_avg_pool3d", pooling.adaptive_avg_pool, 18),
     ("aten::adaptive_max_pool2d", pooling.adaptive_max_pool, 18),

@@ -1,4 +1,5 @@
-"""Adaptive pooling, and the gradient of max pooling, as ONNX.
+"""Adaptive pooling, average pooling with ``divisor_override``, and the gradient of max
+pooling, as ONNX.
 
 torch.export keeps ``_adaptive_avg_pool2d`` and ``adaptive_max_pool2d/3d`` (core ATen
 operators); torch_lib has no function for them, and torch lowers them only through its
@@ -12,6 +13,13 @@ divide ``n``). With static spatial sizes both are exact:
 * max pooling is separable too (the max over a box is the max over rows of the max over
   columns): per axis, each window is a slice, an ``ArgMax`` and a gather of the values and
   of the flat indices into the pooled plane, which is what torch returns as indices.
+
+torch_lib's ``avg_pool2d``/``avg_pool3d`` ignore ``divisor_override`` (a TODO in its
+source): the model computed the mean where torch divides each window's sum by the given
+number. Here such a call is the mean over the window's input elements (ONNX
+``AveragePool`` without the padding) times their count, over the divisor; the count is
+separable, per axis ``min(start + kernel, size) - max(start, 0)``, computed from the sizes
+at run time. Without ``divisor_override`` torch_lib's function is used as it is.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import INT64
 from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.ops import nn as torchlib_nn
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 
 from dynamo_onnx.registry.functions.reductions import scatter_add
@@ -31,8 +40,91 @@ from dynamo_onnx.registry.functions.reductions import scatter_add
 __all__ = [
     "adaptive_avg_pool",
     "adaptive_max_pool",
+    "avg_pool2d",
+    "avg_pool3d",
     "max_pool2d_with_indices_backward",
 ]
+
+
+def _expanded(values: Sequence[int] | int, dims: int) -> list[int]:
+    values = [values] if isinstance(values, int) else list(values)
+    return values * dims if len(values) == 1 else values
+
+
+def _valid_counts(
+    self: TFloat, pooled: TFloat, kernel: list[int], stride: list[int], padding: list[int]
+) -> TFloat:
+    """How many input elements (not padding) each output window covers, shaped to broadcast
+    over ``pooled``'s spatial axes: the product of the per-axis counts."""
+    dims = len(kernel)
+    total = None
+    for axis in range(dims):
+        where = len(self.shape) - dims + axis
+        size = op.Shape(self, start=where, end=where + 1)
+        out = op.Squeeze(op.Shape(pooled, start=where, end=where + 1))
+        start = op.Sub(
+            op.Mul(op.Range(op.Constant(value_int=0), out, op.Constant(value_int=1)), stride[axis]),
+            padding[axis],
+        )
+        count = op.Sub(
+            op.Min(op.Add(start, kernel[axis]), size), op.Max(start, op.Constant(value_int=0))
+        )
+        shape = [1] * dims
+        shape[axis] = -1
+        count = op.Reshape(count, op.Constant(value_ints=shape))
+        total = count if total is None else op.Mul(total, count)
+    return op.CastLike(total, pooled)
+
+
+def _avg_pool(
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+    dims: int,
+) -> TFloat:
+    plain = torchlib_nn.aten_avg_pool2d if dims == 2 else torchlib_nn.aten_avg_pool3d
+    if divisor_override is None:
+        return plain(self, kernel_size, stride, padding, ceil_mode, count_include_pad)
+    kernel = _expanded(kernel_size, dims)
+    strides = _expanded(stride, dims) if stride else kernel
+    pads = _expanded(padding, dims)
+    mean = plain(self, kernel, strides, pads, ceil_mode, False)  # over the input elements
+    total = op.Mul(mean, _valid_counts(self, mean, kernel, strides, pads))
+    return op.Div(total, op.CastLike(op.Constant(value_float=float(divisor_override)), total))
+
+
+def avg_pool2d(
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0, 0),
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> TFloat:
+    """avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor"""
+    return _avg_pool(
+        self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2
+    )
+
+
+def avg_pool3d(
+    self: TFloat,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0, 0, 0),
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> TFloat:
+    """avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor"""
+    return _avg_pool(
+        self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3
+    )
 
 
 def _windows(size: int, out: int) -> list[tuple[int, int]]:
