@@ -45,24 +45,39 @@ def _expected(model, inputs):
     return [out.logits] + [t for layer in layers for t in (layer.keys, layer.values)]
 
 
+@pytest.fixture(scope="module")
+def exports():
+    """name -> (model, ``export(model, (), kwargs=example_inputs(model), verify=True)``), the
+    call a user writes, made once per model for every test that reads, saves or runs its
+    program (an LLM's export is most of such a test's time; saving adds findings and files,
+    never changes the model). The export issues no warning at all and leaves the caller's
+    cache as it was. Each call leaves torch's random generator as the export left it, so a
+    test draws the same prompt whichever test exported first (the model is built from seed 0)."""
+    made: dict[str, tuple[transformers.PreTrainedModel, dynamo_onnx.ONNXProgram, torch.Tensor]]
+    made = {}
+
+    def get(name: str) -> tuple[transformers.PreTrainedModel, dynamo_onnx.ONNXProgram]:
+        if name not in made:
+            model = _model(name).eval()
+            inputs = llm_generate.example_inputs(model)
+            cache = inputs[llm_generate.cache_parameter(model)]
+            before = [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no warning
+                program = dynamo_onnx.export(model, (), kwargs=inputs, verify=True)
+            after = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+            assert all(torch.equal(a, b) for a, b in zip(before, after)), "the cache changed"
+            made[name] = model, program, torch.get_rng_state()
+        model, program, state = made[name]
+        torch.set_rng_state(state)
+        return model, program
+
+    return get
+
+
 @pytest.fixture(scope="module", params=MODELS)
-def exported(request):
-    model = _model(request.param).eval()
-    inputs = llm_generate.example_inputs(model)
-    before = [
-        t.clone()
-        for layer in inputs[llm_generate.cache_parameter(model)].layers
-        for t in (layer.keys, layer.values)
-    ]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no warning at all
-        program = dynamo_onnx.export(model, (), kwargs=inputs, verify=True)
-    after = [
-        t
-        for layer in inputs[llm_generate.cache_parameter(model)].layers
-        for t in (layer.keys, layer.values)
-    ]
-    assert all(torch.equal(a, b) for a, b in zip(before, after)), "the caller's cache changed"
+def exported(request, exports):
+    model, program = exports(request.param)
     return request.param, model, program
 
 
@@ -111,33 +126,9 @@ def test_nothing_global_is_registered_for_the_cache(exported):
     assert leaves == [cache]  # still a leaf: no pytree registration left behind
 
 
-@pytest.fixture(scope="module")
-def plain_export():
-    """name -> (model, ``export(model, (), kwargs=example_inputs(model))``), the call a user
-    writes, exported once for the tests that only save it, run it or read its findings (an
-    LLM's export is most of such a test's time). Each call leaves torch's random generator as
-    the export left it, so a test draws the same prompt as when it exported the model itself
-    (the model is built from seed 0), whichever test exported first."""
-    made: dict[str, tuple[transformers.PreTrainedModel, dynamo_onnx.ONNXProgram, torch.Tensor]]
-    made = {}
-
-    def get(name: str) -> tuple[transformers.PreTrainedModel, dynamo_onnx.ONNXProgram]:
-        if name not in made:
-            model = _model(name).eval()
-            program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
-            made[name] = model, program, torch.get_rng_state()
-        model, program, state = made[name]
-        torch.set_rng_state(state)
-        return model, program
-
-    return get
-
-
 @pytest.mark.parametrize("name", ["llama", "qwen2", "gemma2", "gpt2", "mixtral"])
-def test_greedy_generation_with_onnx_runtime_alone_matches_transformers(
-    name, tmp_path, plain_export
-):
-    model, program = plain_export(name)
+def test_greedy_generation_with_onnx_runtime_alone_matches_transformers(name, tmp_path, exports):
+    model, program = exports(name)
     program.save(tmp_path / "model.onnx")
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     prompt = torch.randint(1, 100, (2, 5))
@@ -290,12 +281,12 @@ def test_whisper_generates_transformers_greedy_tokens_with_onnx_runtime_alone(tm
 
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
 def test_onnxruntime_genai_generates_transformers_tokens_from_the_saved_folder(
-    name, tmp_path, plain_export
+    name, tmp_path, exports
 ):
     """Saving a causal LM exported with its cache also writes genai_config.json: the folder
     runs in onnxruntime-genai as it is."""
     og = pytest.importorskip("onnxruntime_genai")
-    model, program = plain_export(name)
+    model, program = exports(name)
     program.save(tmp_path / "model.onnx")
     config = json.loads((tmp_path / "genai_config.json").read_text())
     decoder = config["model"]["decoder"]
@@ -325,10 +316,10 @@ def test_a_model_exported_without_a_cache_saves_no_genai_config(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["gemma2", "mistral"])
-def test_a_sliding_window_model_saves_no_genai_config_and_says_why(name, tmp_path, plain_export):
+def test_a_sliding_window_model_saves_no_genai_config_and_says_why(name, tmp_path, exports):
     """Unfused, a sliding layer's present is its window; onnxruntime-genai would refuse the
     folder. A note at save says so and names the option that writes it."""
-    _, program = plain_export(name)
+    _, program = exports(name)
     before = len(program.diagnostics.by_rule("DO415"))
     program.save(tmp_path / "model.onnx")
     assert not (tmp_path / "genai_config.json").exists()
@@ -343,8 +334,8 @@ def test_a_sliding_window_model_saves_no_genai_config_and_says_why(name, tmp_pat
     assert len(program.diagnostics.by_rule("DO415")) == before + 2
 
 
-def test_a_model_with_a_full_cache_saves_its_genai_config_without_a_note(tmp_path, plain_export):
-    _, program = plain_export("llama")
+def test_a_model_with_a_full_cache_saves_its_genai_config_without_a_note(tmp_path, exports):
+    _, program = exports("llama")
     program.save(tmp_path / "model.onnx")
     assert (tmp_path / "genai_config.json").exists()
     assert not program.diagnostics.by_rule("DO415")
@@ -379,9 +370,9 @@ def _mixtral() -> transformers.MixtralForCausalLM:
     return hf_models.causal_lm("mixtral")
 
 
-def test_a_mixture_of_experts_model_exports_with_its_cache_and_matches_eager(plain_export):
+def test_a_mixture_of_experts_model_exports_with_its_cache_and_matches_eager(exports):
     assert _mixtral().config._experts_implementation == "grouped_mm"  # before an export
-    model, program = plain_export("mixtral")
+    model, program = exports("mixtral")
     assert model.config._experts_implementation == "grouped_mm"  # put back
     (note,) = program.diagnostics.by_rule("DO130")
     assert "transformers::grouped_mm_fallback" in note.message and "(2)" in note.message
