@@ -10,8 +10,6 @@ import importlib.util
 import inspect
 import json
 import pathlib
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -26,6 +24,7 @@ from onnxscript.rewriter.ort_fusions.gqa_packed_qkv import fuse_qkv_gqa
 
 import dynamo_onnx
 import hf_models
+from cli_runner import run_cli
 from conftest import line_of
 from dynamo_onnx.passes.metadata import MODULE_PATH, PACKED
 from dynamo_onnx.runtimes.onnxruntime.fusions import canonical_dims
@@ -478,26 +477,19 @@ def test_the_cli_optimizes_for_onnxruntime(tmp_path):
     )
     out = tmp_path / "m.onnx"
     sarif = tmp_path / "m.sarif"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dynamo_onnx.cli",
-            "export",
-            f"{factory}:model",
-            "--inputs",
-            f"{factory}:inputs",
-            "-o",
-            str(out),
-            "--sarif",
-            str(sarif),
-            "--optimize-for",
-            "onnxruntime",
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
+    done = run_cli(
+        tmp_path,
+        "export",
+        f"{factory}:model",
+        "--inputs",
+        f"{factory}:inputs",
+        "-o",
+        str(out),
+        "--sarif",
+        str(sarif),
+        "--optimize-for",
+        "onnxruntime",
+        "--quiet",
     )
     assert done.returncode == 0, done.stderr
     results = json.loads(sarif.read_text())["runs"][0]["results"]
