@@ -106,12 +106,15 @@ LLAMA_FORMS = ["one-dict", "one-list-of-dims", "auto", "dynamic", "dim-objects"]
 SAME_AS_ONE_DICT = ["registration-nesting", "flat-per-tensor", "other-name", "positional"]
 #: The forms every other model is exported with (one with the registration, one without).
 OTHER_FORMS = [("registration-nesting", True), ("flat-per-tensor", False)]
-#: Mixtral's cache is Llama's (a DynamicCache of full layers), and its experts are captured
-#: the same whatever the spec's form (a configuration switch: integrations/transformers/
-#: experts.py), so its form without the registration is Llama's path; test_llm_cache exports
-#: Mixtral with its cache as a leaf and compares it with eager. Its export is the slowest
-#: (about 10 s), so it is exported with the registration only.
-ONE_FORM = {"mixtral": [("registration-nesting", True)]}
+#: The models whose cache is Llama's (a DynamicCache of full layers, two of them): a spec
+#: is read onto their cache as onto Llama's, so their form without the registration is
+#: Llama's path, whose forms are all exported (test_llm_cache exports each of these models
+#: with its cache as a leaf and compares it with eager; Mixtral's experts are captured the
+#: same whatever the spec's form: a configuration switch, integrations/transformers/
+#: experts.py). They are exported with the registration, which torch flattens by model.
+#: The sliding-window models (Mistral, Gemma 2) have caches of their own: both forms.
+LLAMAS_CACHE = ("qwen2", "phi3", "gpt2", "mixtral")
+ONE_FORM = {name: [("registration-nesting", True)] for name in LLAMAS_CACHE}
 
 CASES = [("llama", form, registered) for form in LLAMA_FORMS for registered in (False, True)] + [
     (name, form, registered)
@@ -119,6 +122,17 @@ CASES = [("llama", form, registered) for form in LLAMA_FORMS for registered in (
     if name != "llama"
     for form, registered in ONE_FORM.get(name, OTHER_FORMS)
 ]
+
+
+def test_the_models_exported_in_one_form_have_llamas_cache():
+    """What LLAMAS_CACHE says: their cache is Llama's, layer for layer."""
+
+    def layers(name: str) -> list[str]:
+        model = hf_models.causal_lm(name)
+        return [type(layer).__name__ for layer in _inputs(model)[_cache_parameter(model)].layers]
+
+    assert all(layers(name) == layers("llama") == ["DynamicLayer"] * 2 for name in LLAMAS_CACHE)
+    assert {"mistral", "gemma2"} <= set(hf_models.CAUSAL_LMS) - set(LLAMAS_CACHE)
 
 
 def _id(case) -> str:
