@@ -98,9 +98,23 @@ def _exported_with_no_warning(name: str):
     return name, model, program
 
 
+@pytest.fixture(scope="module")
+def fused_exports():
+    """name -> ``_exported_with_no_warning(name)``, made once: the tests read, verify and
+    save it (none optimizes it again or changes its weights)."""
+    made: dict[str, tuple] = {}
+
+    def get(name: str) -> tuple:
+        if name not in made:
+            made[name] = _exported_with_no_warning(name)
+        return made[name]
+
+    return get
+
+
 @pytest.fixture(scope="module", params=["llama", "qwen2", "phi3"])
-def fused(request):
-    return _exported_with_no_warning(request.param)
+def fused(request, fused_exports):
+    return fused_exports(request.param)
 
 
 def _layer_of(node: ir.Node) -> str:
@@ -352,10 +366,9 @@ def test_genai_generates_transformers_greedy_tokens_beyond_the_window(sliding, t
     np.testing.assert_array_equal(_genai_sequence(og, tmp_path, prompt, 16), eager[0].numpy())
 
 
-def test_genai_generates_transformers_greedy_tokens_from_the_fused_folder(tmp_path):
+def test_genai_generates_transformers_greedy_tokens_from_the_fused_folder(tmp_path, fused_exports):
     og = pytest.importorskip("onnxruntime_genai")
-    model = _model("llama")
-    program = _export(model)
+    _, model, program = fused_exports("llama")
     program.save(tmp_path / "model.onnx")
     config = json.loads((tmp_path / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is True
