@@ -4,7 +4,8 @@ kwargs, dynamic_shapes by input name: batch and sequence dynamic)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -197,3 +198,22 @@ def causal_lm(name: str) -> transformers.PreTrainedModel:
         config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100)
         model = transformers.GPT2LMHeadModel(config)
     return model.eval()
+
+
+@contextlib.contextmanager
+def registered_cache() -> Iterator[None]:
+    """transformers' ``register_dynamic_cache_export_support()`` for the block only: the
+    registration is global, and the other tests take the cache as a leaf."""
+    from torch.fx import _pytree as fx_pytree
+    from torch.utils import _pytree
+    from transformers.integrations.executorch import register_dynamic_cache_export_support
+
+    cls = transformers.DynamicCache
+    already = cls in _pytree.SUPPORTED_NODES
+    register_dynamic_cache_export_support()
+    try:
+        yield
+    finally:
+        if not already:
+            _pytree._deregister_pytree_node(cls)
+            fx_pytree._deregister_pytree_flatten_spec(cls)

@@ -21,6 +21,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 import dynamo_onnx
 import hf_models
+from cli_runner import run_cli
 
 og = pytest.importorskip("onnxruntime_genai")
 
@@ -53,7 +54,9 @@ def saved_llama(tmp_path_factory):
     return path, model, tokenizer
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
+def fresh_process(*args: str) -> subprocess.CompletedProcess:
+    """``dynamo-onnx ARGS`` in a process of its own, for what only one shows: what reaches
+    standard error from transformers' loading (its progress bar and logger)."""
     return subprocess.run(
         [sys.executable, "-m", "dynamo_onnx.cli", *args],
         capture_output=True,
@@ -68,7 +71,7 @@ def test_export_llm_writes_a_folder_genai_runs_with_transformers_greedy_tokens(
 ):
     path, model, tokenizer = saved_llama
     out = tmp_path / "onnx"  # created by the command
-    proc = run("export-llm", str(path), "-o", str(out))
+    proc = run_cli(tmp_path, "export-llm", str(path), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"exported {path} in ")
     assert "0 error(s), 0 warning(s)" in proc.stdout  # a clean Llama: no warning
@@ -96,7 +99,7 @@ def test_export_llm_writes_a_folder_genai_runs_with_transformers_greedy_tokens(
 
     # --optimize-for none: the plain model, which generates the same
     plain = tmp_path / "plain"
-    proc = run("export-llm", str(path), "-o", str(plain), "--optimize-for", "none")
+    proc = run_cli(tmp_path, "export-llm", str(path), "-o", str(plain), "--optimize-for", "none")
     assert proc.returncode == 0, proc.stderr
     assert "0 error(s), 0 warning(s)" in proc.stdout
     assert _ops(plain)["GroupQueryAttention"] == 0 and _ops(plain)["Softmax"] == 2
@@ -157,7 +160,7 @@ def _missing(path):
 def test_a_folder_that_is_not_a_causal_lm_is_do507_with_transformers_reason(make, tmp_path):
     path = tmp_path / "hf"
     cause = make(path)
-    proc = run("export-llm", str(path), "-o", str(tmp_path / "out"))
+    proc = run_cli(tmp_path, "export-llm", str(path), "-o", str(tmp_path / "out"))
     assert proc.returncode == 2, proc.stderr  # the user's mistake: a usage error
     assert proc.stdout == f"export-llm of {path} failed: 1 error(s), 0 warning(s)\n"
     assert f"[DO507 hf-folder-unusable] `{path}` is not a Hugging Face causal LM folder " in (
@@ -174,7 +177,9 @@ def test_a_folder_that_is_not_a_causal_lm_is_do507_with_transformers_reason(make
 
 
 def test_a_bad_precision_fails_before_the_model_is_loaded(tmp_path):
-    proc = run("export-llm", str(tmp_path), "-o", str(tmp_path / "o"), "--precision", "int3")
+    proc = run_cli(
+        tmp_path, "export-llm", str(tmp_path), "-o", str(tmp_path / "o"), "--precision", "int3"
+    )
     assert proc.returncode == 2 and "invalid choice: 'int3'" in proc.stderr  # argparse's
     with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
         dynamo_onnx.export_llm(tmp_path / "missing", tmp_path / "o", precision="int3")
@@ -194,7 +199,7 @@ def test_export_llm_optimized_for_onnxruntime_in_int4_is_one_gqa_per_layer_genai
     model.save_pretrained(tmp_path / "hf")
     _tokenizer().save_pretrained(tmp_path / "hf")
     out = tmp_path / "onnx"
-    proc = run(
+    proc = fresh_process(
         "export-llm", str(tmp_path / "hf"), "-o", str(out),
         "--optimize-for", "onnxruntime", "--precision", "int4",
     )  # fmt: skip

@@ -3,6 +3,7 @@ file that is the same bytes whichever checkout it was exported from."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -10,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 
 import onnx
 import pytest
@@ -19,8 +21,8 @@ from dynamo_onnx import files
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 
 
-def _run(code: str, cwd: pathlib.Path, umask: int = 0o022) -> None:
-    """Run ``code`` in a fresh interpreter (the umask is the child's own, never ours)."""
+def _run(code: str, cwd: pathlib.Path) -> None:
+    """Run ``code`` in a fresh interpreter in ``cwd``."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -29,7 +31,6 @@ def _run(code: str, cwd: pathlib.Path, umask: int = 0o022) -> None:
         capture_output=True,
         text=True,
         timeout=600,
-        preexec_fn=lambda: os.umask(umask),
         check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -39,26 +40,44 @@ def _mode(path: pathlib.Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@contextlib.contextmanager
+def _umask(mask: int) -> Iterator[None]:
+    """The process's umask set to ``mask`` for the block, as a user's shell sets it, and put
+    back after it (pytest's thread is the one creating files meanwhile)."""
+    saved = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(saved)
+
+
 @pytest.mark.parametrize("umask", [0o022, 0o027])
-def test_every_file_written_gets_the_umask_s_permissions(tmp_path, umask):
-    _run(
-        """
-        import torch, dynamo_onnx
-        from dynamo_onnx.diagnostics import DiagnosticContext
-        from dynamo_onnx.passes.save import SavePass, SaveRequest
-        model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU()).eval()
-        program = dynamo_onnx.export(model, (torch.randn(2, 64),), "model.onnx",
-                                     report=True, artifacts_dir="reports")
+def test_every_file_written_gets_the_umask_s_permissions(tmp_path, umask, monkeypatch):
+    import torch
+
+    import dynamo_onnx
+    from dynamo_onnx.diagnostics import DiagnosticContext
+    from dynamo_onnx.passes.save import SavePass, SaveRequest
+
+    monkeypatch.chdir(tmp_path)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU()).eval()
+    with _umask(umask):
+        program = dynamo_onnx.export(
+            model,
+            (torch.randn(2, 64),),
+            "model.onnx",
+            report=True,
+            artifacts_dir=tmp_path / "reports",
+        )
         program.save_diagnostics("again.sarif")
         program.diagnostics.save_markdown("again.md")
         # what a causal LM's save writes beside the model
-        import os; os.makedirs("llm")
-        SavePass()(DiagnosticContext(), SaveRequest(program.model, "llm/model.onnx",
-                   external_data=True, beside={"genai_config.json": "{}"}))
-        """.replace("reports", str(tmp_path / "reports")).replace('"llm', f'"{tmp_path}/llm'),
-        tmp_path,
-        umask,
-    )
+        os.makedirs("llm")
+        beside = {"genai_config.json": "{}"}
+        request = SaveRequest(
+            program.model, str(tmp_path / "llm" / "model.onnx"), external_data=True, beside=beside
+        )
+        SavePass()(DiagnosticContext(), request)
     written = sorted(p for p in tmp_path.rglob("*") if p.is_file())
     names = [p.relative_to(tmp_path).as_posix() for p in written]
     assert names == [

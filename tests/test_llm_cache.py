@@ -45,24 +45,39 @@ def _expected(model, inputs):
     return [out.logits] + [t for layer in layers for t in (layer.keys, layer.values)]
 
 
+@pytest.fixture(scope="module")
+def exports():
+    """name -> (model, ``export(model, (), kwargs=example_inputs(model), verify=True)``), the
+    call a user writes, made once per model for every test that reads, saves or runs its
+    program (an LLM's export is most of such a test's time; saving adds findings and files,
+    never changes the model). The export issues no warning at all and leaves the caller's
+    cache as it was. Each call leaves torch's random generator as the export left it, so a
+    test draws the same prompt whichever test exported first (the model is built from seed 0)."""
+    made: dict[str, tuple[transformers.PreTrainedModel, dynamo_onnx.ONNXProgram, torch.Tensor]]
+    made = {}
+
+    def get(name: str) -> tuple[transformers.PreTrainedModel, dynamo_onnx.ONNXProgram]:
+        if name not in made:
+            model = _model(name).eval()
+            inputs = llm_generate.example_inputs(model)
+            cache = inputs[llm_generate.cache_parameter(model)]
+            before = [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no warning
+                program = dynamo_onnx.export(model, (), kwargs=inputs, verify=True)
+            after = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+            assert all(torch.equal(a, b) for a, b in zip(before, after)), "the cache changed"
+            made[name] = model, program, torch.get_rng_state()
+        model, program, state = made[name]
+        torch.set_rng_state(state)
+        return model, program
+
+    return get
+
+
 @pytest.fixture(scope="module", params=MODELS)
-def exported(request):
-    model = _model(request.param).eval()
-    inputs = llm_generate.example_inputs(model)
-    before = [
-        t.clone()
-        for layer in inputs[llm_generate.cache_parameter(model)].layers
-        for t in (layer.keys, layer.values)
-    ]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no warning at all
-        program = dynamo_onnx.export(model, (), kwargs=inputs, verify=True)
-    after = [
-        t
-        for layer in inputs[llm_generate.cache_parameter(model)].layers
-        for t in (layer.keys, layer.values)
-    ]
-    assert all(torch.equal(a, b) for a, b in zip(before, after)), "the caller's cache changed"
+def exported(request, exports):
+    model, program = exports(request.param)
     return request.param, model, program
 
 
@@ -111,33 +126,9 @@ def test_nothing_global_is_registered_for_the_cache(exported):
     assert leaves == [cache]  # still a leaf: no pytree registration left behind
 
 
-@pytest.fixture(scope="module")
-def plain_export():
-    """name -> (model, ``export(model, (), kwargs=example_inputs(model))``), the call a user
-    writes, exported once for the tests that only save it, run it or read its findings (an
-    LLM's export is most of such a test's time). Each call leaves torch's random generator as
-    the export left it, so a test draws the same prompt as when it exported the model itself
-    (the model is built from seed 0), whichever test exported first."""
-    made: dict[str, tuple[transformers.PreTrainedModel, dynamo_onnx.ONNXProgram, torch.Tensor]]
-    made = {}
-
-    def get(name: str) -> tuple[transformers.PreTrainedModel, dynamo_onnx.ONNXProgram]:
-        if name not in made:
-            model = _model(name).eval()
-            program = dynamo_onnx.export(model, (), kwargs=llm_generate.example_inputs(model))
-            made[name] = model, program, torch.get_rng_state()
-        model, program, state = made[name]
-        torch.set_rng_state(state)
-        return model, program
-
-    return get
-
-
 @pytest.mark.parametrize("name", ["llama", "qwen2", "gemma2", "gpt2", "mixtral"])
-def test_greedy_generation_with_onnx_runtime_alone_matches_transformers(
-    name, tmp_path, plain_export
-):
-    model, program = plain_export(name)
+def test_greedy_generation_with_onnx_runtime_alone_matches_transformers(name, tmp_path, exports):
+    model, program = exports(name)
     program.save(tmp_path / "model.onnx")
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     prompt = torch.randint(1, 100, (2, 5))
@@ -290,12 +281,12 @@ def test_whisper_generates_transformers_greedy_tokens_with_onnx_runtime_alone(tm
 
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
 def test_onnxruntime_genai_generates_transformers_tokens_from_the_saved_folder(
-    name, tmp_path, plain_export
+    name, tmp_path, exports
 ):
     """Saving a causal LM exported with its cache also writes genai_config.json: the folder
     runs in onnxruntime-genai as it is."""
     og = pytest.importorskip("onnxruntime_genai")
-    model, program = plain_export(name)
+    model, program = exports(name)
     program.save(tmp_path / "model.onnx")
     config = json.loads((tmp_path / "genai_config.json").read_text())
     decoder = config["model"]["decoder"]
@@ -325,10 +316,10 @@ def test_a_model_exported_without_a_cache_saves_no_genai_config(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["gemma2", "mistral"])
-def test_a_sliding_window_model_saves_no_genai_config_and_says_why(name, tmp_path, plain_export):
+def test_a_sliding_window_model_saves_no_genai_config_and_says_why(name, tmp_path, exports):
     """Unfused, a sliding layer's present is its window; onnxruntime-genai would refuse the
     folder. A note at save says so and names the option that writes it."""
-    _, program = plain_export(name)
+    _, program = exports(name)
     before = len(program.diagnostics.by_rule("DO415"))
     program.save(tmp_path / "model.onnx")
     assert not (tmp_path / "genai_config.json").exists()
@@ -343,8 +334,8 @@ def test_a_sliding_window_model_saves_no_genai_config_and_says_why(name, tmp_pat
     assert len(program.diagnostics.by_rule("DO415")) == before + 2
 
 
-def test_a_model_with_a_full_cache_saves_its_genai_config_without_a_note(tmp_path, plain_export):
-    _, program = plain_export("llama")
+def test_a_model_with_a_full_cache_saves_its_genai_config_without_a_note(tmp_path, exports):
+    _, program = exports("llama")
     program.save(tmp_path / "model.onnx")
     assert (tmp_path / "genai_config.json").exists()
     assert not program.diagnostics.by_rule("DO415")
@@ -379,9 +370,9 @@ def _mixtral() -> transformers.MixtralForCausalLM:
     return hf_models.causal_lm("mixtral")
 
 
-def test_a_mixture_of_experts_model_exports_with_its_cache_and_matches_eager(plain_export):
+def test_a_mixture_of_experts_model_exports_with_its_cache_and_matches_eager(exports):
     assert _mixtral().config._experts_implementation == "grouped_mm"  # before an export
-    model, program = plain_export("mixtral")
+    model, program = exports("mixtral")
     assert model.config._experts_implementation == "grouped_mm"  # put back
     (note,) = program.diagnostics.by_rule("DO130")
     assert "transformers::grouped_mm_fallback" in note.message and "(2)" in note.message
@@ -425,56 +416,44 @@ def test_a_one_token_example_with_batch_one_and_an_empty_past_still_gives_a_dyna
             torch.testing.assert_close(g, w.detach(), atol=1e-4, rtol=1e-4)
 
 
-_REGISTERED = """
-import copy, sys, warnings
-sys.path.insert(0, {examples!r})
-warnings.simplefilter("ignore")
-import torch
-from transformers.integrations.executorch import register_dynamic_cache_export_support
-import dynamo_onnx, llm_generate
-
-register_dynamic_cache_export_support()
-model = llm_generate.small_llama()
-inputs = llm_generate.example_inputs(model)
-ep = torch.export.export(model, (), kwargs=inputs, strict=False)
-try:
-    ep.run_decompositions()
-    print("torch: decomposed")
-except Exception as exc:
-    print("torch:", type(exc).__name__)
-program = dynamo_onnx.export(ep, (), kwargs=inputs)
-print("dynamo-onnx:", len(program.model.graph.outputs), "outputs")
-print("inputs:", *[v.name for v in program.model.graph.inputs])
-print("outputs:", *[v.name for v in program.model.graph.outputs])
-got = program(**copy.deepcopy(inputs))  # the cache flattened as torch.export flattened it
-out = model(**copy.deepcopy(inputs))
-layers = llm_generate.output_cache(out).layers
-want = [out.logits] + [layer.keys for layer in layers] + [layer.values for layer in layers]
-print("equal:", all(torch.allclose(g, w, atol=1e-4) for g, w in zip(got, want)))
-"""
-
-
 def test_a_program_captured_with_the_cache_registered_exports_despite_torchs_lost_constants():
-    """With transformers' own pytree registration, the program starts each layer from an
-    empty lifted constant that run_decompositions loses (torch fails); the export reads the
-    constant instead. In a subprocess: the registration is global."""
-    import subprocess
-    import sys
-
-    code = _REGISTERED.format(examples=str(ROOT / "examples"))
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
-    )
-    lines = result.stdout.splitlines()
-    assert "torch: SpecViolationError" in lines  # what this works around
-    assert "dynamo-onnx: 5 outputs" in lines
+    """With transformers' own pytree registration (for the test only:
+    hf_models.registered_cache), the program starts each layer from an empty lifted constant
+    that run_decompositions loses (torch fails); the export reads the constant instead."""
+    model = llm_generate.small_llama()
+    inputs = llm_generate.example_inputs(model)
+    with hf_models.registered_cache(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = torch.export.export(model, (), kwargs=inputs, strict=False)
+        with pytest.raises(Exception) as torchs:  # what this works around
+            ep.run_decompositions()
+        assert type(torchs.value).__name__ == "SpecViolationError"
+        program = dynamo_onnx.export(ep, (), kwargs=inputs)
+        got = program(**copy.deepcopy(inputs))  # the cache flattened as torch.export did
     # named as when the model itself is exported, not past_key_values_key_cache_0, linear_14
-    assert (
-        "inputs: input_ids attention_mask position_ids past_key_values.0.key "
-        "past_key_values.1.key past_key_values.0.value past_key_values.1.value"
-    ) in lines
-    assert "outputs: logits present.0.key present.1.key present.0.value present.1.value" in lines
-    assert "equal: True" in lines
+    assert [v.name for v in program.model.graph.inputs] == [
+        "input_ids",
+        "attention_mask",
+        "position_ids",
+        "past_key_values.0.key",
+        "past_key_values.1.key",
+        "past_key_values.0.value",
+        "past_key_values.1.value",
+    ]
+    assert [v.name for v in program.model.graph.outputs] == [
+        "logits",
+        "present.0.key",
+        "present.1.key",
+        "present.0.value",
+        "present.1.value",
+    ]
+    out = model(**copy.deepcopy(inputs))
+    layers = llm_generate.output_cache(out).layers
+    want = [out.logits] + [layer.keys for layer in layers] + [layer.values for layer in layers]
+    assert len(got) == len(want) == 5
+    assert all(torch.allclose(g, w, atol=1e-4) for g, w in zip(got, want))
+    leaves, _ = pytree.tree_flatten(inputs[llm_generate.cache_parameter(model)])
+    assert len(leaves) == 1  # the registration did not outlive the test
 
 
 def test_an_llm_export_prints_nothing_of_torch_onnx_ir_or_onnx_runtime(capfd):

@@ -10,8 +10,6 @@ import importlib.util
 import inspect
 import json
 import pathlib
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -26,6 +24,7 @@ from onnxscript.rewriter.ort_fusions.gqa_packed_qkv import fuse_qkv_gqa
 
 import dynamo_onnx
 import hf_models
+from cli_runner import run_cli
 from conftest import line_of
 from dynamo_onnx.passes.metadata import MODULE_PATH, PACKED
 from dynamo_onnx.runtimes.onnxruntime.fusions import canonical_dims
@@ -99,9 +98,23 @@ def _exported_with_no_warning(name: str):
     return name, model, program
 
 
+@pytest.fixture(scope="module")
+def fused_exports():
+    """name -> ``_exported_with_no_warning(name)``, made once: the tests read, verify and
+    save it (none optimizes it again or changes its weights)."""
+    made: dict[str, tuple] = {}
+
+    def get(name: str) -> tuple:
+        if name not in made:
+            made[name] = _exported_with_no_warning(name)
+        return made[name]
+
+    return get
+
+
 @pytest.fixture(scope="module", params=["llama", "qwen2", "phi3"])
-def fused(request):
-    return _exported_with_no_warning(request.param)
+def fused(request, fused_exports):
+    return fused_exports(request.param)
 
 
 def _layer_of(node: ir.Node) -> str:
@@ -353,10 +366,9 @@ def test_genai_generates_transformers_greedy_tokens_beyond_the_window(sliding, t
     np.testing.assert_array_equal(_genai_sequence(og, tmp_path, prompt, 16), eager[0].numpy())
 
 
-def test_genai_generates_transformers_greedy_tokens_from_the_fused_folder(tmp_path):
+def test_genai_generates_transformers_greedy_tokens_from_the_fused_folder(tmp_path, fused_exports):
     og = pytest.importorskip("onnxruntime_genai")
-    model = _model("llama")
-    program = _export(model)
+    _, model, program = fused_exports("llama")
     program.save(tmp_path / "model.onnx")
     config = json.loads((tmp_path / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is True
@@ -485,26 +497,19 @@ def test_the_cli_optimizes_for_onnxruntime(tmp_path):
     )
     out = tmp_path / "m.onnx"
     sarif = tmp_path / "m.sarif"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dynamo_onnx.cli",
-            "export",
-            f"{factory}:model",
-            "--inputs",
-            f"{factory}:inputs",
-            "-o",
-            str(out),
-            "--sarif",
-            str(sarif),
-            "--optimize-for",
-            "onnxruntime",
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
+    done = run_cli(
+        tmp_path,
+        "export",
+        f"{factory}:model",
+        "--inputs",
+        f"{factory}:inputs",
+        "-o",
+        str(out),
+        "--sarif",
+        str(sarif),
+        "--optimize-for",
+        "onnxruntime",
+        "--quiet",
     )
     assert done.returncode == 0, done.stderr
     results = json.loads(sarif.read_text())["runs"][0]["results"]

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 TESTS = pathlib.Path(__file__).resolve().parent
 
 SCRIPT = textwrap.dedent(
@@ -58,17 +60,12 @@ def _our_line(line: str) -> bool:
     return "DynamoOnnxWarning" in line or line.startswith(("[DO", "dynamo-onnx"))
 
 
-def test_exports_leave_only_our_lines_on_stderr(tmp_path):
-    script = tmp_path / "noisy.py"
-    script.write_text(SCRIPT.format(tests=str(TESTS)))
-    proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines()[:3] == ["GPT2 []", "GPT2 []", "FAILED DO104"], proc.stdout
-    assert proc.stdout.splitlines()[3] == "FALLBACK ['DO306']"
-    assert proc.stdout.splitlines()[4].startswith("FAKE ")
-    _, _, during = proc.stderr.partition("---EXPORTS---\n")
+def test_exports_leave_only_our_lines_on_stderr(terminal):
+    stdout, stderr = terminal["exports"]
+    assert stdout.splitlines()[:3] == ["GPT2 []", "GPT2 []", "FAILED DO104"], stdout
+    assert stdout.splitlines()[3] == "FALLBACK ['DO306']"
+    assert stdout.splitlines()[4].startswith("FAKE ")
+    _, _, during = stderr.partition("---EXPORTS---\n")
     foreign = [line for line in during.splitlines() if line.strip() and not _our_line(line)]
     assert foreign == [], "\n".join(foreign[:40])
 
@@ -113,18 +110,36 @@ AFTER_EXPORT = textwrap.dedent(
 )
 
 
-def test_running_and_verifying_leave_only_our_lines_on_stderr(tmp_path):
+#: Between the two scripts, on standard output and standard error.
+BETWEEN = "---AFTER-EXPORT---"
+
+
+@pytest.fixture(scope="module")
+def terminal(tmp_path_factory) -> dict[str, tuple[str, str]]:
+    """Each script's standard output and error, the two run one after the other in one fresh
+    process (a process each only added torch's and transformers' import)."""
+    directory = tmp_path_factory.mktemp("terminal")
+    script = directory / "noisy.py"
+    between = f"print({BETWEEN!r}, flush=True)\nsys.stderr.write({BETWEEN!r} + '\\n')\n"
+    script.write_text(
+        SCRIPT.format(tests=str(TESTS)) + between + AFTER_EXPORT.format(tests=str(TESTS))
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=directory
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out, _, out_after = proc.stdout.partition(BETWEEN + "\n")
+    err, _, err_after = proc.stderr.partition(BETWEEN + "\n")
+    return {"exports": (out, err), "after": (out_after, err_after)}
+
+
+def test_running_and_verifying_leave_only_our_lines_on_stderr(terminal):
     """ONNX Runtime's ``[E:onnxruntime ... ExecuteKernel]`` when a call fails (the exception
     says it), its load-time warnings, and transformers' "`past_key_values` is deprecated"
     on every eager call of a capture and a verification stay off the terminal; the caller's
     warnings filters are as they were."""
-    script = tmp_path / "after.py"
-    script.write_text(AFTER_EXPORT.format(tests=str(TESTS)))
-    proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines() == ["LLM 5 []", "RAISED Fail", "FILTERS True"], proc.stdout
-    _, _, during = proc.stderr.partition("---EXPORTS---\n")
+    stdout, stderr = terminal["after"]
+    assert stdout.splitlines() == ["LLM 5 []", "RAISED Fail", "FILTERS True"], stdout
+    _, _, during = stderr.partition("---EXPORTS---\n")
     foreign = [line for line in during.splitlines() if line.strip() and not _our_line(line)]
     assert foreign == [], "\n".join(foreign[:40])
