@@ -69,6 +69,15 @@ class ConvReluInPlace(torch.nn.Module):
         return self.relu(self.conv(x)).mean((2, 3))
 
 
+class NormalizedTopK(torch.nn.Module):
+    """Mixtral's router: one output of ``topk`` divided in place."""
+
+    def forward(self, x):
+        values, _ = x.softmax(-1).topk(2, dim=-1)
+        values /= values.sum(dim=-1, keepdim=True)
+        return values.log()
+
+
 #: In-place operators writing a tensor only the graph sees: made out-of-place, no re-trace.
 OWN_TENSOR_WRITES = [
     InPlace,
@@ -76,6 +85,7 @@ OWN_TENSOR_WRITES = [
     ReadBeforeAndAfter,
     MaskedInPlace,
     ConvReluInPlace,
+    NormalizedTopK,
 ]
 
 

@@ -37,6 +37,7 @@ and returns how many nodes it changed.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -172,6 +173,26 @@ def _returns_alias(target: Any) -> bool:
     return schema.is_mutable or any(r.alias_info is not None for r in schema.returns)
 
 
+def _made_by_the_graph(value: torch.fx.Node) -> bool:
+    """Whether ``value`` is a new tensor an operator made: no input, weight or view, also
+    one output of several (``topk``'s values, through ``getitem``)."""
+    if value.op != "call_function":
+        return False
+    if value.target is operator.getitem:
+        source, index = value.args
+        schema = getattr(getattr(source, "target", None), "_schema", None)
+        return (
+            isinstance(source, torch.fx.Node)
+            and source.op == "call_function"
+            and schema is not None
+            and not schema.is_mutable
+            and isinstance(index, int)
+            and index < len(schema.returns)
+            and schema.returns[index].alias_info is None
+        )
+    return not _returns_alias(value.target)
+
+
 def _out_of_place(node: torch.fx.Node) -> Any:
     """``aten.add.Tensor`` for a node of ``aten.add_.Tensor`` (the in-place operator writes
     ``self`` only, its out-of-place twin exists and makes a new tensor), else None."""
@@ -194,9 +215,7 @@ def _only_writer(node: torch.fx.Node, functional: Any) -> bool:
     """Whether the tensor ``node`` writes is one the graph made (no input, weight or view),
     seen by no view and no output, and whether the out-of-place result keeps its dtype."""
     written = node.args[0]
-    if not isinstance(written, torch.fx.Node) or written.op != "call_function":
-        return False
-    if _returns_alias(written.target):
+    if not isinstance(written, torch.fx.Node) or not _made_by_the_graph(written):
         return False
     if any(u.op == "output" for u in (*written.users, *node.users)):
         return False  # the signature names the returned node
