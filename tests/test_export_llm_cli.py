@@ -285,6 +285,24 @@ def test_export_llm_writes_the_reports_and_gates_on_warnings_with_the_folder_wri
     assert "  warning DO401 non-finite-weights " in proc.stderr
 
 
+def test_export_llm_under_warnings_as_errors_raises_after_writing_the_folder(
+    llama_with_a_nan, tmp_path
+):
+    """The API's spelling of ``--warnings-as-errors``: the error comes after the folder is
+    written, with the program, whose diagnostics hold the warning as an error."""
+    out = tmp_path / "api"
+    gate = dynamo_onnx.DiagnosticOptions(warnings_as_errors=True)
+    with pytest.raises(dynamo_onnx.WarningsAsErrorsError) as info:
+        dynamo_onnx.export_llm(llama_with_a_nan, out, diagnostic_options=gate)
+    assert str(info.value).startswith("[DO401 non-finite-weights]")
+    assert info.value.program.diagnostics.by_rule("DO401")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "genai_config.json",
+        "model.onnx",
+        "model.onnx.data",
+    ]
+
+
 def test_a_failed_export_llm_still_writes_the_reports(tmp_path):
     """DO507 (no model in the folder): exit 2, and the SARIF log and the report asked for
     say so, as for any failed export."""
