@@ -94,6 +94,21 @@ def test_schema_validation_can_fail(logs):
         sarif.validate(broken)
 
 
+def test_past_the_results_validated_one_by_one_a_new_structure_is_still_validated(logs):
+    """A log of thousands of results: the first VALIDATED_RESULTS one by one, then one of each
+    structure; a result unlike those before it (a column of 0) is checked and fails."""
+    log = json.loads(json.dumps(logs["clean"]))
+    (run,) = log["runs"]
+    result = run["results"][0]
+    run["results"] = [json.loads(json.dumps(result)) for _ in range(sarif.VALIDATED_RESULTS + 5)]
+    sarif.validate(log)
+    odd = run["results"][-1]["locations"][0]["physicalLocation"]["region"]
+    odd["startColumn"] = 0  # the schema's minimum is 1
+    last = len(run["results"]) - 1  # named by its index in the log
+    with pytest.raises(ValueError, match=f"runs/0/results/{last}/locations/0/"):
+        sarif.validate(log)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_log_passes_the_multitool_with_github_rules(logs, case, tmp_path):
     path = tmp_path / f"{case}.sarif"

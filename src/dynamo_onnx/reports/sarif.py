@@ -112,14 +112,59 @@ def _validator() -> jsonschema.Draft4Validator:
     return jsonschema.Draft4Validator(schema())
 
 
+#: Results validated one by one; past them, one result of each structure (see validate).
+VALIDATED_RESULTS = 2000
+
+
 def validate(log: dict[str, Any]) -> None:
-    """Raise ``ValueError`` listing every schema violation of ``log``."""
+    """Raise ``ValueError`` listing every schema violation of ``log``.
+
+    jsonschema takes ~0.7 ms a result: a log near GitHub's 25,000 results would spend 17 s
+    here. Its results come from one builder, so the first :data:`VALIDATED_RESULTS` of each
+    run are validated, and of the others one of each structure (keys, nesting and types
+    of values: :func:`_structure`), whatever their text."""
+    runs = log.get("runs")
+    kept: list[list[int]] = []  # run -> the indices of the results validated
+    if isinstance(runs, list) and any(
+        len(run.get("results") or ()) > VALIDATED_RESULTS for run in runs
+    ):
+        kept = [_sampled(run.get("results") or []) for run in runs]
+        log = {
+            **log,
+            "runs": [{**run, "results": [run["results"][i] for i in indices]}
+                     for run, indices in zip(runs, kept)],
+        }  # fmt: skip
     errors = sorted(_validator().iter_errors(log), key=lambda e: list(e.absolute_path))
     if errors:
-        details = "; ".join(
-            f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors[:10]
-        )
+
+        def where(path: list[Any]) -> str:
+            if kept and path[:1] == ["runs"] and path[2:3] == ["results"] and len(path) > 3:
+                path = [*path[:3], kept[path[1]][path[3]], *path[4:]]  # the log's own index
+            return "/".join(map(str, path)) or "<root>"
+
+        details = "; ".join(f"{where(list(e.absolute_path))}: {e.message}" for e in errors[:10])
         raise ValueError(f"invalid SARIF log ({len(errors)} schema errors): {details}")
+
+
+def _sampled(results: list[Any]) -> list[int]:
+    """The indices of the first results, then of the first result of each new structure."""
+    kept = list(range(min(len(results), VALIDATED_RESULTS)))
+    seen = {_structure(results[i]) for i in kept}
+    for index in range(len(kept), len(results)):
+        structure = _structure(results[index])
+        if structure not in seen:
+            seen.add(structure)
+            kept.append(index)
+    return kept
+
+
+def _structure(value: Any) -> Any:
+    """The keys, nesting and types of ``value``; its strings and numbers left out."""
+    if isinstance(value, dict):
+        return tuple((k, _structure(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return ("list", frozenset(_structure(v) for v in value))
+    return type(value).__name__
 
 
 def _timestamp(value: Any) -> str | None:
@@ -132,6 +177,28 @@ def _timestamp(value: Any) -> str | None:
 NOTE_CAP = 500
 #: Results kept per rule for warnings and errors.
 PROBLEM_CAP = 5000
+#: GitHub code scanning's limit of results per run: the caps are lowered, largest rules
+#: first, when the rules together would pass it.
+RESULTS_LIMIT = 25_000
+
+
+def _within_limit(counts: dict[str, int], caps: dict[str, int]) -> dict[str, int]:
+    """Each rule's cap lowered to at most ``c``, the largest ``c`` for which the results
+    (kept findings, and a summary per rule that leaves some out) stay within
+    :data:`RESULTS_LIMIT`: the rules with few findings keep them all."""
+
+    def results(ceiling: int) -> int:
+        return sum(
+            min(n, caps[r], ceiling) + (n > min(caps[r], ceiling)) for r, n in counts.items()
+        )
+
+    if results(max(caps.values(), default=0)) <= RESULTS_LIMIT:
+        return caps
+    low, high = 0, max(caps.values())  # results(low) fits: a summary per rule at most
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if results(middle) <= RESULTS_LIMIT else (low, middle - 1)
+    return {rule: min(cap, low) for rule, cap in caps.items()}
 
 
 class _Builder:
@@ -149,12 +216,18 @@ class _Builder:
         #: Code with no file under the root, carried in the log (``run.artifacts``).
         self.artifacts: list[om.Artifact] = []
         self._artifact_index: dict[str, int] = {}
+        self._relatives: dict[str, str | None] = {}
 
     # -- locations ---------------------------------------------------------------------
 
     def _relative(self, path: str) -> str | None:
         """The path relative to the source root, POSIX-style, or None if outside it
         (``<frozen runpy>``, ``<string>`` and other pseudo-files are never inside)."""
+        if path not in self._relatives:  # a log of thousands of results names a few files
+            self._relatives[path] = self._relative_to_root(path)
+        return self._relatives[path]
+
+    def _relative_to_root(self, path: str) -> str | None:
         if path.startswith("<"):
             return None
         absolute = os.path.abspath(path)
@@ -306,14 +379,21 @@ class _Builder:
         of tens of thousands of nodes at DEBUG has a note per node, so each rule keeps its
         first findings (:data:`NOTE_CAP` for notes, :data:`PROBLEM_CAP` for warnings and
         errors) and one more result says how many were left out, and where the first was.
+        Six rules of 5,000 warnings would still pass the limit: then the largest rules keep
+        fewer (:func:`_within_limit`), the smaller ones all they had.
         """
         by_rule: dict[str, list[Finding]] = {}
         for finding in visible:
             by_rule.setdefault(finding.rule.id, []).append(finding)
+        caps = {
+            rule: PROBLEM_CAP if findings[0].level >= Level.WARNING else NOTE_CAP
+            for rule, findings in by_rule.items()
+        }
+        caps = _within_limit({rule: len(f) for rule, f in by_rule.items()}, caps)
         kept: set[int] = set()
         summaries: dict[int, om.Result] = {}
-        for findings in by_rule.values():
-            cap = PROBLEM_CAP if findings[0].level >= Level.WARNING else NOTE_CAP
+        for rule, findings in by_rule.items():
+            cap = caps[rule]
             kept.update(id(f) for f in findings[:cap])
             if len(findings) > cap:
                 summaries[id(findings[cap])] = self._summary(findings[cap:], len(findings), cap)
