@@ -161,3 +161,13 @@ def pytest_runtest_setup(item: pytest.Item):
 def pytest_runtest_call(item: pytest.Item):
     with _no_full_export(item):
         return (yield)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The test process (or xdist worker) ends after this: its objects (torch's, sympy's,
+    every export's) are frozen out of the collector, as the command's are
+    (dynamo_onnx.cli.console_main), so the interpreter's final collections do not walk
+    them again for a second or two."""
+    import gc
+
+    gc.freeze()

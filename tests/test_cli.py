@@ -9,6 +9,7 @@ which modules a fresh process loads."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import pty
@@ -732,3 +733,30 @@ def test_verbose_into_a_file_has_no_terminal_control_characters(workdir):
     assert proc.returncode == 0, proc.stderr
     assert "capture: done in " in proc.stderr
     assert "\r" not in proc.stderr and "\x1b" not in proc.stderr
+
+
+def test_the_command_ends_its_process_without_walking_every_object_again(monkeypatch, capsys):
+    """The installed ``dynamo-onnx`` (and ``python -m dynamo_onnx.cli``) is console_main:
+    main's exit code, and the collector frozen first (the interpreter's final collections
+    over torch's objects cost ~1 s a command). main() in a caller's process freezes
+    nothing."""
+    from importlib.metadata import entry_points
+
+    from dynamo_onnx import cli
+
+    (script,) = entry_points(group="console_scripts", name="dynamo-onnx")
+    assert script.value == "dynamo_onnx.cli:console_main"
+    before = gc.get_freeze_count()
+    assert cli.main(["--version"]) == 0
+    assert gc.get_freeze_count() == before
+    frozen = []
+    monkeypatch.setattr(cli.gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(sys, "argv", ["dynamo-onnx", "rules", "--no-such-option"])
+    with pytest.raises(SystemExit) as exited:
+        cli.console_main()
+    assert exited.value.code == 2 and not frozen  # argparse's own exit: the process ends too
+    monkeypatch.setattr(sys, "argv", ["dynamo-onnx", "--version"])
+    with pytest.raises(SystemExit) as exited:
+        cli.console_main()
+    assert exited.value.code == 0 and frozen == [True]
+    assert capsys.readouterr().out.startswith("dynamo-onnx ")
