@@ -19,6 +19,7 @@ import pathlib
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -42,18 +43,22 @@ def require(what: str, present: bool) -> None:
     pytest.skip(message)
 
 
-def multitool_errors(log_path: pathlib.Path, tmp_path: pathlib.Path) -> list[str]:
-    """Run `validate --rule-kind Sarif;Ghas` with GitHub's policy; return its error results.
+def multitool_errors(
+    log_path: pathlib.Path | Sequence[pathlib.Path], tmp_path: pathlib.Path
+) -> list[str]:
+    """Run `validate --rule-kind Sarif;Ghas` with GitHub's policy on one log or several (one
+    run of the tool: it starts in ~0.8 s); return its error results, each with its file.
 
     The multitool exits 0 even when it finds errors, so its output file is read."""
     tool = pathlib.Path(os.environ.get("SARIF_MULTITOOL", MULTITOOL))
     require(f"the SARIF multitool ({tool})", tool.exists())
-    out = tmp_path / f"{log_path.stem}.validation.sarif"
+    paths = [log_path] if isinstance(log_path, pathlib.Path) else list(log_path)
+    out = tmp_path / f"{paths[0].stem}.validation.sarif"
     subprocess.run(
         [
             str(tool),
             "validate",
-            str(log_path),
+            *map(str, paths),
             "--rule-kind",
             "Sarif;Ghas",
             "-c",
@@ -71,10 +76,20 @@ def multitool_errors(log_path: pathlib.Path, tmp_path: pathlib.Path) -> list[str
     assert out.exists(), "the multitool wrote no output file"
     results = json.loads(out.read_text())["runs"][0].get("results", [])
     return [
-        f"{r['ruleId']}: {r['message'].get('text') or r['message'].get('arguments')}"
+        f"{_validated_file(r)}{r['ruleId']}: "
+        f"{r['message'].get('text') or r['message'].get('arguments')}"
         for r in results
         if r.get("level") == "error"
     ]
+
+
+def _validated_file(result: dict[str, Any]) -> str:
+    """The log a multitool result is about, as ``name: ``."""
+    for location in result.get("locations", []):
+        uri = location.get("physicalLocation", {}).get("artifactLocation", {}).get("uri")
+        if uri:
+            return f"{pathlib.PurePosixPath(uri).name}: "
+    return ""
 
 
 # -- the other consumers -----------------------------------------------------------------

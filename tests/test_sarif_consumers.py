@@ -138,11 +138,12 @@ def test_a_run_from_a_subdirectory_has_repository_relative_uris(logs, tmp_path):
     assert location["artifactLocation"] == {"uri": "scripts/models.py", "uriBaseId": "SRCROOT"}
     line = next(i for i, t in enumerate(MODELS.splitlines(), 1) if "marker: unsupported" in t)
     assert location["region"]["startLine"] == line
-    for name in ("clean", "failure", "strict", "branch"):
+    names = ("clean", "failure", "strict", "branch")
+    for name in names:
         _, results = _results(logs[name])
         for result in results:
             assert _artifact(result)["uri"].startswith("scripts/"), result
-        assert multitool_errors(logs[name], tmp_path) == []
+    assert multitool_errors([logs[name] for name in names], tmp_path) == []
 
 
 @pytest.mark.parametrize("name", ["stdin", "command"])
