@@ -47,10 +47,17 @@ def _weight_matmuls(model: onnx.ModelProto) -> int:
 
 
 @pytest.fixture(scope="module")
-def float_weight_matmuls(saved_llama):
+def llama_program(saved_llama):
+    """The float export of the Llama (test_program_quantize quantizes it in place, after
+    float_weight_matmuls counted its MatMuls)."""
     _, model = saved_llama
-    program = dynamo_onnx.export(model, (), kwargs=hf_folder.example_inputs(model))
-    count = _weight_matmuls(program.model_proto)
+    return dynamo_onnx.export(model, (), kwargs=hf_folder.example_inputs(model))
+
+
+@pytest.fixture(scope="module")
+def float_weight_matmuls(saved_llama, llama_program):
+    _, model = saved_llama
+    count = _weight_matmuls(llama_program.model_proto)
     layers = model.config.num_hidden_layers
     assert count == 7 * layers + 1  # q, k, v, o, gate, up, down per layer, and the LM head
     return count
@@ -116,9 +123,11 @@ def test_a_quantized_folder_loads_in_genai_generates_and_quantizes_every_weight_
     assert same >= (2 if bits == 8 else 1)
 
 
-def test_program_quantize_spellings_and_an_unknown_precision(saved_llama):
+def test_program_quantize_spellings_and_an_unknown_precision(
+    saved_llama, llama_program, float_weight_matmuls
+):
     _, model = saved_llama
-    program = dynamo_onnx.export(model, (), kwargs=hf_folder.example_inputs(model))
+    program = llama_program  # counted as a float model first: float_weight_matmuls
     nodes = len(program.model.graph)
     program.quantize("fp32")  # nothing to do
     assert len(program.model.graph) == nodes
