@@ -515,6 +515,7 @@ def test_each_rule_has_a_one_line_fix(rule):
 
 SHARED_PASS_MODULES = {
     "base",
+    "collector",
     "contract",
     "domains",
     "fx",

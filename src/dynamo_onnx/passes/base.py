@@ -19,6 +19,7 @@ from dynamo_onnx.diagnostics.context import PassRecord
 from dynamo_onnx.errors import OnnxExporterError
 from dynamo_onnx.options import TORCHLIB_OPSET
 from dynamo_onnx.passes import contract
+from dynamo_onnx.passes.collector import collections_spaced
 from dynamo_onnx.passes.logs import deprecations_ignored
 from dynamo_onnx.rules import catalog
 
@@ -264,6 +265,9 @@ def run_pipeline(
     ONNX model or module it was given raises :class:`~dynamo_onnx.passes.contract.PassContractError`
     (:mod:`dynamo_onnx.passes.contract`).
 
+    While the passes run, Python's garbage collector runs less often
+    (:mod:`dynamo_onnx.passes.collector`); its thresholds are the caller's again after.
+
     An exception that no finding explains becomes the pass's failure rule (recorded by
     ``ctx.pass_``) and is raised as the pass's ``error_type``, with the context attached.
     When the context was already closed (work after the export), it is closed again with
@@ -276,7 +280,7 @@ def run_pipeline(
     step: Pass[S] | None = None
     record: PassRecord | None = None
     try:
-        with deprecations_ignored():
+        with deprecations_ignored(), collections_spaced():
             for step in passes:
                 given = contract.fingerprint(state) if check and not step.changes_input else None
                 with ctx.pass_(step.name) as record:
