@@ -97,13 +97,19 @@ def _spec(model, form: str) -> Any:
 
 
 #: Llama's forms that are exported, each with and without the registration.
-LLAMA_FORMS = ["one-dict", "one-list-of-dims", "auto", "dynamic", "dim-objects"]
+LLAMA_FORMS = ["one-dict", "auto", "dynamic", "dim-objects"]
 #: Llama's forms whose checked request is one-dict's (validation reads them into the same
 #: flat spec by the export's inputs, the same dims asked, the same labels): every pass after
 #: validation reads the checked request alone, so their export is one-dict's export. Each is
 #: validated and compared with one-dict, with and without the registration
 #: (test_spellings_of_one_dicts_spec_are_checked_into_its_request); one-dict is exported.
-SAME_AS_ONE_DICT = ["registration-nesting", "flat-per-tensor", "other-name", "positional"]
+SAME_AS_ONE_DICT = [
+    "one-list-of-dims",  # validation reads a tensor's list of dims as the dict it means
+    "registration-nesting",
+    "flat-per-tensor",
+    "other-name",
+    "positional",
+]
 #: The forms every other model is exported with (one with the registration, one without).
 OTHER_FORMS = [("registration-nesting", True), ("flat-per-tensor", False)]
 #: The models whose cache is Llama's (a DynamicCache of full layers, two of them): a spec

@@ -77,6 +77,24 @@ def test_a_named_dimension_is_declared_and_becomes_auto():
     assert checked.named_spec == {"x": {0: "batch"}}
 
 
+@pytest.mark.parametrize(
+    "dims", [["batch", None], ("batch", None), [torch.export.Dim.AUTO, None]], ids=str
+)
+def test_a_tensors_list_of_dims_is_checked_into_the_dict_it_means(dims):
+    """``{"x": ["batch", None]}`` and ``{"x": {0: "batch"}}`` are one request to torch.export:
+    validation hands the later passes one spelling."""
+    x = torch.randn(2, 4)
+    listed = validated(Tiny(), (x,), dynamic_shapes={"x": dims}).valid
+    as_dict = validated(Tiny(), (x,), dynamic_shapes={"x": {0: dims[0]}}).valid
+    assert listed.named_spec == as_dict.named_spec == {"x": {0: dims[0]}}
+    assert listed.dynamic_shapes == as_dict.dynamic_shapes
+    assert listed.declared_dims == as_dict.declared_dims == frozenset({("x", 0)})
+    static = validated(Tiny(), (x,), dynamic_shapes={"x": [None, None]}).valid
+    assert static.named_spec == {"x": None} and not static.requested_dims
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match=r"\[DO131 "):
+        validated(Tiny(), (x,), dynamic_shapes={"x": ["batch"]})  # not a list of its dims
+
+
 def test_a_bad_opset_fails_in_validate_with_its_rule():
     ctx = DiagnosticContext()
     state = ExportState(ExportRequest(Tiny(), (torch.randn(2, 4),), opset_version=3))

@@ -174,6 +174,8 @@ class ValidatePass:
         everything = spec is True or (isinstance(options, ExportOptions) and options.dynamic_shapes)
         if everything:
             spec = {name: _auto_spec(value) for name, value in bound.items()}
+        if isinstance(spec, dict):  # one spelling per request (see _by_index)
+            spec = {name: _by_index(dims, bound.get(name)) for name, dims in spec.items()}
         named_spec = spec
         spec = normalize_dynamic_shapes(spec)
         if isinstance(spec, dict) and bound and set(spec) <= set(bound):
@@ -584,6 +586,21 @@ def _auto_spec(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _auto_spec(v) for k, v in value.items()}
     return None
+
+
+def _by_index(dims: Any, value: Any) -> Any:
+    """A tensor's spec written as a list of its dimensions (``["batch", None, "past", None]``)
+    as the dict torch.export reads the same way (``{0: "batch", 2: "past"}``), so that the
+    passes after validation see one request whichever of the two the caller wrote; any
+    other spec as it is."""
+    if (
+        isinstance(value, torch.Tensor)
+        and isinstance(dims, (list, tuple))
+        and len(dims) == value.dim()
+        and not any(isinstance(d, (list, tuple, dict)) for d in dims)
+    ):
+        return {index: dim for index, dim in enumerate(dims) if dim is not None} or None
+    return dims
 
 
 def normalize_dynamic_shapes(spec: Any) -> Any:
