@@ -95,11 +95,12 @@ def _script(model: str, out: str, strict: bool = False, inline: bool = False) ->
 
 
 @pytest.fixture(scope="module")
-def logs(repo) -> dict[str, pathlib.Path]:
+def logs(repo, tmp_path_factory) -> dict[str, pathlib.Path]:
     """The SARIF log of each kind of export, run as a user runs it. The four exports of a
-    script file run in one fresh process, one after the other (a process per export would
-    only add its start-up, ~3 s of CPU each); standard input and ``python -c`` each need
-    their own."""
+    script file and a notebook cell's (``cell``: code compiled from a temporary file outside
+    the repository, where IPython keeps a cell) run in one fresh process, one after the
+    other (a process per export would only add its start-up, ~3 s of CPU each); standard
+    input and ``python -c`` each need their own."""
     scripts = repo / "scripts"
     made = {}
     script = []
@@ -111,6 +112,18 @@ def logs(repo) -> dict[str, pathlib.Path]:
     ):
         script.append(_script(model, f"out_{name}", strict))
         made[name] = scripts / f"out_{name}" / f"{model}.sarif"
+    cell = tmp_path_factory.mktemp("kernel") / "ipykernel_4242" / "3791239.py"
+    cell.parent.mkdir()
+    cell.write_text(_script("Unsupported", "out_cell", inline=True))
+    script.append(
+        textwrap.dedent(
+            f"""
+            source = open({str(cell)!r}).read()
+            exec(compile(source, {str(cell)!r}, "exec"), {{"__name__": "__main__"}})
+            """
+        )
+    )
+    made["cell"] = scripts / "out_cell" / "Unsupported.sarif"
     (scripts / "export_all.py").write_text("".join(script))
     _python(["export_all.py"], scripts)
     _python(["-"], scripts, stdin=_script("Unsupported", "out_stdin", inline=True))
@@ -163,20 +176,9 @@ def test_code_without_a_file_has_a_location_with_its_text_in_the_log(logs, name,
     assert multitool_errors(logs[name], tmp_path) == []
 
 
-def test_code_outside_the_source_root_is_never_an_absolute_result_uri(repo, tmp_path):
+def test_code_outside_the_source_root_is_never_an_absolute_result_uri(logs, tmp_path):
     """A notebook cell: code compiled from a temporary file outside the repository."""
-    cell = tmp_path / "ipykernel_4242" / "3791239.py"  # where IPython keeps a cell's code
-    cell.parent.mkdir()
-    cell.write_text(_script("Unsupported", "out_cell", inline=True))
-    driver = textwrap.dedent(
-        f"""
-        source = open({str(cell)!r}).read()
-        exec(compile(source, {str(cell)!r}, "exec"), {{"__name__": "__main__"}})
-        """
-    )
-    (repo / "scripts" / "cell.py").write_text(driver)
-    _python(["cell.py"], repo / "scripts")
-    log = repo / "scripts" / "out_cell" / "Unsupported.sarif"
+    log = logs["cell"]
     run, results = _results(log)
     (unsupported,) = [r for r in results if r["ruleId"] == "DO301"]
     artifact = _artifact(unsupported)
