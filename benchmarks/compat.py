@@ -325,10 +325,15 @@ def run(
     progress: bool = False,
     reference: str = "always",
 ) -> list[dict[str, Any]]:
-    """Every case on ``jobs`` processes, ``BATCH * jobs`` cases per pool of workers; torch.onnx
-    on every case, or with ``reference="on-failure"`` on those dynamo-onnx does not match."""
+    """Every case on ``jobs`` processes, ``BATCH * jobs`` cases per pool of workers (``jobs=0``:
+    in this process, one after the other: no worker to start, and a debugger stops in the
+    case; a crash takes this process down); torch.onnx on every case, or with
+    ``reference="on-failure"`` on those dynamo-onnx does not match."""
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {REFERENCES}, not {reference!r}")
+    if jobs == 0:
+        with tempfile.TemporaryDirectory(prefix="compat-") as directory:
+            return [check_case(seed, i, timeout, directory, reference) for i in indices]
     results: dict[int, dict[str, Any]] = {}
     started = time.monotonic()
     size = BATCH * jobs
@@ -582,7 +587,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=2000, help="how many cases")
     parser.add_argument("--start", type=int, default=0, help="index of the first case")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 2, help="worker processes; 0: this one"
+    )
     parser.add_argument("--timeout", type=int, default=60, help="seconds per export and run")
     parser.add_argument("--json", type=Path, default=ROOT / "docs" / "compat.json")
     parser.add_argument("--markdown", type=Path, default=ROOT / "docs" / "compat.md")
