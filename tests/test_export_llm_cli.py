@@ -199,13 +199,12 @@ def test_export_llm_optimized_for_onnxruntime_in_int4_is_one_gqa_per_layer_genai
     model.save_pretrained(tmp_path / "hf")
     _tokenizer().save_pretrained(tmp_path / "hf")
     out = tmp_path / "onnx"
-    proc = fresh_process(
-        "export-llm", str(tmp_path / "hf"), "-o", str(out),
+    proc = run_cli(
+        tmp_path, "export-llm", str(tmp_path / "hf"), "-o", str(out),
         "--optimize-for", "onnxruntime", "--precision", "int4",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "0 error(s), 0 warning(s)" in proc.stdout
-    assert "Loading weights" not in proc.stderr  # transformers' progress bar is not ours
     graph = onnx.load(out / "model.onnx", load_external_data=False).graph
     ops = collections.Counter(n.op_type for n in graph.node)
     layers = config.num_hidden_layers
@@ -249,8 +248,9 @@ def test_export_llm_writes_the_reports_and_gates_on_warnings_with_the_folder_wri
 ):
     """``--sarif``/``--report``/``--warnings-as-errors`` as ``export`` takes them: exit 3, the
     folder written all the same, both reports with the warning as an error; without the
-    gate, exit 0 and the warning listed. transformers' own remarks while loading are not
-    printed."""
+    gate, exit 0 and the warning listed. transformers' own remarks and progress bar while
+    loading are not printed (a fresh process: transformers' handler holds the real
+    stderr)."""
     out, sarif, report = tmp_path / "gated", tmp_path / "llm.sarif", tmp_path / "llm.md"
     proc = fresh_process(  # transformers' own handler writes to the real stderr
         "export-llm", str(llama_with_a_nan), "-o", str(out),
@@ -265,6 +265,7 @@ def test_export_llm_writes_the_reports_and_gates_on_warnings_with_the_folder_wri
     assert folder == f"wrote {out}: genai_config.json, model.onnx, model.onnx.data"
     assert "[DO401 non-finite-weights]" in proc.stderr
     assert "[transformers]" not in proc.stderr and "vocabulary" not in proc.stderr
+    assert "Loading weights" not in proc.stderr  # transformers' progress bar is not ours
     log = json.loads(sarif.read_text())
     from dynamo_onnx.reports import sarif as sarif_module
 
