@@ -148,28 +148,6 @@ def test_the_example_runs(tmp_path):
     assert (tmp_path / "llama.onnx").exists()
 
 
-def test_a_spelled_spec_names_the_dims_and_takes_one_entry_for_the_cache():
-    model = _model("llama").eval()
-    inputs = llm_generate.example_inputs(model)
-    cache = inputs[llm_generate.cache_parameter(model)]
-    spec = {
-        "input_ids": {0: "batch", 1: "new"},
-        "attention_mask": {0: "batch", 1: "total"},
-        "position_ids": {0: "batch", 1: "new"},
-        llm_generate.cache_parameter(model): dynamo_onnx.cache_dynamic_shapes(
-            cache, batch="batch", past="past"
-        ),
-    }
-    program = dynamo_onnx.export(model, (), kwargs=inputs, dynamic_shapes=spec)
-    shapes = {v.name: [str(d) for d in v.shape] for v in program.model.graph.inputs}
-    assert shapes["input_ids"] == ["batch", "new"]
-    assert shapes["past_key_values.1.value"] == ["batch", "2", "past", "8"]
-    one = {**spec, llm_generate.cache_parameter(model): {0: "batch", 2: "past"}}  # every tensor
-    program = dynamo_onnx.export(model, (), kwargs=inputs, dynamic_shapes=one)
-    shapes = {v.name: [str(d) for d in v.shape] for v in program.model.graph.inputs}
-    assert shapes["past_key_values.0.key"] == ["batch", "2", "past", "8"]
-
-
 def _whisper_inputs(model, batch: int, new: int, past: int) -> dict:
     """One decoder step of Whisper: encoder states, an encoder-decoder cache (self-attention
     grows, cross-attention holds the encoder's 16 frames)."""

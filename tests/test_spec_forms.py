@@ -163,6 +163,7 @@ def test_every_cache_spec_form_exports_a_model_equal_to_eager_at_three_shapes(ca
             assert key[0] == "batch" and key[2] in ("past", "sliding_past"), key
         if form == "one-dict":  # the spelling the dynamic_axes forms are checked into
             assert shapes["past_key_values.1.value"] == ["batch", "2", "past", "8"]
+            assert shapes["input_ids"] == ["batch", "new"]  # the caller's names, everywhere
         for shape in SHAPES:
             inputs = _inputs(model, *shape)
             got = program(**copy.deepcopy(inputs))
