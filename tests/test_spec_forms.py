@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import logging
 import warnings
 from typing import Any
 
@@ -298,6 +299,30 @@ class _Net(torch.nn.Module):
 
     def forward(self, x):
         return x.relu() * 2
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"x": ["b", None]},
+        {"x": {0: "b", 1: None}},
+        (["b", None],),
+        ({0: "b", 1: None},),
+        ((torch.export.Dim("b"), None),),
+    ],
+    ids=["list-by-name", "dict-with-None", "list-by-position", "dict-by-position", "dims"],
+)
+def test_a_static_dimension_written_none_gives_the_model_asked_and_torch_logs_nothing(spec, caplog):
+    """None for a static dimension (torch.onnx's idiom): the same model as leaving it out,
+    and none of torch.export's "Using None as a dynamic shape dimension is deprecated"
+    records (logging's last resort prints them on the caller's terminal)."""
+    with caplog.at_level(logging.DEBUG):
+        program = dynamo_onnx.export(_Net(), (torch.randn(3, 4),), dynamic_shapes=spec)
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["b", "4"]
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(program(x)[0], _Net()(x))
+    said = [r.getMessage() for r in caplog.records if r.name == "torch.export.dynamic_shapes"]
+    assert not said and not [m for m in caplog.messages if "deprecated" in m], said
 
 
 def test_a_dynamic_axes_key_that_is_no_input_or_output_is_an_error():

@@ -93,6 +93,11 @@ def test_a_tensors_list_of_dims_is_checked_into_the_dict_it_means(dims):
     assert static.named_spec == {"x": None} and not static.requested_dims
     with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match=r"\[DO131 "):
         validated(Tiny(), (x,), dynamic_shapes={"x": ["batch"]})  # not a list of its dims
+    with_none = validated(Tiny(), (x,), dynamic_shapes={"x": {0: dims[0], 1: None}}).valid
+    assert with_none.named_spec == as_dict.named_spec  # None is a static dimension
+    by_position = validated(Tiny(), (x,), dynamic_shapes=(dims,)).valid
+    assert by_position.named_spec == ({0: dims[0]},)
+    assert by_position.declared_dims == as_dict.declared_dims
 
 
 def test_a_bad_opset_fails_in_validate_with_its_rule():

@@ -120,6 +120,9 @@ class _ShapeLog(logging.Filter):
         "torch.export._trace",
         "torch._subclasses.fake_tensor",
         "torch._export.non_strict_utils",  # "0/1 specialized": DO105 says it
+        # "Using None as a dynamic shape dimension is deprecated": validation hands torch no
+        # None (torch.onnx's idiom, which users write), a spec torch refined may still hold one
+        "torch.export.dynamic_shapes",
     )
 
     def __init__(self, show: bool = False) -> None:

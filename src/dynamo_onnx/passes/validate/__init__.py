@@ -174,8 +174,11 @@ class ValidatePass:
         everything = spec is True or (isinstance(options, ExportOptions) and options.dynamic_shapes)
         if everything:
             spec = {name: _auto_spec(value) for name, value in bound.items()}
-        if isinstance(spec, dict):  # one spelling per request (see _by_index)
+        # one spelling per request (see _by_index), by name or by position
+        if isinstance(spec, dict):
             spec = {name: _by_index(dims, bound.get(name)) for name, dims in spec.items()}
+        elif isinstance(spec, (list, tuple)) and len(spec) == len(bound):
+            spec = type(spec)(_by_index(d, v) for d, v in zip(spec, bound.values()))
         named_spec = spec
         spec = normalize_dynamic_shapes(spec)
         if isinstance(spec, dict) and bound and set(spec) <= set(bound):
@@ -590,17 +593,21 @@ def _auto_spec(value: Any) -> Any:
 
 def _by_index(dims: Any, value: Any) -> Any:
     """A tensor's spec written as a list of its dimensions (``["batch", None, "past", None]``)
-    as the dict torch.export reads the same way (``{0: "batch", 2: "past"}``), so that the
-    passes after validation see one request whichever of the two the caller wrote; any
-    other spec as it is."""
-    if (
-        isinstance(value, torch.Tensor)
-        and isinstance(dims, (list, tuple))
-        and len(dims) == value.dim()
-        and not any(isinstance(d, (list, tuple, dict)) for d in dims)
-    ):
-        return {index: dim for index, dim in enumerate(dims) if dim is not None} or None
-    return dims
+    or as a dict with static ones (``{0: "batch", 1: None}``) as the dict torch.export reads
+    the same way (``{0: "batch", 2: "past"}``): the passes after validation see one request
+    whichever the caller wrote, and torch.export is never handed a None dimension (it logs
+    a deprecation for each, torch.onnx's own idiom); any other spec as it is."""
+    if not isinstance(value, torch.Tensor):
+        return dims
+    if isinstance(dims, dict):
+        items = list(dims.items())
+    elif isinstance(dims, (list, tuple)) and len(dims) == value.dim():
+        items = list(enumerate(dims))
+    else:
+        return dims
+    if any(isinstance(d, (list, tuple, dict)) for _, d in items):
+        return dims
+    return {index: dim for index, dim in items if dim is not None} or None
 
 
 def normalize_dynamic_shapes(spec: Any) -> Any:
