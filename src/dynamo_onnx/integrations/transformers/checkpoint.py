@@ -31,7 +31,7 @@ class KeyReport:
 
     missing: frozenset[str]
     unexpected: frozenset[str]
-    mismatched: frozenset[str]
+    mismatched: Mapping[str, str]  # name -> "stored [32], model [64]" (or "")
     tied: Mapping[str, str]  # filled weight -> the stored weight it is tied to
 
     @property
@@ -45,10 +45,14 @@ class KeyReport:
                 + "): transformers gave them a random initialization"
             )
         if self.mismatched:
+            names = sorted(self.mismatched)
+            shown = ", ".join(
+                f"`{n}`" + (f" {self.mismatched[n]}" if self.mismatched[n] else "")
+                for n in names[:LISTED]
+            )
+            more = f" and {len(names) - LISTED} more" if len(names) > LISTED else ""
             parts.append(
-                f"{len(self.mismatched)} tensor(s) have another shape than the config asks ("
-                + _listed(self.mismatched)
-                + ")"
+                f"{len(names)} tensor(s) have another shape than the config asks ({shown}{more})"
             )
         if self.unexpected:
             parts.append(
@@ -67,6 +71,20 @@ class KeyReport:
         return f" (not counted: tied weights the config asks for, {pairs})"
 
 
+def _shape(shape: Any) -> str:
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+
+def _mismatch(entry: Any) -> tuple[str, str]:
+    """(name, "stored [32], model [64]") from transformers' ``(name, stored, expected)``."""
+    if isinstance(entry, (tuple, list)) and len(entry) == 3:
+        name, stored, expected = entry
+        return str(name), f"(stored {_shape(stored)}, model {_shape(expected)})"
+    if isinstance(entry, (tuple, list)):
+        return str(entry[0]), ""
+    return str(entry), ""
+
+
 def key_report(
     missing: Collection[str],
     unexpected: Collection[str],
@@ -75,15 +93,14 @@ def key_report(
 ) -> KeyReport:
     """The report of a load from its key sets: ``missing``, ``unexpected`` and
     ``mismatched`` as transformers' ``output_loading_info`` gives them (a mismatched entry
-    may be a key or a tuple starting with it), ``tied`` the model's tied weights (filled
+    may be a key or a tuple ``(key, stored shape, model shape)``), ``tied`` the model's tied weights (filled
     weight -> source). A missing weight whose source was loaded is tied, not missing."""
     absent = set(missing)
     filled = {k: v for k, v in tied.items() if k in absent and v not in absent}
-    shapes = {m[0] if isinstance(m, (tuple, list)) else m for m in mismatched}
     return KeyReport(
         frozenset(absent - set(filled)),
         frozenset(unexpected),
-        frozenset(str(k) for k in shapes),
+        dict(_mismatch(m) for m in mismatched),
         {k: v for k, v in tied.items() if k not in absent or k in filled},
     )
 
