@@ -9,7 +9,10 @@ inputs and outputs it reads. Every type it lists as a large language model, exce
 another cache layout ("Model input was not found"), and a family it has no type for
 (``mixtral``) is refused ("Unsupported model_type in config.json"). So a family keeps its
 name where genai knows it under that name with our contract, and takes the generic
-``decoder`` type otherwise. Each entry has a test that generates with the folder.
+``decoder`` type otherwise. Each entry has a test that generates transformers' greedy
+tokens with a folder of it: llama and qwen2 in tests/test_llm_cache.py, mistral, gemma2
+and gemma3_text in tests/test_ort_fusions.py, gpt2 and the default (Mixtral) in
+tests/test_llm_folder_checks.py.
 """
 
 from __future__ import annotations
