@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 import safetensors.torch
+import tokenizers
 import torch
 import transformers
 
@@ -221,6 +222,28 @@ def test_export_llm_api_writes_the_same_genai_config(llama3_style, tmp_path):
     config = json.loads((tmp_path / "genai_config.json").read_text())
     assert config["model"]["eos_token_id"] == eos and config["search"]["top_k"] == 20
     assert (tmp_path / "generation_config.json").is_file()
+
+
+def _tokenizer_with_a_pad() -> transformers.PreTrainedTokenizerFast:
+    """A word-level tokenizer (no download) whose pad token is id 3."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<pad>": 3, "the": 4, "cat": 5}
+    words = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    words.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=words, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+
+
+def test_a_pad_id_neither_config_gives_is_the_tokenizers(tmp_path):
+    model = _llama()  # bos 1, eos 2, no pad id
+    assert model.config.pad_token_id is None and model.generation_config.pad_token_id is None
+    path = tmp_path / "hf"
+    _save(model, path)
+    _tokenizer_with_a_pad().save_pretrained(path)
+    dynamo_onnx.export_llm(path, tmp_path / "out", optimize=True)
+    config = json.loads((tmp_path / "out" / "genai_config.json").read_text())["model"]
+    assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (1, 2, 3)
+    assert (tmp_path / "out" / "tokenizer.json").is_file()
 
 
 def test_search_options_without_a_generation_config_are_greedy_over_the_context():

@@ -166,6 +166,38 @@ def _load(folder: pathlib.Path) -> tuple[Any, str | None, str | None]:
     return model, None, problem and problem + report.tied_note
 
 
+#: The special ids a runtime's configuration takes from the tokenizer when neither the
+#: generation config nor the model config gives them.
+TOKENIZER_IDS = ("bos_token_id", "pad_token_id")
+
+
+def _fill_ids_from_tokenizer(model: Any, folder: pathlib.Path) -> None:
+    """Give ``model.generation_config`` the bos and pad ids of the tokenizer saved in
+    ``folder`` where neither config gives one (onnxruntime-genai pads a batch with the
+    pad id), so the runtime's configuration is the checkpoint's."""
+    generation = getattr(model, "generation_config", None)
+    wanted = [
+        n
+        for n in TOKENIZER_IDS
+        if generation is not None
+        and getattr(generation, n, None) is None
+        and getattr(model.config, n, None) is None
+    ]
+    if not wanted or not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return
+    import transformers  # noqa: PLC0415
+
+    try:
+        with _quiet_loading(transformers):
+            tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError, ImportError):  # no usable tokenizer: config ids only
+        return
+    for name in wanted:
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            setattr(generation, name, value)
+
+
 def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> HFFolder:
     """The causal LM saved in ``path`` (float32, eval mode), loaded without a download.
     A folder that is no causal decoder transformers loads offline fails with DO507 and
@@ -187,4 +219,5 @@ def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> HFFolder:
     names = (*TOKENIZER_FILES, GENERATION_CONFIG)
     files = tuple(folder / name for name in names if (folder / name).is_file())
     model = model.eval()
+    _fill_ids_from_tokenizer(model, folder)
     return HFFolder(folder, model, example_inputs(model), files)
