@@ -111,6 +111,21 @@ def test_a_checkpoint_with_a_tensor_of_another_shape_is_do513(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_checkpoint_with_tensors_of_no_part_of_the_model_is_do513(tmp_path):
+    """config.json edited to one layer beside the weights of two: the second layer's
+    tensors would be dropped without a word."""
+    path = tmp_path / "hf"
+    _save(_llama(), path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    proc = run_cli(tmp_path, "export-llm", str(path), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 1, proc.stderr
+    assert "[DO513 checkpoint-mismatch]" in proc.stderr
+    assert "9 tensor(s) in it belong to no part of the model" in proc.stderr
+    assert "`model.layers.1.input_layernorm.weight`" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def _bert(path):
     transformers.BertModel(transformers.BertConfig(**hf_models.ENCODER)).save_pretrained(path)
     return "BertLMHeadModel attends both ways"
