@@ -20,7 +20,7 @@ import dynamo_onnx
 import hf_models
 from cli_runner import run_cli
 from dynamo_onnx.diagnostics import Level
-from dynamo_onnx.integrations.transformers import genai, genai_types
+from dynamo_onnx.integrations.transformers import genai, genai_types, hf_folder
 from dynamo_onnx.integrations.transformers.checkpoint import key_report
 
 og = pytest.importorskip("onnxruntime_genai")
@@ -237,6 +237,19 @@ def test_export_llm_api_writes_the_same_genai_config(llama3_style, tmp_path):
     config = json.loads((tmp_path / "genai_config.json").read_text())
     assert config["model"]["eos_token_id"] == eos and config["search"]["top_k"] == 20
     assert (tmp_path / "generation_config.json").is_file()
+
+
+def test_program_save_writes_the_models_eos_ids_and_generation_config_too(tmp_path):
+    """The other spelling: a model exported in memory and saved (no folder read), its
+    generation config set by the user."""
+    model = _llama(eos_token_id=[2, 7])
+    model.generation_config.do_sample, model.generation_config.temperature = True, 0.7
+    program = dynamo_onnx.export(model, (), kwargs=hf_folder.example_inputs(model))
+    program.save(tmp_path / "model.onnx")
+    config = json.loads((tmp_path / "genai_config.json").read_text())
+    assert config["model"]["eos_token_id"] == [2, 7] and config["model"]["pad_token_id"] == 2
+    assert config["search"]["do_sample"] is True and config["search"]["temperature"] == 0.7
+    assert config["search"]["top_k"] == 100  # unset under sampling: no limit, as in transformers
 
 
 def _tokenizer_with_a_pad() -> transformers.PreTrainedTokenizerFast:
