@@ -37,6 +37,7 @@ from dynamo_onnx.integrations import capturing
 from dynamo_onnx.passes.base import CaptureRecord, ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.causes import (
     EAGER_FAILURE,
+    capture_cause,
     data_dependence,
     known_cause,
     source_expression,
@@ -297,7 +298,7 @@ class CapturePass:
                         spec = refined
             except Exception as exc:  # noqa: BLE001 - each failure is a finding
                 frames, stack = _frames(exc)
-                cause = exception_summary(exc)
+                cause = capture_cause(exc)
                 causes.append(f"{label}: {cause}")
                 failures.append((exc, ctx.user_frame(frames)))
                 ctx.record(
@@ -370,7 +371,7 @@ def _fail_with_cause(
     their text. Returns when none applies (DO100).
     """
     first = failures[0][1] if failures else None
-    summary = exception_summary(failures[0][0]) if failures else ""
+    summary = capture_cause(failures[0][0]) if failures else ""
     devices = tensor_devices(module, *inputs)
     if devices is not None:
         weights, given = devices
@@ -415,7 +416,7 @@ def _fail_with_cause(
             CaptureError,
             where,
             source=ctx.display(where),
-            cause=exception_summary(exc),
+            cause=capture_cause(exc),
             **dict(recognized.fields),
         )
 

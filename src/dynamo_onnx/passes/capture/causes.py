@@ -28,13 +28,15 @@ import sympy
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from dynamo_onnx.diagnostics import Location
-from dynamo_onnx.foreign_text import CaptureFailureText, FailureKind
+from dynamo_onnx.diagnostics.context import RECORDED_ATTR
+from dynamo_onnx.foreign_text import CaptureFailureText, FailureKind, read_capture_failure
 
 __all__ = [
     "EAGER_FAILURE",
     "KNOWN_CAUSES",
     "DataDependence",
     "KnownCause",
+    "capture_cause",
     "data_dependence",
     "known_cause",
     "readable_condition",
@@ -66,6 +68,18 @@ KNOWN_CAUSES: tuple[KnownCause, ...] = (
         (("what", "model's tensor"), ("dtype", "quantized")),
     ),
 )
+
+
+def capture_cause(exc: BaseException) -> str:
+    """``Type: cause`` of the root of a failed capture, whole: TorchDynamo's message says on
+    its first line only that there was a graph break, and the cause, torch's explanation
+    and its hints follow ("Got graph break/error: ..."); they are kept (read by
+    ``foreign_text``), the debug context and torch's own frames are not."""
+    root = exc
+    while root.__cause__ is not None and not getattr(root, RECORDED_ATTR, False):
+        root = root.__cause__
+    cause = read_capture_failure(type(root).__name__, str(root)).root_cause
+    return f"{type(root).__name__}: {cause}" if cause else type(root).__name__
 
 
 def known_cause(failure: CaptureFailureText) -> KnownCause | None:
