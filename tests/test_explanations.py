@@ -3,6 +3,8 @@ before the blame, and fixes that name the real remedy, each at the user's line."
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -29,3 +31,182 @@ def test_a_graph_break_keeps_torchs_cause_in_every_capture_finding():
         )
         assert "Replace `return input` with `return input.clone()`" in finding.message
     assert "Replace `return input` with `return input.clone()`" in str(info.value)
+
+
+def _linear_half():
+    half = torch.randn(2, 4, dtype=torch.float16)
+    return dynamo_onnx.export(torch.nn.Linear(4, 3), (half,))  # marker: half
+
+
+def _linear_half_kw():
+    model = torch.nn.Linear(4, 3)
+    return dynamo_onnx.export(model, (), kwargs={"input": torch.randn(2, 4).half()})  # marker: kw
+
+
+class HalfInside(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x) * 2  # marker: user line
+
+
+@pytest.mark.parametrize(
+    ("call", "function", "marker"),
+    [
+        (_linear_half, _linear_half, "marker: half"),
+        (_linear_half_kw, _linear_half_kw, "marker: kw"),
+        (
+            lambda: dynamo_onnx.export(HalfInside(), (torch.randn(2, 4, dtype=torch.float16),)),
+            HalfInside.forward,
+            "marker: user line",
+        ),
+    ],
+)
+def test_an_input_the_model_refuses_is_the_inputs_fault_not_a_function_to_register(
+    call, function, marker
+):
+    """torch.export's fake tensors let a float16 input through a float32 Linear; ONNX
+    Runtime refuses the model. Eager PyTorch refuses the call too: DO127, not DO407."""
+    with pytest.raises(dynamo_onnx.OnnxExporterError) as info:
+        call()
+    message = str(info.value)
+    assert message.startswith("[DO127 example-inputs-do-not-fit]")
+    assert "mat1 and mat2 must have the same dtype" in message
+    assert "Fix: Pass example inputs with the shapes and dtypes the model takes" in message
+    assert "OnnxRegistry.register_op" not in message
+    (finding,) = info.value.diagnostics.by_rule("DO127")
+    assert finding.primary.line == line_of(function, marker)
+    assert not info.value.diagnostics.by_rule("DO407")
+
+
+class Seq2Seq(torch.nn.Module):
+    """PyTorch's sequence-to-sequence tutorial: a causal target mask, given as a tensor."""
+
+    def __init__(self, causal_flag: bool | None = None) -> None:
+        super().__init__()
+        self.transformer = torch.nn.Transformer(
+            d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32
+        )
+        self.causal_flag = causal_flag
+
+    def forward(self, src, tgt):
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(tgt.size(0))
+        if self.causal_flag is None:
+            return self.transformer(src, tgt, tgt_mask=mask)  # marker: transformer
+        return self.transformer(src, tgt, tgt_mask=mask, tgt_is_causal=self.causal_flag)
+
+
+class CausalEncoder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+    def forward(self, x):
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(x.size(1))
+        return self.encoder(x, mask=mask)  # marker: encoder
+
+
+SEQ = (torch.randn(5, 2, 16), torch.randn(4, 2, 16))
+
+
+@pytest.mark.parametrize(
+    ("model", "args", "marker", "argument", "mask"),
+    [
+        (Seq2Seq(), SEQ, "marker: transformer", "tgt_is_causal", "tgt_mask"),
+        (CausalEncoder(), (torch.randn(2, 5, 16),), "marker: encoder", "is_causal", "mask"),
+    ],
+)
+def test_a_branch_inside_torchs_transformer_names_the_argument_not_torch_cond(
+    model, args, marker, argument, mask
+):
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(model.eval(), args)
+    message = str(info.value)
+    assert message.startswith("[DO139 library-branch-on-value]")
+    assert "_detect_is_causal_mask" in message
+    assert f"pass `{argument}=True` with the causal `{mask}`" in message
+    assert "torch.cond" not in message
+    assert "Fix: Pass the argument the message names" in message
+    (finding,) = info.value.diagnostics.by_rule("DO139")
+    assert finding.primary.line == line_of(type(model).forward, marker)
+    assert not info.value.diagnostics.by_rule("DO104")
+
+
+def test_the_transformer_with_its_causal_flag_exports_and_matches_eager():
+    model = Seq2Seq(causal_flag=True).eval()
+    program = dynamo_onnx.export(model, SEQ)
+    assert not [f for f in program.diagnostics.findings if f.level.name in ("WARNING", "ERROR")]
+    torch.testing.assert_close(program(*SEQ)[0], model(*SEQ), atol=1e-4, rtol=1e-4)
+
+
+def _quantized_dynamic():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+class HoldsQuantized(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _quantized_dynamic()
+
+    def forward(self, x):
+        return self.body(x) + 1
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+@pytest.mark.parametrize(
+    ("make", "path"), [(_quantized_dynamic, "`0`"), (HoldsQuantized, "`body.0`")]
+)
+def test_a_torch_ao_quantized_model_is_pointed_to_program_quantize(make, path):
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(make(), (torch.randn(2, 4),))  # marker: quantized call
+    message = str(info.value)
+    assert message.startswith("[DO141 quantized-module]")
+    assert f"{path}: torch.ao.nn.quantized.dynamic.Linear" in message
+    assert "program.quantize(" in message and "Export the float model" in message
+    (finding,) = info.value.diagnostics.by_rule("DO141")
+    fn = test_a_torch_ao_quantized_model_is_pointed_to_program_quantize
+    assert finding.primary.line == line_of(fn, "marker: quantized call")
+    assert not info.value.diagnostics.by_rule("DO309")
+
+
+@dataclasses.dataclass
+class Pair:
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+class ReturnsPair(torch.nn.Module):
+    def forward(self, x):
+        return Pair(x + 1, x * 2)  # marker: pair
+
+
+class Plain:
+    def __init__(self, value: torch.Tensor) -> None:
+        self.value = value
+
+
+class ReturnsPlain(torch.nn.Module):
+    def forward(self, x):
+        return Plain(x + 1)  # marker: plain
+
+
+@pytest.mark.parametrize(
+    ("model", "marker", "registration"),
+    [
+        (ReturnsPair(), "marker: pair", "call `torch.export.register_dataclass(Pair)`"),
+        (ReturnsPlain(), "marker: plain", "register `Plain` with `torch.utils._pytree"),
+    ],
+)
+def test_an_unregistered_output_class_names_its_registration(model, marker, registration):
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(model, (torch.randn(2, 3),))
+    message = str(info.value)
+    assert message.startswith("[DO142 output-type-not-registered]")
+    assert registration in message
+    assert "Fix: Register the class with torch's pytree before exporting" in message
+    (finding,) = info.value.diagnostics.by_rule("DO142")
+    assert finding.primary.line == line_of(type(model).forward, marker)

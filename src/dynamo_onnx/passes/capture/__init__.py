@@ -40,9 +40,12 @@ from dynamo_onnx.passes.capture.causes import (
     capture_cause,
     data_dependence,
     known_cause,
+    library_branch,
+    quantized_modules,
     source_expression,
+    unregistered_output,
 )
-from dynamo_onnx.passes.capture.eager import eager_failure, runs_eagerly, tensor_devices
+from dynamo_onnx.passes.capture.eager import eager_run, runs_eagerly, tensor_devices
 from dynamo_onnx.passes.capture.onnx_export_flag import onnx_export_flag
 from dynamo_onnx.passes.fx import is_none_output, static_size
 from dynamo_onnx.passes.logs import (
@@ -51,7 +54,13 @@ from dynamo_onnx.passes.logs import (
     partial_graphs_dropped,
     torch_deprecations_ignored,
 )
-from dynamo_onnx.passes.model import as_module, describe_value, flat_forward, forward_signature
+from dynamo_onnx.passes.model import (
+    as_module,
+    describe_value,
+    flat_forward,
+    forward_signature,
+    return_location,
+)
 from dynamo_onnx.passes.probe import agrees_outside
 
 __all__ = ["STRATEGIES", "CapturePass", "TorchExportStrategy", "copy_program"]
@@ -329,7 +338,8 @@ class CapturePass:
                 capture=CaptureRecord(label, spec, records),
                 exported_program=program,
             )
-        _fail_with_cause(ctx, module, inputs, failures)
+        returned = return_location(state.valid.model) or state.valid.model_location
+        _fail_with_cause(ctx, module, inputs, failures, returned)
         ctx.fail(
             "capture-failed",
             CaptureError,
@@ -362,13 +372,17 @@ def _fail_with_cause(
     module: torch.nn.Module,
     inputs: tuple[tuple[Any, ...], Mapping[str, Any]],
     failures: list[tuple[BaseException, Location | None]],
+    returned: Location | None = None,
 ) -> None:
     """Fail with the rule of the cause of a failed capture, when it is known.
 
-    In order: tensors on several devices (every operator refuses them, eager too), a model
-    that fails in eager PyTorch (the inputs or the model are wrong, not the export), a
-    guard on a tensor's value (torch's exception says which), then the causes known by
-    their text. Returns when none applies (DO100).
+    In order: tensors on several devices (every operator refuses them, eager too),
+    torch.ao quantized modules (DO141: export the float model and quantize the ONNX one), a
+    model that fails in eager PyTorch (the inputs or the model are wrong, not the export),
+    a library module's own branch on a value that an argument avoids (DO139, before DO104:
+    rewriting torch's code with torch.cond is no advice), a guard on a tensor's value
+    (torch's exception says which), an output class with no pytree registration (DO142),
+    then the causes known by their text. Returns when none applies (DO100).
     """
     first = failures[0][1] if failures else None
     summary = capture_cause(failures[0][0]) if failures else ""
@@ -384,7 +398,18 @@ def _fail_with_cause(
             source=ctx.display(first),
             cause=summary,
         )
-    eager = eager_failure(module, *inputs)
+    quantized = quantized_modules(module)
+    if quantized:
+        ctx.fail(
+            "quantized-module",
+            CaptureError,
+            first,
+            modules=", ".join(f"`{path}`: {kind}" for path, kind in quantized[:3])
+            + (f" and {len(quantized) - 3} more" if len(quantized) > 3 else ""),
+            cause=summary,
+        )
+    run = eager_run(module, *inputs)
+    eager = run.error
     if eager is not None:
         frames, stack = _frames(eager)
         where = ctx.user_frame(frames) or first
@@ -398,12 +423,31 @@ def _fail_with_cause(
             cause=exception_summary(eager),
         )
     for exc, where in failures:
+        branch = library_branch(exc)
+        if branch is not None:
+            dependence = data_dependence(exc)
+            condition = dependence.condition if dependence else None
+            ctx.fail(
+                "library-branch-on-value",
+                CaptureError,
+                where,
+                properties={"exception": type(exc).__name__},
+                source=ctx.display(where),
+                check=branch.check.function,
+                library=branch.check.library,
+                detail=f"`{branch.line}`"
+                + (f", which torch traced as `{condition}`" if condition else ""),
+                remedy=branch.remedy,
+            )
+    for exc, where in failures:
         dependence = data_dependence(exc)
         if dependence is not None:
             _fail_data_dependent(ctx, exc, where, dependence.branch, dependence.condition)
     eager_ran = runs_eagerly(module)
     for exc, where in failures:
         failure = read_capture_failure(type(exc).__name__, str(exc))
+        if failure.unregistered_output is not None:
+            _fail_unregistered(ctx, failure.unregistered_output, run.output, returned)
         recognized = known_cause(failure)
         if recognized is None and not eager_ran and failure.inputs_do_not_fit:
             recognized = EAGER_FAILURE
@@ -419,6 +463,25 @@ def _fail_with_cause(
             cause=capture_cause(exc),
             **dict(recognized.fields),
         )
+
+
+def _fail_unregistered(
+    ctx: DiagnosticContext, type_name: str, output: Any, returned: Location | None
+) -> None:
+    """DO142: the registration that lets torch.export flatten the output's class."""
+    found = unregistered_output(output, type_name)
+    name = type(found).__name__ if found is not None else type_name.rpartition(".")[2]
+    if found is None or dataclasses.is_dataclass(found):
+        registration = f"call `torch.export.register_dataclass({name})`"
+    else:
+        registration = f"register `{name}` with `torch.utils._pytree.register_pytree_node`"
+    ctx.fail(
+        "output-type-not-registered",
+        CaptureError,
+        returned,
+        type=name,
+        registration=registration,
+    )
 
 
 def _devices(types: list[str]) -> str:
