@@ -210,3 +210,47 @@ def test_an_unregistered_output_class_names_its_registration(model, marker, regi
     assert "Fix: Register the class with torch's pytree before exporting" in message
     (finding,) = info.value.diagnostics.by_rule("DO142")
     assert finding.primary.line == line_of(type(model).forward, marker)
+
+
+class AutocastBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.lin(x)  # marker: autocast
+
+
+class AmpAutocastBlock(AutocastBlock):
+    def forward(self, x):
+        x = x * 2
+        with torch.amp.autocast(device_type="cpu", dtype=torch.bfloat16):
+            y = self.lin(x)  # marker: amp
+        return y.float()
+
+
+class AutocastDecorated(AutocastBlock):
+    @torch.autocast("cpu", dtype=torch.bfloat16)
+    def forward(self, x):
+        return self.lin(x)  # marker: decorated
+
+
+@pytest.mark.parametrize(
+    ("model", "marker"),
+    [
+        (AutocastBlock(), "marker: autocast"),
+        (AmpAutocastBlock(), "marker: amp"),
+        (AutocastDecorated(), "marker: decorated"),
+    ],
+)
+def test_a_finding_inside_an_autocast_region_keeps_the_users_line(model, marker):
+    """ONNX Runtime has no CPU Gemm for bfloat16 (DO409): the finding names the line in
+    the autocast region, not 'an unknown line'."""
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning, match="DO409"):
+        program = dynamo_onnx.export(model, (torch.randn(2, 4),))
+    (finding,) = program.diagnostics.by_rule("DO409")
+    line = line_of(type(model).forward, marker)
+    assert finding.primary.line == line
+    assert f"called at tests/test_explanations.py:{line}" in finding.message
+    assert "unknown line" not in finding.message

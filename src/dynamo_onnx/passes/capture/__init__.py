@@ -267,6 +267,7 @@ class CapturePass:
             given = "the given ExportedProgram"
             ctx.record("capture-strategy-succeeded", strategy=given, nodes=len(model.graph.nodes))
             program = copy_program(model)
+            _lines_for_regions(program)
             _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(
                 capture=CaptureRecord(given, state.valid.dynamic_shapes),
@@ -333,6 +334,7 @@ class CapturePass:
                 strategy=label,
                 nodes=len(program.graph.nodes),
             )
+            _lines_for_regions(program)
             _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(
                 capture=CaptureRecord(label, spec, records),
@@ -567,6 +569,7 @@ def _widened_capture(
     ctx.record(
         "capture-strategy-succeeded", strategy=strategy.label, nodes=len(program.graph.nodes)
     )
+    _lines_for_regions(program)
     _check_outputs(ctx, program, state.valid.model_location)
     record = CaptureRecord(strategy.label, state.valid.dynamic_shapes, tuple(shape_log.records))
     return state.replace(capture=record, exported_program=program)
@@ -751,6 +754,47 @@ def _report_refined(
         spec=repr(refined),
         source=ctx.display(where) if where else "an unknown line",
     )
+
+
+def _lines_for_regions(program: torch.export.ExportedProgram) -> None:
+    """Give each call of a subgraph (``torch.autocast``'s and ``torch.no_grad``'s regions,
+    ``torch.cond``) the user's line of the first operator inside it, where torch gives it
+    none.
+
+    torch.export records a ``with torch.autocast(...)`` block as one call of a
+    higher-order operator on a subgraph; the operators inside carry the user's line, the
+    call does not. Decomposition inlines the subgraph by tracing it again, and the nodes
+    it makes take the line of the call they came from: without this, every one of them
+    (and a finding about it, DO409) would be "at an unknown line". All of a region's
+    operators then point at its first line: nearer than none, and the region's own.
+    """
+    for graph_module in program.graph_module.modules():
+        if not isinstance(graph_module, torch.fx.GraphModule):
+            continue
+        for node in graph_module.graph.nodes:
+            if node.op != "call_function" or node.meta.get("stack_trace"):
+                continue
+            for arg in node.args:
+                if not (isinstance(arg, torch.fx.Node) and arg.op == "get_attr"):
+                    continue
+                body = getattr(graph_module, str(arg.target), None)
+                if isinstance(body, torch.fx.GraphModule):
+                    inner = _first_line(body)
+                    if inner is not None:
+                        node.meta["stack_trace"] = inner
+                        break
+
+
+def _first_line(graph_module: torch.fx.GraphModule) -> str | None:
+    """The stack trace of the first node of ``graph_module`` (or of a subgraph of it) that
+    has one."""
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                trace = node.meta.get("stack_trace")
+                if trace:
+                    return str(trace)
+    return None
 
 
 def _check_outputs(
