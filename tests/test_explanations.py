@@ -254,3 +254,102 @@ def test_a_finding_inside_an_autocast_region_keeps_the_users_line(model, marker)
     assert finding.primary.line == line
     assert f"called at tests/test_explanations.py:{line}" in finding.message
     assert "unknown line" not in finding.message
+
+
+class Doubles(torch.nn.Module):
+    def forward(self, x, scale=None):
+        return x * 2 if scale is None else x * scale
+
+
+class CarriesItsArguments(torch.onnx.ExportableModule):
+    """torch.onnx's own example of an ExportableModule."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = Doubles()
+
+    def forward(self, x):
+        return self.model(x)
+
+    def example_arguments(self):
+        return (torch.randn(2, 3, 8, 8),), None
+
+    def input_names(self):
+        return ("input",)
+
+    def output_names(self):
+        return ("output",)
+
+    def dynamic_shapes(self):
+        return ({0: "batch_size"},)
+
+
+class KeywordsOnly(torch.onnx.ExportableModule):
+    """Only the required method: keyword example arguments, names and shapes left out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = Doubles()
+
+    def forward(self, x, scale):
+        return self.model(x, scale)
+
+    def example_arguments(self):
+        return (), {"x": torch.randn(2, 3), "scale": torch.tensor(3.0)}
+
+
+def _dims(value):
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+def test_an_exportable_module_exports_with_no_other_argument():
+    """As torch.onnx.export(module) in torch 2.13: names, spec and example from the module."""
+    module = CarriesItsArguments().eval()
+    program = dynamo_onnx.export(module)
+    graph = program.model_proto.graph
+    assert [(i.name, _dims(i)) for i in graph.input] == [("input", ["batch_size", 3, 8, 8])]
+    assert [o.name for o in graph.output] == ["output"]
+    x = torch.randn(5, 3, 8, 8)  # another batch: the spec came from the module
+    torch.testing.assert_close(program(x)[0], module(x))
+    reference = torch.onnx.export(CarriesItsArguments().eval())
+    assert [(i.name, _dims(i)) for i in reference.model_proto.graph.input] == [
+        (i.name, _dims(i)) for i in graph.input
+    ]
+
+
+def test_an_exportable_modules_keyword_example_arguments_are_used():
+    module = KeywordsOnly().eval()
+    program = dynamo_onnx.export(module)
+    assert [i.name for i in program.model_proto.graph.input] == ["x", "scale"]
+    x, scale = torch.randn(2, 3), torch.tensor(3.0)
+    torch.testing.assert_close(program(x=x, scale=scale)[0], module(x, scale))
+
+
+def test_explicit_arguments_win_over_the_exportable_modules_own():
+    module = CarriesItsArguments().eval()
+    # explicit names and spec beside the module's example
+    program = dynamo_onnx.export(module, input_names=["image"], dynamic_shapes=None)
+    assert [(i.name, _dims(i)) for i in program.model_proto.graph.input] == [
+        ("image", ["batch_size", 3, 8, 8])
+    ]  # None means "not given": the module's spec, as in torch.onnx
+    # explicit example inputs: the module is an ordinary module (torch.onnx's contract)
+    program = dynamo_onnx.export(module, (torch.randn(4, 3, 2, 2),))
+    (value,) = program.model_proto.graph.input
+    assert _dims(value) == [4, 3, 2, 2] and value.name != "input"
+    assert [o.name for o in program.model_proto.graph.output] != ["output"]
+
+
+def test_input_observer_arguments_and_spec_export_as_given():
+    """torch.onnx.InputObserver infers the arguments and the spec from real calls."""
+    model = Doubles().eval()
+    observer = torch.onnx.InputObserver()
+    with observer(model):
+        model(torch.randn(2, 3))
+        model(torch.randn(5, 3))
+    args = observer.infer_arguments()
+    spec = observer.infer_dynamic_shapes()
+    program = dynamo_onnx.export(model, args, dynamic_shapes=spec)
+    (value,) = program.model_proto.graph.input
+    assert isinstance(_dims(value)[0], str) and _dims(value)[1] == 3
+    x = torch.randn(7, 3)
+    torch.testing.assert_close(program(x)[0], model(x))
