@@ -4,6 +4,7 @@ before the blame, and fixes that name the real remedy, each at the user's line."
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -353,3 +354,28 @@ def test_input_observer_arguments_and_spec_export_as_given():
     assert isinstance(_dims(value)[0], str) and _dims(value)[1] == 3
     x = torch.randn(7, 3)
     torch.testing.assert_close(program(x)[0], model(x))
+
+
+class InterruptedWhileCaptured(torch.nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_exporting():
+            raise KeyboardInterrupt  # as Ctrl-C arrives while torch.export traces
+        return x + 1
+
+
+def test_ctrl_c_in_a_python_caller_stays_a_keyboard_interrupt_with_the_reports(tmp_path):
+    """A Python caller gets its KeyboardInterrupt back (not an export error), with the
+    context attached and report=True's reports saying it was interrupted, never blaming
+    the model (no DO100)."""
+    with pytest.raises(KeyboardInterrupt) as info:
+        dynamo_onnx.export(
+            InterruptedWhileCaptured(), (torch.randn(2),), report=True, artifacts_dir=tmp_path
+        )
+    ctx = info.value.diagnostics
+    assert [f.rule.id for f in ctx.findings if f.level.name == "ERROR"] == ["DO143"]
+    assert ctx.findings[-1].message.startswith("The export was interrupted during capture")
+    assert [(p.name, p.outcome) for p in ctx.passes][-1] == ("capture", "interrupted")
+    (sarif,) = tmp_path.glob("*.sarif")
+    log = json.loads(sarif.read_text())
+    assert log["runs"][0]["invocations"][0]["executionSuccessful"] is False
+    assert [r["ruleId"] for r in log["runs"][0]["results"]][-1] == "DO143"
