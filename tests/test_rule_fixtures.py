@@ -242,6 +242,18 @@ class CausalMaskGiven(torch.nn.Module):
         return self.encoder(x, mask=mask)  # marker: DO139
 
 
+class CausalMaskFlagged(CausalMaskGiven):
+    def forward(self, x):
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(x.size(1))
+        return self.encoder(x, mask=mask, is_causal=True)
+
+
+def _float_then_quantized():
+    program = dynamo_onnx.export(torch.nn.Sequential(torch.nn.Linear(4, 3)).eval(), (X,))
+    program.quantize("int8")
+    return program
+
+
 def _quantized_linear(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
     quantized = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, torch.qint8)
@@ -755,6 +767,8 @@ FIXED = {
     "DO131": lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_shapes={"x": {0: "b"}}),
     "DO132": lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_axes={"x": [0]}),
     "DO138": _weights_made_in_fake_mode,
+    "DO139": lambda t: dynamo_onnx.export(CausalMaskFlagged().eval(), (torch.randn(2, 3, 4),)),
+    "DO141": lambda t: _float_then_quantized(),
     "DO402": lambda t: dynamo_onnx.export(Normed(), (X,), opset_version=17),
     "DO604": lambda t: _runs_at_two_only(t, dynamic_shapes=None),
 }
