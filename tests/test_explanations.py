@@ -379,3 +379,19 @@ def test_ctrl_c_in_a_python_caller_stays_a_keyboard_interrupt_with_the_reports(t
     log = json.loads(sarif.read_text())
     assert log["runs"][0]["invocations"][0]["executionSuccessful"] is False
     assert [r["ruleId"] for r in log["runs"][0]["results"]][-1] == "DO143"
+
+
+class SelectsWithoutGrad(torch.nn.Module):
+    def forward(self, mask, x):
+        with torch.no_grad():
+            return torch.where(mask, x, x)  # marker: no_grad
+
+
+def test_a_finding_inside_a_no_grad_region_keeps_the_users_line():
+    """ONNX Runtime has no Where for uint16 (DO409), inside torch.no_grad()."""
+    x = torch.tensor([1, 2], dtype=torch.uint16)
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning, match="DO409"):
+        program = dynamo_onnx.export(SelectsWithoutGrad(), (torch.tensor([True, False]), x))
+    (finding,) = program.diagnostics.by_rule("DO409")
+    assert finding.primary.line == line_of(SelectsWithoutGrad.forward, "marker: no_grad")
+    assert "unknown line" not in finding.message

@@ -756,10 +756,15 @@ def _report_refined(
     )
 
 
+#: The higher-order operators torch.export records a ``with`` block as (``torch.autocast``,
+#: ``torch.no_grad``/``set_grad_enabled``): their names start so. (``torch.cond`` and the
+#: loops are not regions: translation places them by their operands, ``control_flow_source``.)
+_REGION_PREFIX = "wrap_with_"
+
+
 def _lines_for_regions(program: torch.export.ExportedProgram) -> None:
-    """Give each call of a subgraph (``torch.autocast``'s and ``torch.no_grad``'s regions,
-    ``torch.cond``) the user's line of the first operator inside it, where torch gives it
-    none.
+    """Give each call of a region's subgraph (``torch.autocast``'s, ``torch.no_grad``'s) the
+    user's line of the first operator inside it, where torch gives it none.
 
     torch.export records a ``with torch.autocast(...)`` block as one call of a
     higher-order operator on a subgraph; the operators inside carry the user's line, the
@@ -773,6 +778,8 @@ def _lines_for_regions(program: torch.export.ExportedProgram) -> None:
             continue
         for node in graph_module.graph.nodes:
             if node.op != "call_function" or node.meta.get("stack_trace"):
+                continue
+            if not getattr(node.target, "__name__", "").startswith(_REGION_PREFIX):
                 continue
             for arg in node.args:
                 if not (isinstance(arg, torch.fx.Node) and arg.op == "get_attr"):
