@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from dynamo_onnx.errors import InvalidOptionValueError, WarningsAsErrorsError
 from dynamo_onnx.exporter import export, warnings_gate
 from dynamo_onnx.files import atomic_write_bytes
-from dynamo_onnx.integrations import load_folder
+from dynamo_onnx.integrations import is_speech_folder, load_folder, load_speech_folder
 from dynamo_onnx.options import DiagnosticOptions, optimize_problem
 from dynamo_onnx.reports import ReportingContext
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
@@ -78,6 +78,22 @@ def export_llm(
         option, what, allowed = problem
         ctx.fail(
             "invalid-option", InvalidOptionValueError, option=option, problem=what, allowed=allowed
+        )
+    if is_speech_folder(hf_dir):  # Whisper: an encoder and a decoder (speech_folder.py)
+        from dynamo_onnx.speech_folder import export_speech  # noqa: PLC0415
+
+        return export_speech(
+            load_speech_folder(ctx, hf_dir),
+            output_dir,
+            precision=precision,
+            optimize=optimize,
+            block_size=block_size,
+            symmetric=symmetric,
+            accuracy_level=accuracy_level,
+            progress=progress,
+            diagnostic_options=diagnostic_options,
+            source_root=source_root,
+            verbose=verbose,
         )
     folder = load_folder(ctx, hf_dir)
     gate: WarningsAsErrorsError | None = None
