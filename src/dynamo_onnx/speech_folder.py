@@ -1,6 +1,6 @@
 """``export_speech``: a Whisper checkpoint on disk in, a folder onnxruntime-genai's
-``whisper`` type runs out (``encoder.onnx``, ``decoder.onnx``, ``genai_config.json``,
-``audio_processor_config.json``, the tokenizer's and the feature extractor's files).
+``whisper`` type runs out (``encoder.onnx``, ``decoder.onnx``, the runtime's
+configuration files, the tokenizer's and the feature extractor's files).
 
 Each model is the public ``export`` of a module its family builds around transformers'
 own code (``integrations``), then ``ONNXProgram.quantize`` and ``save``; the one-line

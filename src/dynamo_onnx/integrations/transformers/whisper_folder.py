@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import warnings
 from typing import Any
 
 from dynamo_onnx.diagnostics import DiagnosticContext
@@ -141,9 +142,11 @@ def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> WhisperFolder:
                 model = transformers.WhisperForConditionalGeneration.from_pretrained(
                     folder, local_files_only=True, dtype=torch.float32
                 )
-                extractor = transformers.WhisperFeatureExtractor.from_pretrained(
-                    folder, local_files_only=True
-                )
+                with warnings.catch_warnings():  # its mel filters' remarks: not ours to print
+                    warnings.simplefilter("ignore")
+                    extractor = transformers.WhisperFeatureExtractor.from_pretrained(
+                        folder, local_files_only=True
+                    )
         except (OSError, ValueError, KeyError, ImportError) as exc:
             problem = _first_line(exc)
         else:

@@ -1,0 +1,235 @@
+"""``dynamo-onnx export-llm WHISPER_DIR -o OUT``: a Whisper checkpoint in, the folder
+onnxruntime-genai's ``whisper`` type runs out (encoder, decoder, genai_config.json,
+audio_processor_config.json, tokenizer and feature extractor), generating transformers'
+greedy tokens from a waveform with the processor files the folder carries; int4 too."""
+
+from __future__ import annotations
+
+import collections
+import json
+import wave
+
+import numpy as np
+import onnx
+import onnxruntime  # noqa: F401 (onnxruntime_genai needs it loaded first)
+import pytest
+import tokenizers
+import torch
+import transformers
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+import dynamo_onnx
+from cli_runner import run_cli
+
+og = pytest.importorskip("onnxruntime_genai")
+
+SPECIAL = [
+    "<|endoftext|>",
+    "<|startoftranscript|>",
+    "<|en|>",
+    "<|translate|>",
+    "<|transcribe|>",
+    "<|startoflm|>",
+    "<|startofprev|>",
+    "<|nocaptions|>",
+    "<|notimestamps|>",
+]
+PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
+RATE = 16000
+#: samples of silence at each end: half an FFT window, where genai's STFT pads the clip
+#: otherwise than WhisperFeatureExtractor (docs/llm.md, "Whisper")
+SILENT_EDGE = 200
+
+
+def _tokenizer() -> transformers.WhisperTokenizerFast:
+    """A byte-level BPE tokenizer trained here (no download) with Whisper's special tokens
+    first (ids 0-8), 265 tokens."""
+    bpe = tokenizers.Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=90, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator(["the cat sat on the mat", "a dog and a cat"] * 20, trainer)
+    end = SPECIAL[0]
+    return transformers.WhisperTokenizerFast(
+        tokenizer_object=bpe, bos_token=end, eos_token=end, unk_token=end, pad_token=end
+    )
+
+
+@pytest.fixture(scope="module")
+def saved_whisper(tmp_path_factory):
+    """A 2+2-layer Whisper of width 64 with weights large enough (init_std 0.2) that its
+    greedy tokens vary, saved as a checkpoint is: weights, tokenizer, and the feature
+    extractor's preprocessor_config.json. Its generation config suppresses no token
+    (onnxruntime-genai applies no suppress list)."""
+    torch.manual_seed(0)
+    tokenizer = _tokenizer()
+    config = transformers.WhisperConfig(
+        vocab_size=len(tokenizer),
+        num_mel_bins=80,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        d_model=64,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_source_positions=1500,
+        max_target_positions=64,
+        init_std=0.2,
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=0,
+        decoder_start_token_id=1,
+        begin_suppress_tokens=None,
+        suppress_tokens=None,
+    )
+    model = transformers.WhisperForConditionalGeneration(config).eval()
+    path = tmp_path_factory.mktemp("whisper")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    transformers.WhisperFeatureExtractor(feature_size=80).save_pretrained(path)
+    return path, model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def fp32_folder(saved_whisper, tmp_path_factory):
+    path = saved_whisper[0]
+    out = tmp_path_factory.mktemp("exported") / "whisper-onnx"
+    proc = run_cli(out.parent, "export-llm", str(path), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def _waveform(seconds: float, silent_edge: int, seed: int = 0) -> np.ndarray:
+    """A tone with noise, faded in and out over 0.1 s, its first and last ``silent_edge``
+    samples zero, as 16-bit PCM reads back."""
+    n = int(RATE * seconds)
+    t = np.arange(n) / RATE
+    x = 0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * np.random.default_rng(seed).standard_normal(n)
+    x = x * np.minimum(1, np.minimum(np.arange(n), n - 1 - np.arange(n)) / 1600)
+    if silent_edge:
+        x[:silent_edge] = x[n - silent_edge :] = 0
+    return (np.clip(x, -1, 1) * 32767).astype(np.int16)
+
+
+def _wav(path, pcm: np.ndarray) -> np.ndarray:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(RATE)
+        w.writeframes(pcm.tobytes())
+    return pcm.astype(np.float32) / 32768
+
+
+def _genai(folder, wav_path, max_length: int) -> tuple[list[int], np.ndarray]:
+    """onnxruntime-genai's greedy tokens for the clip (after the prompt), and the log-mel
+    features its processor computed from the folder's audio_processor_config.json."""
+    model = og.Model(str(folder))
+    inputs = model.create_multimodal_processor()([PROMPT], audios=og.Audios.open(str(wav_path)))
+    features = inputs["audio_features"].as_numpy().copy()
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=max_length, batch_size=1)
+    generator = og.Generator(model, params)
+    generator.set_inputs(inputs)
+    while not generator.is_done():
+        generator.generate_next_token()
+    return [int(t) for t in generator.get_sequence(0)], features
+
+
+def test_export_llm_writes_a_whisper_folder_genai_runs_with_transformers_greedy_tokens(
+    saved_whisper, fp32_folder, tmp_path
+):
+    path, model, tokenizer = saved_whisper
+    out, proc = fp32_folder
+    assert "0 error(s), 0 warning(s)" in proc.stdout
+    files = sorted(p.name for p in out.iterdir())
+    assert files == [
+        "audio_processor_config.json",
+        "decoder.onnx",
+        "decoder.onnx.data",
+        "encoder.onnx",
+        "encoder.onnx.data",
+        "genai_config.json",
+        "preprocessor_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["model"]["type"] == "whisper"
+    for part in ("encoder", "decoder"):  # the names genai reads are the models' own
+        graph = onnx.load(out / config["model"][part]["filename"], load_external_data=False).graph
+        inputs = {i.name for i in graph.input}
+        outputs = {o.name for o in graph.output}
+        for key, name in {**config["model"][part]["inputs"]}.items():
+            assert (name % 0 if "%d" in name else name) in inputs, key
+        for key, name in config["model"][part]["outputs"].items():
+            assert (name % 1 if "%d" in name else name) in outputs, key
+    assert len(config["model"]["decoder"]["inputs"]) == 5  # no encoder_hidden_states input
+
+    wav_path = tmp_path / "clip.wav"
+    audio = _wav(wav_path, _waveform(2.0, SILENT_EDGE))
+    prompt = tokenizer.convert_tokens_to_ids(SPECIAL[1:3] + [SPECIAL[4], SPECIAL[8]])
+    tokens, features = _genai(out, wav_path, max_length=len(prompt) + 16)
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(out)
+    expected = extractor(audio, sampling_rate=RATE, return_tensors="pt").input_features
+    np.testing.assert_allclose(features, expected.numpy(), atol=1e-4)
+    eager = model.generate(
+        expected, decoder_input_ids=torch.tensor([prompt]), max_new_tokens=16, do_sample=False
+    )
+    assert tokens[: len(prompt)] == prompt
+    new = tokens[len(prompt) :]
+    assert new == eager[0, -len(new) :].tolist()
+    assert len(set(new)) > 3  # a model whose tokens vary: the comparison can fail
+
+
+def test_genai_log_mel_differs_at_a_clip_edges_unless_they_are_silent(fp32_folder, tmp_path):
+    """genai's STFT pads a clip's ends otherwise than WhisperFeatureExtractor's centered
+    reflection: the first two frames and the clip's last frame differ; silence over half
+    a window at each end makes them equal (docs/llm.md)."""
+    out = fp32_folder[0]
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(out)
+    for silent, frames in ((0, {0, 1, 200}), (SILENT_EDGE, set())):
+        wav_path = tmp_path / f"edge{silent}.wav"
+        audio = _wav(wav_path, _waveform(2.0, silent, seed=1))
+        model = og.Model(str(out))
+        inputs = model.create_multimodal_processor()([PROMPT], audios=og.Audios.open(str(wav_path)))
+        genai = inputs["audio_features"].as_numpy()
+        expected = extractor(audio, sampling_rate=RATE, return_tensors="np").input_features
+        per_frame = np.abs(genai - expected).max(axis=(0, 1))
+        assert set(np.nonzero(per_frame > 1e-3)[0].tolist()) <= frames | {201}
+        assert frames <= set(np.nonzero(per_frame > 1e-3)[0].tolist())
+        assert np.delete(per_frame, sorted(frames | {201})).max() < 1e-4
+
+
+def test_an_int4_whisper_folder_loads_and_generates(saved_whisper, tmp_path):
+    path, model, _ = saved_whisper
+    out = tmp_path / "int4"
+    program = dynamo_onnx.export_llm(path, out, precision="int4")
+    (summary,) = program.diagnostics.by_rule("DO540")
+    assert summary.message.startswith(
+        "Wrote encoder.onnx, decoder.onnx for onnxruntime-genai's `whisper` type; not written: none"
+    )
+    for name in ("encoder.onnx", "decoder.onnx"):
+        graph = onnx.load(out / name, load_external_data=False).graph
+        assert collections.Counter(n.op_type for n in graph.node)["MatMulNBits"] > 0, name
+    wav_path = tmp_path / "clip.wav"
+    _wav(wav_path, _waveform(1.0, SILENT_EDGE))
+    tokens, _ = _genai(out, wav_path, max_length=12)
+    assert len(tokens) == 12 and tokens[:4] == [1, 2, 4, 8]
+    assert all(0 <= t < model.config.vocab_size for t in tokens)
+
+
+def test_a_whisper_folder_whose_extractor_is_not_16_khz_is_do507(saved_whisper, tmp_path):
+    path = saved_whisper[0]
+    other = tmp_path / "whisper-8k"
+    other.mkdir()
+    for source in path.iterdir():
+        (other / source.name).write_bytes(source.read_bytes())
+    transformers.WhisperFeatureExtractor(feature_size=80, sampling_rate=8000).save_pretrained(other)
+    proc = run_cli(tmp_path, "export-llm", str(other), "-o", str(tmp_path / "never"))
+    assert proc.returncode == 2
+    assert "[DO507 hf-folder-unusable]" in proc.stderr
+    assert "samples at 8000 Hz" in proc.stderr
+    assert not (tmp_path / "never").exists()
