@@ -167,6 +167,15 @@ def test_export_llm_writes_a_whisper_folder_genai_runs_with_transformers_greedy_
         for key, name in config["model"][part]["outputs"].items():
             assert (name % 1 if "%d" in name else name) in outputs, key
     assert len(config["model"]["decoder"]["inputs"]) == 5  # no encoder_hidden_states input
+    # fused for ONNX Runtime: each cross-attention reads the encoder's keys and values as
+    # they come in, no Transpose of them at every step (cross_cache.py)
+    decoder = onnx.load(out / "decoder.onnx", load_external_data=False).graph
+    attention = [list(n.input) for n in decoder.node if n.op_type == "MultiHeadAttention"]
+    for layer in range(model.config.decoder_layers):
+        assert [f"past_key_cross_{layer}", f"past_value_cross_{layer}"] in [
+            a[1:3] for a in attention
+        ]
+    assert not [n for n in decoder.node if n.op_type == "Transpose"]
 
     wav_path = tmp_path / "clip.wav"
     audio = _wav(wav_path, _waveform(2.0, SILENT_EDGE))
