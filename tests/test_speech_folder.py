@@ -242,3 +242,82 @@ def test_a_whisper_folder_whose_extractor_is_not_16_khz_is_do507(saved_whisper, 
     assert "[DO507 hf-folder-unusable]" in proc.stderr
     assert "samples at 8000 Hz" in proc.stderr
     assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize(("batch", "new", "past"), [(1, 4, 0), (3, 1, 5)])
+def test_the_decoder_model_computes_transformers_step_at_other_sizes(
+    saved_whisper, fp32_folder, batch, new, past
+):
+    """A prefill on an empty past (genai's first step) and one token after a past, at
+    batches the export did not see: logits and presents equal to the eager step's."""
+    from dynamo_onnx.integrations.transformers.whisper import (
+        WhisperDecoderStep,
+        WhisperEncoderStep,
+        decoder_example,
+    )
+
+    model = saved_whisper[1]
+    out = fp32_folder[0]
+    example = decoder_example(model.config, batch=batch, new=new, past=past)
+    with torch.no_grad():
+        # the cross keys and values of real clips, from the encoder step
+        encoded = WhisperEncoderStep(model)(torch.randn(batch, 80, 3000))
+        layers = model.config.decoder_layers
+        inputs = (*example[: 1 + 2 * layers], *encoded[1:])
+        expected = WhisperDecoderStep(model)(*inputs)
+    session = onnxruntime.InferenceSession(str(out / "decoder.onnx"))
+    names = [i.name for i in session.get_inputs()]
+    got = session.run(None, {n: t.numpy() for n, t in zip(names, inputs)})
+    assert [o.name for o in session.get_outputs()][:3] == [
+        "logits",
+        "present_key_self_0",
+        "present_key_self_1",
+    ]
+    for ours, eager in zip(got, expected):
+        np.testing.assert_allclose(ours, eager.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_the_feature_extractor_is_read_from_either_file_a_checkpoint_carries(tmp_path):
+    """preprocessor_config.json (the Hub's checkpoints) or transformers 5's
+    processor_config.json: audio_processor_config.json takes the extractor's numbers."""
+    from dynamo_onnx.diagnostics import DiagnosticContext
+    from dynamo_onnx.integrations import load_speech_folder
+
+    config = transformers.WhisperConfig(
+        vocab_size=300,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        num_mel_bins=128,
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=0,
+        decoder_start_token_id=1,
+    )
+    extractor = transformers.WhisperFeatureExtractor(feature_size=128, hop_length=160)
+    for save in ("preprocessor", "processor"):
+        path = tmp_path / save
+        transformers.WhisperForConditionalGeneration(config).save_pretrained(path)
+        if save == "preprocessor":
+            extractor.save_pretrained(path)
+        else:
+            transformers.WhisperProcessor(extractor, _tokenizer()).save_pretrained(path)
+        folder = load_speech_folder(DiagnosticContext(), path)
+        assert {f.name for f in folder.files_to_copy} >= {f"{save}_config.json"}
+        audio = json.loads(folder.runtime_files()["audio_processor_config.json"])
+        steps = {
+            s["operation"]["type"]: s["operation"] for s in audio["feature_extraction"]["sequence"]
+        }
+        assert list(steps) == ["AudioDecoder", "STFTNorm", "LogMelSpectrum"]
+        assert steps["LogMelSpectrum"]["attrs"] == {
+            "chunk_size": 30,
+            "hop_length": 160,
+            "n_fft": 400,
+            "n_mel": 128,
+        }
+        assert steps["STFTNorm"]["attrs"] == {"n_fft": 400, "frame_length": 400, "hop_length": 160}
+        genai = json.loads(folder.runtime_files()["genai_config.json"])["model"]
+        assert genai["encoder"]["num_hidden_layers"] == 1
+        assert genai["vocab_size"] == 300
