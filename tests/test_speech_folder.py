@@ -321,3 +321,19 @@ def test_the_feature_extractor_is_read_from_either_file_a_checkpoint_carries(tmp
         genai = json.loads(folder.runtime_files()["genai_config.json"])["model"]
         assert genai["encoder"]["num_hidden_layers"] == 1
         assert genai["vocab_size"] == 300
+
+
+def test_the_plain_whisper_folder_generates_the_same_tokens(saved_whisper, fp32_folder, tmp_path):
+    """``--optimize-for none`` (``export_llm(..., optimize=True)``): no fused operator, the
+    same tokens as the fused folder."""
+    path = saved_whisper[0]
+    plain = tmp_path / "plain"
+    proc = run_cli(tmp_path, "export-llm", str(path), "-o", str(plain), "--optimize-for", "none")
+    assert proc.returncode == 0, proc.stderr
+    for name in ("encoder.onnx", "decoder.onnx"):
+        graph = onnx.load(plain / name, load_external_data=False).graph
+        assert not [n for n in graph.node if n.domain == "com.microsoft"], name
+    wav_path = tmp_path / "clip.wav"
+    _wav(wav_path, _waveform(1.5, SILENT_EDGE, seed=2))
+    fused, _ = _genai(fp32_folder[0], wav_path, max_length=20)
+    assert _genai(plain, wav_path, max_length=20)[0] == fused
