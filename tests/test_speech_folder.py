@@ -144,6 +144,7 @@ def test_export_llm_writes_a_whisper_folder_genai_runs_with_transformers_greedy_
     path, model, tokenizer = saved_whisper
     out, proc = fp32_folder
     assert "0 error(s), 0 warning(s)" in proc.stdout
+    assert not proc.stderr.strip()  # nothing transformers or torch said while exporting
     files = sorted(p.name for p in out.iterdir())
     assert files == [
         "audio_processor_config.json",
