@@ -168,6 +168,13 @@ def test_export_llm_writes_a_whisper_folder_genai_runs_with_transformers_greedy_
         for key, name in config["model"][part]["outputs"].items():
             assert (name % 1 if "%d" in name else name) in outputs, key
     assert len(config["model"]["decoder"]["inputs"]) == 5  # no encoder_hidden_states input
+    decoder_inputs = onnx.load(out / "decoder.onnx", load_external_data=False).graph.input
+    assert [d.dim_param or d.dim_value for d in decoder_inputs[1].type.tensor_type.shape.dim] == [
+        "batch_size",
+        model.config.decoder_attention_heads,
+        "past_sequence_length",
+        model.config.d_model // model.config.decoder_attention_heads,
+    ]
     # fused for ONNX Runtime: each cross-attention reads the encoder's keys and values as
     # they come in, no Transpose of them at every step (cross_cache.py)
     decoder = onnx.load(out / "decoder.onnx", load_external_data=False).graph
