@@ -60,6 +60,10 @@ def export_llm(
     ``source_root`` and ``verbose`` are :func:`export`'s: the program's diagnostics (and the
     error's, when it fails) hold every finding of the load, export, quantization and save.
 
+    A Whisper checkpoint becomes onnxruntime-genai's ``whisper`` folder instead (encoder,
+    decoder, ``audio_processor_config.json``: :mod:`dynamo_onnx.speech_folder`); the program
+    returned is then the decoder's, its diagnostics the whole run's.
+
     Raises:
         InvalidOptionValueError: ``hf_dir`` is no causal LM transformers loads offline
             (DO507), or a quantization setting is unknown (DO109).

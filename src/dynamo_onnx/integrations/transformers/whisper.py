@@ -14,10 +14,11 @@ of onnxruntime-genai's model builder: ``past_key_self_%d``, ``present_key_cross_
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any
 
 import torch
+
+from dynamo_onnx.integrations.transformers.hf_folder import _cache_parameter
 
 __all__ = [
     "DECODER_FILENAME",
@@ -117,12 +118,6 @@ class WhisperEncoderStep(torch.nn.Module):
         heads, head_dim = _heads(self.model.config)
         pairs = [_cross_states(layer, hidden, heads, head_dim) for layer in whisper.decoder.layers]
         return (hidden, *(k for k, _ in pairs), *(v for _, v in pairs))
-
-
-def _cache_parameter(model: Any) -> str:
-    """``cache`` from transformers 5.24 on, ``past_key_values`` before."""
-    parameters = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
 
 
 class WhisperDecoderStep(torch.nn.Module):
