@@ -5,8 +5,8 @@ loaded offline, its feature extractor read the way the checkpoint carries it
 (``preprocessor_config.json``, or ``processor_config.json`` as transformers 5's
 ``WhisperProcessor.save_pretrained`` writes it), ``genai_config.json`` naming both models'
 inputs and outputs, and ``audio_processor_config.json``: the feature extraction genai
-performs (an STFT with the extractor's window, then its log-mel), with every number taken
-from the checkpoint's ``WhisperFeatureExtractor`` rather than written in.
+performs (an STFT, then Whisper's log-mel), with its numbers taken from the checkpoint's
+``WhisperFeatureExtractor`` rather than written in.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ __all__ = [
     "AUDIO_PROCESSOR_FILENAME",
     "GENAI_TYPE",
     "PROCESSOR_FILES",
+    "SAMPLING_RATE",
+    "ModelPart",
     "WhisperFolder",
     "audio_processor_config",
     "genai_config",
