@@ -81,7 +81,9 @@ def export_speech(
     last = programs[-1][1]
     _carry(programs[:-1], last.diagnostics)
     _summarize(last.diagnostics, [name for name, _ in programs], None, folder)
-    if gate is None:  # a warning of the quantization or the save
+    if gate is not None and gate.diagnostics is not last.diagnostics:
+        gate = None  # an earlier model's: its warnings are carried, the last context gates
+    if gate is None:  # a warning of an earlier model, the quantization or the save
         gate = warnings_gate(last.diagnostics)
         if gate is not None:
             last.diagnostics.finish(gate)
