@@ -97,7 +97,8 @@ def saved_whisper(tmp_path_factory):
 def fp32_folder(saved_whisper, tmp_path_factory):
     path = saved_whisper[0]
     out = tmp_path_factory.mktemp("exported") / "whisper-onnx"
-    proc = run_cli(out.parent, "export-llm", str(path), "-o", str(out))
+    sarif = out.parent / "whisper.sarif"
+    proc = run_cli(out.parent, "export-llm", str(path), "-o", str(out), "--sarif", str(sarif))
     assert proc.returncode == 0, proc.stderr
     return out, proc
 
@@ -145,6 +146,13 @@ def test_export_llm_writes_a_whisper_folder_genai_runs_with_transformers_greedy_
     out, proc = fp32_folder
     assert "0 error(s), 0 warning(s)" in proc.stdout
     assert not proc.stderr.strip()  # nothing transformers or torch said while exporting
+    # the run's one record: the summary of the models written, in the SARIF log
+    log = json.loads((out.parent / "whisper.sarif").read_text())
+    summaries = [r for run in log["runs"] for r in run["results"] if r["ruleId"] == "DO540"]
+    assert [r["message"]["text"] for r in summaries] == [
+        "Wrote encoder.onnx, decoder.onnx for onnxruntime-genai's whisper type; "
+        "not written: none (every model was exported)."
+    ]
     files = sorted(p.name for p in out.iterdir())
     assert files == [
         "audio_processor_config.json",
