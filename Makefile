@@ -8,7 +8,7 @@ STAMP   = $(VENV)/.installed
 SARIF_NPM  = @microsoft/sarif-multitool@5.7.0 sarif-junit@1.1.4 @security-alert/sarif-to-markdown@1.11.1
 SARIF_TOOLS = .sarif-tools/.installed
 
-.PHONY: demo test test-fast venv clean docs sarif-tools bench bench-llm fuzz coverage compat
+.PHONY: demo test test-fast venv clean docs sarif-tools bench bench-llm bench-whisper fuzz coverage compat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ bench: $(STAMP)
 # Writes benchmarks/results/llm_genai.{json,md}; docs/performance.md shows the table.
 bench-llm: $(STAMP)
 	$(PY) benchmarks/llm_genai.py $(BENCH_LLM_ARGS)
+
+# Whisper folders, ours against the builder's, transcribing in onnxruntime-genai (docs/performance.md)
+bench-whisper: $(STAMP)
+	$(PY) benchmarks/whisper_genai.py $(BENCH_WHISPER_ARGS)
 
 # Every torch OpInfo operator exported by dynamo-onnx and by torch.onnx in the same run, each
 # compared with eager in ONNX Runtime: docs/coverage.{md,json}. ~20 min on 2 cores.

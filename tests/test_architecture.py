@@ -37,6 +37,7 @@ LAYERS = {
     "program": 7,
     "exporter": 7,
     "llm_folder": 7,
+    "speech_folder": 7,
     "cli": 8,
     "__init__": 8,
 }
@@ -45,6 +46,8 @@ SAME_LAYER_EDGES = {
     ("cli", "__init__"),
     ("runtimes", "passes"),  # a runtime's passes are passes (PassName, logs)
     ("llm_folder", "exporter"),  # export_llm is export, then quantize and save
+    ("speech_folder", "exporter"),  # export_speech too, once per model of the folder
+    ("llm_folder", "speech_folder"),  # export_llm sends a speech checkpoint there
 }
 #: Packages that must know nothing of torch, ONNX or the passes.
 PURE = {"diagnostics", "reports"}

@@ -68,6 +68,35 @@ def test_dim_objects_and_shared_names():
     torch.testing.assert_close(program(x, x)[0], x + x)
 
 
+class Concatenates(torch.nn.Module):
+    def forward(self, x, *pasts):
+        return tuple(torch.cat([p, x], dim=1) for p in pasts)
+
+
+@pytest.mark.parametrize("spelling", ["strings", "dims"])
+def test_the_names_given_to_tensors_a_parameter_holds_are_the_models(spelling):
+    """``*pasts`` (or a list parameter) holds several tensors, each with its spec in a
+    tuple: each dimension gets the name given, not ``pasts_0_dim_1``."""
+    batch, past, new = (
+        ("batch", "past", "new")
+        if spelling == "strings"
+        else (torch.export.Dim("batch"), torch.export.Dim("past"), torch.export.Dim("new"))
+    )
+    spec = {"x": {0: batch, 1: new}, "pasts": ({0: batch, 1: past}, {0: batch, 1: past})}
+    program = dynamo_onnx.export(
+        Concatenates(),
+        (torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4)),
+        input_names=["x", "past_0", "past_1"],
+        dynamic_shapes=spec,
+    )
+    assert [_dims(v) for v in program.model.graph.inputs] == [
+        ["batch", "new", "4"],
+        ["batch", "past", "4"],
+        ["batch", "past", "4"],
+    ]
+    assert _dims(program.model.graph.outputs[0]) == ["batch", "new + past", "4"]
+
+
 class Specializes(torch.nn.Module):
     def forward(self, x):
         y = x * 2

@@ -25,7 +25,13 @@ from dynamo_onnx.errors import (
 )
 from dynamo_onnx.exporter import export, warnings_gate
 from dynamo_onnx.files import atomic_write_bytes
-from dynamo_onnx.integrations import SavedModel, files_not_beside, load_folder
+from dynamo_onnx.integrations import (
+    SavedModel,
+    files_not_beside,
+    is_speech_folder,
+    load_folder,
+    load_speech_folder,
+)
 from dynamo_onnx.options import DiagnosticOptions, optimize_problem
 from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
@@ -122,6 +128,10 @@ def export_llm(
     ``source_root`` and ``verbose`` are :func:`export`'s: the program's diagnostics (and the
     error's, when it fails) hold every finding of the load, export, quantization and save.
 
+    A Whisper checkpoint becomes onnxruntime-genai's ``whisper`` folder instead (encoder,
+    decoder, ``audio_processor_config.json``: :mod:`dynamo_onnx.speech_folder`); the program
+    returned is then the decoder's, its diagnostics the whole run's.
+
     Raises:
         InvalidOptionValueError: ``hf_dir`` is no causal decoder transformers loads
             offline (DO507), or a quantization setting is unknown (DO109).
@@ -144,6 +154,22 @@ def export_llm(
         option, what, allowed = problem
         ctx.fail(
             "invalid-option", InvalidOptionValueError, option=option, problem=what, allowed=allowed
+        )
+    if is_speech_folder(hf_dir):  # Whisper: an encoder and a decoder (speech_folder.py)
+        from dynamo_onnx.speech_folder import export_speech  # noqa: PLC0415
+
+        return export_speech(
+            load_speech_folder(ctx, hf_dir),
+            output_dir,
+            precision=precision,
+            optimize=optimize,
+            block_size=block_size,
+            symmetric=symmetric,
+            accuracy_level=accuracy_level,
+            progress=progress,
+            diagnostic_options=diagnostic_options,
+            source_root=source_root,
+            verbose=verbose,
         )
     folder = load_folder(ctx, hf_dir)
     gate: WarningsAsErrorsError | None = None

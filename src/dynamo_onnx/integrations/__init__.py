@@ -17,8 +17,9 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dynamo_onnx.integrations.base import FamilyInputs, ModelFamily
-from dynamo_onnx.integrations.transformers import TransformersFamily, hf_folder
+from dynamo_onnx.integrations.transformers import TransformersFamily, hf_folder, whisper_folder
 from dynamo_onnx.integrations.transformers.hf_folder import HFFolder as SavedModel
+from dynamo_onnx.integrations.transformers.whisper_folder import WhisperFolder as SpeechFolder
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -32,6 +33,7 @@ __all__ = [
     "FamilyInputs",
     "ModelFamily",
     "SavedModel",
+    "SpeechFolder",
     "capturing",
     "copy_family_values",
     "facts",
@@ -40,7 +42,9 @@ __all__ = [
     "files_beside",
     "files_not_beside",
     "input_family",
+    "is_speech_folder",
     "load_folder",
+    "load_speech_folder",
     "output_leaves",
     "runtime_passes",
 ]
@@ -59,6 +63,18 @@ def load_folder(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> SavedMo
     saved on disk a family reads today), with the inputs to export it with and the files
     to copy beside the exported model; a folder no family can load fails with its rule."""
     return hf_folder.load(ctx, path)
+
+
+def is_speech_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a speech model a family exports as an encoder and a decoder
+    (Whisper), rather than a causal LM."""
+    return whisper_folder.is_whisper(path)
+
+
+def load_speech_folder(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> SpeechFolder:
+    """The speech model saved in ``path`` with its feature extractor (DO507 when it cannot
+    be loaded)."""
+    return whisper_folder.load(ctx, path)
 
 
 def family_of(value: Any) -> ModelFamily | None:

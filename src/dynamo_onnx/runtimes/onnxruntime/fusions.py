@@ -45,6 +45,7 @@ from onnxscript.rewriter.ort_fusions.skip_normalization import (
 from onnxscript.rewriter.rules.common import gemm_to_matmul_add_rule
 
 from dynamo_onnx.passes.onnx.rule_roots import root_filtered
+from dynamo_onnx.runtimes.onnxruntime.cross_cache import CrossAttentionOfHeadsCache
 from dynamo_onnx.runtimes.onnxruntime.mha import mha_rules
 from dynamo_onnx.runtimes.onnxruntime.packing import (
     PackedQKVOfSlices,
@@ -241,6 +242,9 @@ def fuse(
                 failures.extend(match_failures(model, kind, rules()))
     optimize(model)  # inlines the intermediate fusion functions no fusion consumed
     rewrite(model, root_filtered(ORT_PATTERN_REWRITE_RULES))  # the same rules, sooner
+    # on the fused nodes the optimizer just inlined: a cross-attention reads its
+    # [batch, heads, length, head] cache as it is (cross_cache.py)
+    counts["cross_attention_cache"] = _rules(CrossAttentionOfHeadsCache.rule())(model)
     ir.passes.Sequential(
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=1),
         common_passes.RemoveInitializersFromInputsPass(),
