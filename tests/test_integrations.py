@@ -253,3 +253,22 @@ def test_the_public_cache_dynamic_shapes_comes_from_the_integration():
     assert dynamo_onnx.cache_dynamic_shapes(_cache()) == [
         {0: "batch_size", 2: "past_sequence_length"}
     ] * (2 * LAYERS)
+
+
+@pytest.mark.parametrize("window", [None, 4, 5, 6, 7, 8, 9, 16, 4096])
+def test_the_example_step_crosses_every_window_with_no_length_near_one(window):
+    """export-llm's example step: the default 3 new tokens without a window; with one, a
+    total past it and no length (new, past + new) a window, one less or one more."""
+    from dynamo_onnx.integrations.transformers import hf_folder
+
+    config = transformers.MistralConfig(
+        num_hidden_layers=LAYERS, hidden_size=8, num_attention_heads=2, sliding_window=window
+    )
+    cache = transformers.DynamicCache(config=config)
+    past = hf_folder.PAST
+    new = hf_folder.example_new_tokens(cache, past)
+    if window is None:
+        assert new == hf_folder.NEW
+        return
+    assert past + new > window
+    assert not {new, past + new} & {window - 1, window, window + 1}
