@@ -160,7 +160,7 @@ def test_files_beside_a_causal_lm_are_its_genai_config_and_nothing_for_another_m
     assert integrations.files_beside(_decoder_model(), linear, inputs, "model.onnx") == {}
 
 
-def test_facts_and_runtime_passes_of_a_transformers_model():
+def test_facts_and_runtime_steps_of_a_transformers_model():
     family = TransformersFamily()
     config = transformers.MistralConfig(sliding_window=16, use_cache=True)
     assert family.facts(_WithConfig(config)) == {
@@ -170,10 +170,16 @@ def test_facts_and_runtime_passes_of_a_transformers_model():
         "max_positions": config.max_position_embeddings,
     }
     assert family.facts(torch.nn.Linear(2, 2)) == {}
-    # after ONNX Runtime's fusions: the names of a sliding layer's whole cache
-    passes = integrations.runtime_passes(_decoder_model(), _WithConfig(config), "onnxruntime")
-    assert [type(p).__name__ for p in passes] == ["WholeWindowCacheNames"]
-    assert integrations.runtime_passes(_decoder_model(), torch.nn.Linear(2, 2), "onnxruntime") == []
+    # among and after ONNX Runtime's fusions: the soft cap, the sliding layers' whole cache
+    steps = integrations.runtime_steps(_WithConfig(config), "onnxruntime")
+    assert [(s.name, s.before, s.changes_outputs) for s in steps] == [
+        ("sdpa_softcap", "sdpa", False),
+        ("whole_window_cache", "packed_qkv_for_gqa", True),
+        ("sdpa_softcap_unfused", "packed_qkv_for_gqa", False),
+        ("whole_window_cache_names", None, False),
+    ]
+    assert integrations.runtime_steps(torch.nn.Linear(2, 2), "onnxruntime") == []
+    assert integrations.runtime_steps(_WithConfig(config), "tensorrt") == []
 
 
 def _windowed_model(window: int) -> ir.Model:

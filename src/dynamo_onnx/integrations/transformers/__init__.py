@@ -30,16 +30,16 @@ from dynamo_onnx.integrations.transformers.dynamic_shapes import (
     widen_decoding_example,
 )
 from dynamo_onnx.integrations.transformers.experts import traceable_experts
+from dynamo_onnx.integrations.transformers.ort_steps import onnxruntime_steps
 from dynamo_onnx.integrations.transformers.shared_buffer import genai_search_options
 from dynamo_onnx.integrations.transformers.spec_forms import CACHE_EXAMPLE, cache_specs
-from dynamo_onnx.integrations.transformers.whole_cache import WholeWindowCacheNames
 
 if TYPE_CHECKING:
     import onnx_ir as ir
     import torch
 
     from dynamo_onnx.diagnostics import DiagnosticContext
-    from dynamo_onnx.integrations.base import FamilyInputs
+    from dynamo_onnx.integrations.base import FamilyInputs, RuntimeStep
     from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = ["TransformersFamily", "cache_dynamic_shapes"]
@@ -153,16 +153,13 @@ class TransformersFamily:
             "their whole cache in GroupQueryAttention and the file is written"
         }
 
-    def runtime_passes(
-        self, model: ir.Model, reference: Any, runtime: str
-    ) -> list[ir.passes.PassBase]:
-        """After the fusions for ONNX Runtime, a causal LM's sliding-window layers that keep
-        their whole cache take the full layers' dimension names
-        (:class:`~dynamo_onnx.integrations.transformers.whole_cache.WholeWindowCacheNames`)."""
-        del model
+    def runtime_steps(self, reference: Any, runtime: str) -> list[RuntimeStep]:
+        """For the fusions for ONNX Runtime of a transformers model: Gemma 2's soft-capped
+        attention, a sliding layer's cache made whole and named as the full layers'
+        (:func:`~dynamo_onnx.integrations.transformers.ort_steps.onnxruntime_steps`)."""
         if runtime != "onnxruntime" or _config(reference) is None:
             return []
-        return [WholeWindowCacheNames()]
+        return onnxruntime_steps()
 
     def facts(self, model: Any) -> dict[str, Any]:
         """``model_type``, ``use_cache``, the sliding window of a transformers model and its
