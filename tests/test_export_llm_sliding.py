@@ -144,3 +144,27 @@ def test_an_int4_sliding_folder_loads_and_generates(name, how, tmp_path):
     ops = _ops(out)
     assert ops["MatMulNBits"] > 0 and ops["GroupQueryAttention"] == len(_sliding(model)), ops
     assert len(_genai(out, _prompt())) == PROMPT + NEW
+
+
+def test_sliding_layers_gqa_cannot_take_say_so_at_their_lines_and_why_no_genai_config(tmp_path):
+    """A head size of 8 (GroupQueryAttention takes multiples of 16): the sliding attentions
+    stay unfused, each a finding at its line with the reason, and DO415 says that the folder
+    was optimized and which layers did not fuse, not to pass the optimization it had."""
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(
+        **{**hf_models.DECODER, "use_cache": True}, sliding_window=WINDOW
+    )
+    model = transformers.MistralForCausalLM(config).eval()
+    model.save_pretrained(tmp_path / "hf")
+    program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "onnx")
+    assert not (tmp_path / "onnx" / "genai_config.json").exists()
+    (note,) = program.diagnostics.by_rule("DO415")
+    assert "optimized for ONNX Runtime, but its sliding-window layer(s) 0, 1 did not fuse" in (
+        note.message
+    )
+    assert 'optimize="onnxruntime"' not in note.message
+    unfused = [f for f in program.diagnostics.findings if f.rule.id in ("DO503", "DO511")]
+    assert len(unfused) == 2
+    for finding in unfused:
+        assert "The head size is 8" in finding.message
+        assert finding.locations[0].path.endswith("modeling_mistral.py")

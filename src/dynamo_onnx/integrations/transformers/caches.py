@@ -308,6 +308,10 @@ class CacheInputs:
             for layer in getattr(cache, "layers", ())
         )
 
+    def sliding_layers(self) -> list[int]:
+        """The indices of the cache's sliding-window layers."""
+        return sorted({i for cache in self.templates.values() for i, _ in _sliding_layers(cache)})
+
     def forward_signature(self) -> inspect.Signature:
         """The signature the flat forward has: one keyword parameter per flat input."""
         kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
