@@ -73,13 +73,17 @@ def _export(name, model, tmp_path, how: str, *options: str):
     return out
 
 
-def _gqa_windows(folder) -> list[int]:
+def _gqa_attribute(folder, name: str, default: float) -> list[float]:
+    """``name`` of each GroupQueryAttention of the folder's model, in node order."""
     graph = onnx.load(folder / "model.onnx", load_external_data=False).graph
-    return [
-        next((a.i for a in n.attribute if a.name == "local_window_size"), -1)
-        for n in graph.node
-        if n.op_type == "GroupQueryAttention"
-    ]
+    found = []
+    for node in graph.node:
+        if node.op_type == "GroupQueryAttention":
+            attribute = next((a for a in node.attribute if a.name == name), None)
+            found.append(
+                default if attribute is None else onnx.helper.get_attribute_value(attribute)
+            )
+    return found
 
 
 def _ops(folder) -> collections.Counter:
@@ -128,7 +132,13 @@ def test_sliding_layers_fuse_with_their_window_and_genai_generates_transformers_
 ):
     model = _model(name, window)
     out = _export(name, model, tmp_path, how)
-    assert _gqa_windows(out) == [window if s else -1 for s in _sliding(model)]
+    assert _gqa_attribute(out, "local_window_size", -1) == [
+        window if s else -1 for s in _sliding(model)
+    ]
+    # Gemma 2's soft-capped scores: GroupQueryAttention's softcap, in every layer
+    cap = getattr(model.config, "attn_logit_softcapping", None) or 0.0
+    assert _gqa_attribute(out, "softcap", 0.0) == [cap] * len(_sliding(model))
+    assert (cap > 0) == (name == "gemma2")
     config = json.loads((out / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is True
     prompt = _prompt()
