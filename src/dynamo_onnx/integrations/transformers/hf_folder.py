@@ -86,15 +86,10 @@ def example_inputs(
 
 
 def _windows(cache: Any) -> set[int]:
-    """The token counts a cache's layers keep or attend in blocks of: each sliding layer's
-    window, each chunked layer's chunk."""
-    sizes = set()
-    for layer in getattr(cache, "layers", ()):
-        for attribute in ("sliding_window", "attention_chunk_size", "chunk_size"):
-            size = getattr(layer, attribute, None)
-            if isinstance(size, int) and size > 0:
-                sizes.add(size)
-    return sizes
+    """The windows of a cache's sliding layers (a chunked layer's chunk too: transformers
+    builds it as a sliding layer of that window)."""
+    sizes = (getattr(layer, "sliding_window", None) for layer in getattr(cache, "layers", ()))
+    return {size for size in sizes if isinstance(size, int) and size > 0}
 
 
 def example_new_tokens(cache: Any, past: int = PAST) -> int:
