@@ -138,7 +138,8 @@ def _own_steps(max_positions: int | None) -> list[Step]:
         ("sdpa", fuse_sdpa, {"apply_shape_inference": True}),
         ("canonical_dims", canonical_dims, {}),
         ("same_shape_reshape", _same_shape_reshapes, {}),
-        ("gqa", _rules(GroupQueryAttentionOfIndexMask.rule()), {}),  # for onnxscript's: rules.py
+        # onnxscript's GroupQueryAttention with its mask checked: rules/gqa.py
+        ("gqa", _rules(GroupQueryAttentionOfIndexMask.rule()), {}),
         # onnxscript's fuse_qkv_gqa with the attention's attributes kept: packing.py
         ("packed_qkv_for_gqa", _rules(PackedQKVOfSlices.rule()), {}),
         ("mha1", _rules(*mha_rules(has_past_present=True).rules), {}),  # mha.py: shape checked

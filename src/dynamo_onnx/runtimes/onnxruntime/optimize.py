@@ -247,9 +247,9 @@ def optimize_for_onnxruntime(
     steps: Sequence[RuntimeStep] = (),
 ) -> FusionReport:
     """Fuse a copy of ``model`` for ONNX Runtime (onnxscript's ORT fusions with the rules of
-    ``rules.py``; the copy shares the weights) and record what fused (DO502) and each block
-    that did not (DO503-DO505); a fused model ONNX Runtime refuses to load is DO512
-    (:class:`OptimizationError`), and ``model`` is left as it was.
+    ``rules/`` and the family's steps; the copy shares the weights) and record what fused
+    (DO502) and each block that did not (DO503-DO505); a fused model ONNX Runtime refuses
+    to load is DO512 (:class:`OptimizationError`), and ``model`` is left as it was.
 
     Call it inside a pass of ``ctx`` (``OnnxRuntimeFusionPass`` is one). ``max_positions``:
     the rows of the rotary cos/sin caches (``max_position_embeddings``); None computes them
