@@ -82,7 +82,33 @@ MODELS = textwrap.dedent(
 
 
     def broken():
-        raise RuntimeError("the factory itself fails")
+        raise RuntimeError("the factory itself fails")  # marker: raises
+
+
+    def _load_weights():
+        raise FileNotFoundError("weights.bin")  # marker: deep raise
+
+
+    def loads_missing_weights():
+        model = Net()
+        _load_weights()
+        return model, (torch.randn(3, 4),)
+
+
+    class Slow(torch.nn.Module):  # signals that capture started, then waits for Ctrl-C
+
+        def forward(self, x):
+            if torch.compiler.is_exporting():
+                import pathlib
+                import time
+
+                pathlib.Path("capturing").touch()
+                time.sleep(60)
+            return x + 1
+
+
+    def slow():
+        return Slow(), (torch.randn(3, 4),)
 
 
     def sequential():
@@ -262,7 +288,7 @@ EXIT_TABLE = [
     Row(["export", "models.py:bare", "--input", "wrongname=2x3:int64"], 2, "[DO103 inputs-do-not-match-forward]", (), ("model.onnx",)),
     Row(["export", "models.py:bare", "--input", "tensor_x=-1x8", "--sarif", "n.sarif"], 2, "[DO109 invalid-option] `tensor_x=-1x8` has a negative size -1", ("n.sarif",), ("model.onnx",)),
     Row(["export", "models.py:bare", "--input", "x=99999999x99999999x99999999"], 2, "[DO109 invalid-option] `x=99999999x99999999x99999999` cannot be made", (), ("model.onnx",)),
-    Row(["export", "models.py:broken", "--sarif", "b.sarif"], 2, "[DO109 invalid-option] `models.py:broken` raised RuntimeError", ("b.sarif",), ("model.onnx",)),
+    Row(["export", "models.py:broken", "--sarif", "b.sarif"], 2, "[DO140 user-code-raised] `models.py:broken` raised RuntimeError", ("b.sarif",), ("model.onnx",)),
     Row(["export", "models.py:bare", "--sarif", "i.sarif", "--report", "i.md"], 2, "give example inputs", ("i.sarif", "i.md"), ("model.onnx",)),
     Row(["export", "models.py:nothing"], 2, "has no attribute 'nothing'", (), ("model.onnx",)),
     Row(["export", "missing.py:build"], 2, "no such file", ()),
@@ -760,3 +786,65 @@ def test_the_command_ends_its_process_without_walking_every_object_again(monkeyp
         cli.console_main()
     assert exited.value.code == 0 and frozen == [True]
     assert capsys.readouterr().out.startswith("dynamo-onnx ")
+
+
+@pytest.mark.parametrize(
+    ("args", "what", "marker", "cause"),
+    [
+        (["models.py:broken"], "models.py:broken", "raises", "RuntimeError: the factory itself fails"),
+        (["models.py:loads_missing_weights"], "models.py:loads_missing_weights", "deep raise", "FileNotFoundError: weights.bin"),
+        (["models.py:bare", "--inputs", "models.py:broken"], "models.py:broken", "raises", "RuntimeError"),
+        (["models.py:build", "--registry", "models.py:broken"], "models.py:broken", "raises", "RuntimeError"),
+    ],
+)  # fmt: skip
+def test_a_raising_factory_is_located_at_its_raise(workdir, args, what, marker, cause):
+    """The factory's own error, at the line that raised (not the factory's def, not
+    DO109's 'use one of the allowed values'), on stderr and in the SARIF log."""
+    proc = run(workdir, "export", *args, "--sarif", "f.sarif")
+    assert proc.returncode == 2
+    line = line_in_models(marker)
+    assert f"[DO140 user-code-raised] `{what}` raised {cause}" in proc.stderr
+    assert f"at models.py:{line}." in proc.stderr
+    assert "Fix: Fix the line shown" in proc.stderr
+    assert "DO109" not in proc.stderr and "Traceback" not in proc.stderr
+    (result,) = json.loads((workdir / "f.sarif").read_text())["runs"][0]["results"]
+    assert result["ruleId"] == "DO140"
+    location = result["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"].endswith("models.py")
+    assert location["region"]["startLine"] == line
+
+
+def test_ctrl_c_ends_with_130_and_the_reports(workdir):
+    """SIGINT during capture: exit 130, one line on stderr, the reports with DO143 and
+    what was found so far, no model and no half-written file."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dynamo_onnx.cli", "export", "models.py:slow"]
+        + ["--sarif", "s.sarif", "--report", "s.md"],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while not (workdir / "capturing").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    assert stderr.strip().splitlines() == [
+        "dynamo-onnx export: interrupted during capture; wrote SARIF s.sarif, report s.md"
+    ]
+    log = json.loads((workdir / "s.sarif").read_text())
+    run_ = log["runs"][0]
+    assert run_["invocations"][0]["executionSuccessful"] is False
+    rules = [r["ruleId"] for r in run_["results"]]
+    assert rules[-1] == "DO143" and "DO100" not in rules and "DO101" not in rules
+    assert "interrupted during capture" in run_["results"][-1]["message"]["text"]
+    assert "DO143" in (workdir / "s.md").read_text()
+    assert sorted(os.listdir(workdir)) == [
+        "capturing", "models.py", "ops.py", "s.md", "s.sarif"
+    ]  # fmt: skip

@@ -78,6 +78,7 @@ def test_export_llm_writes_a_folder_genai_runs_with_transformers_greedy_tokens(
     files = sorted(p.name for p in out.iterdir())
     assert files == [
         "genai_config.json",
+        "generation_config.json",  # read into genai_config.json's search, and copied
         "model.onnx",
         "model.onnx.data",
         "tokenizer.json",
@@ -230,10 +231,11 @@ def test_export_llm_optimized_for_onnxruntime_in_int4_is_one_gqa_per_layer_genai
 @pytest.fixture(scope="module")
 def llama_with_a_nan(tmp_path_factory):
     """A Llama saved with a NaN in one weight (a fine-tune gone wrong), and a config whose
-    end-of-sequence id is outside its vocabulary (transformers warns while loading it)."""
+    beginning-of-sequence id is outside its vocabulary (transformers warns while loading
+    it; onnxruntime-genai checks only end-of-sequence ids, so the folder still runs)."""
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        **{**hf_models.DECODER, "hidden_size": 64}, bos_token_id=1, eos_token_id=500
+        **{**hf_models.DECODER, "hidden_size": 64}, bos_token_id=500, eos_token_id=2
     )
     model = transformers.LlamaForCausalLM(config).eval()
     with torch.no_grad():
@@ -262,7 +264,9 @@ def test_export_llm_writes_the_reports_and_gates_on_warnings_with_the_folder_wri
         f"exported {llama_with_a_nan}, but warnings are errors: 1 error(s), 0 warning(s); "
         f"wrote SARIF {sarif}, report {report}"
     )
-    assert folder == f"wrote {out}: genai_config.json, model.onnx, model.onnx.data"
+    assert folder == (
+        f"wrote {out}: genai_config.json, generation_config.json, model.onnx, model.onnx.data"
+    )
     assert "[DO401 non-finite-weights]" in proc.stderr
     assert "[transformers]" not in proc.stderr and "vocabulary" not in proc.stderr
     assert "Loading weights" not in proc.stderr  # transformers' progress bar is not ours
@@ -299,6 +303,7 @@ def test_export_llm_under_warnings_as_errors_raises_after_writing_the_folder(
     assert info.value.program.diagnostics.by_rule("DO401")
     assert sorted(p.name for p in out.iterdir()) == [
         "genai_config.json",
+        "generation_config.json",
         "model.onnx",
         "model.onnx.data",
     ]

@@ -8,14 +8,19 @@ import json
 import os
 import pathlib
 import runpy
+import shutil
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import onnx
 import pytest
+import torch
 
 from dynamo_onnx import files
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _mode(path: pathlib.Path) -> int:
@@ -185,3 +190,53 @@ def test_a_report_that_cannot_be_written_is_do414_naming_the_callers_path(tmp_pa
     assert f"to {path}: " in text and "Fix: Choose a path" in text
     assert ".x.report." not in text  # never the temporary file beside it
     assert list(tmp_path.iterdir()) == []  # nothing half-written, no directory made
+
+
+def _mlp_checkout(root: pathlib.Path) -> pathlib.Path:
+    """A checkout of the project: its source and the seed MLP example, under git."""
+    shutil.copytree(REPO / "src" / "dynamo_onnx", root / "src" / "dynamo_onnx")
+    (root / "examples").mkdir(parents=True)
+    shutil.copy(REPO / "examples" / "mlp.py", root / "examples" / "mlp.py")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return root
+
+
+def _export_mlp(checkout: pathlib.Path, library_path: list[pathlib.Path]) -> bytes:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, [*library_path, checkout / "src"]))}
+    subprocess.run(
+        [sys.executable, "examples/mlp.py"],
+        cwd=checkout,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return (checkout / "mlp.onnx").read_bytes()
+
+
+def test_the_mlp_from_two_checkouts_and_two_environments_is_the_same_file(tmp_path):
+    """One checkout uses the shared environment (outside it); the other imports torch from
+    an environment inside the checkout (torch hard-linked there: real files, another path,
+    no copy of its gigabyte). Library frames are written relative to their installed
+    package (torch/nn/modules/linear.py), the user's relative to the checkout."""
+    first = _mlp_checkout(tmp_path / "alice" / "project")
+    second = _mlp_checkout(tmp_path / "ci" / "build" / "checkout")
+    inside = second / ".venv" / "site-packages"
+    inside.mkdir(parents=True)
+    torch_dir = pathlib.Path(torch.__file__).parent
+    subprocess.run(["cp", "-al", str(torch_dir), str(inside / "torch")], check=True)
+    a = _export_mlp(first, [])
+    b = _export_mlp(second, [inside])
+    model = onnx.load_from_string(b)
+    traces = [
+        p.value
+        for node in model.graph.node
+        for p in node.metadata_props
+        if p.key == "pkg.dynamo_onnx.stack_trace"
+    ]
+    assert traces and all('File "examples/mlp.py", line ' in t for t in traces)
+    assert any('File "torch/nn/modules/linear.py", line ' in t for t in traces)
+    text = b.decode("latin-1")
+    assert str(tmp_path) not in text and "site-packages" not in text and ".venv" not in text
+    assert str(torch_dir) not in a.decode("latin-1")
+    assert a == b

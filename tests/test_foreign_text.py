@@ -18,6 +18,7 @@ from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.foreign_text import (
     CreatedSymbol,
     FailureKind,
+    GraphBreak,
     InputMismatch,
     Remainder,
     SizeRef,
@@ -357,3 +358,36 @@ def test_a_guard_keeps_the_python_stack_capture_saw_and_a_forced_one_reads_the_s
     ).guards
     assert plain.stack == stack and forcing.stack == ()
     assert plain.expression == forcing.expression == "s77 > 4"
+
+
+@pytest.mark.parametrize("case", ["cond_aliasing_non_strict", "cond_aliasing_strict"])
+def test_a_graph_break_keeps_torchs_cause_explanation_and_hints(case):
+    """TorchDynamo's first line says only "Got graph break/error:"; the cause follows."""
+    failure = _failure(case)
+    assert isinstance(failure.graph_break, GraphBreak)
+    assert failure.graph_break.headline == "Encountered aliasing during higher order op tracing"
+    assert failure.graph_break.details == ("Higher Order Operator: torch.cond",)
+    assert "Replace `return input` with `return input.clone()`" in failure.graph_break.hints[0]
+    cause = failure.root_cause
+    assert cause.startswith("This higher order operator doesn't work")
+    assert "Got graph break/error: Encountered aliasing" in cause
+    assert "Higher order ops do not support aliasing" in cause
+    assert "0x" not in cause and "Developer debug context" not in cause  # no address, no graph
+
+
+def test_a_graph_break_in_other_words_is_quoted_not_lost():
+    text = "Not captured. Got graph break/error:\n\n\n"
+    failure = read_capture_failure("Unsupported", text)
+    assert isinstance(failure.graph_break, Unparsed)
+    other = read_capture_failure("Unsupported", "x. Got graph break/error:\nSomething new\n")
+    assert other.graph_break == GraphBreak("Something new")
+    assert other.root_cause == "x. Got graph break/error: Something new."
+
+
+def test_an_output_type_with_no_pytree_registration_is_named_in_both_modes():
+    assert (
+        _failure("dataclass_output_non_strict").unregistered_output
+        == "record._dataclass_output.<locals>.Pair"
+    )
+    assert _failure("dataclass_output_strict").unregistered_output == "Pair"
+    assert _failure("eager_shapes").unregistered_output is None

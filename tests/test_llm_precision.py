@@ -83,6 +83,7 @@ def test_a_quantized_folder_loads_in_genai_generates_and_quantizes_every_weight_
     program = dynamo_onnx.export_llm(path, tmp_path, precision=precision, optimize=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "genai_config.json",
+        "generation_config.json",
         "model.onnx",
         "model.onnx.data",
     ]

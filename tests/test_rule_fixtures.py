@@ -4,6 +4,7 @@ its own. Every rule of the catalog is here, or in NOT_FROM_A_FIXTURE with the re
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import io
 import pathlib
@@ -226,6 +227,48 @@ def _(x):
 class SortsOnHost(torch.nn.Module):
     def forward(self, x):
         return host_sort(x)  # marker: DO205
+
+
+class CausalMaskGiven(torch.nn.Module):
+    """PyTorch's seq2seq tutorial: nn.Transformer compares the mask with a causal one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(4, 2, 8, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+    def forward(self, x):
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(x.size(1))
+        return self.encoder(x, mask=mask)  # marker: DO139
+
+
+class CausalMaskFlagged(CausalMaskGiven):
+    def forward(self, x):
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(x.size(1))
+        return self.encoder(x, mask=mask, is_causal=True)
+
+
+def _float_then_quantized():
+    program = dynamo_onnx.export(torch.nn.Sequential(torch.nn.Linear(4, 3)).eval(), (X,))
+    program.quantize("int8")
+    return program
+
+
+def _quantized_linear(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
+    quantized = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, torch.qint8)
+    return dynamo_onnx.export(quantized, (X,))  # marker: DO141
+
+
+@dataclasses.dataclass
+class Halves:
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+class ReturnsHalves(torch.nn.Module):
+    def forward(self, x):
+        return Halves(x[:1], x[1:])  # marker: DO142
 
 
 def quantizes(x):
@@ -535,6 +578,12 @@ FIXTURES = {
     "DO132": (_unknown_axes_key, "DO132"),
     "DO127": (lambda t: dynamo_onnx.export(WantsEight(), (X,)), "DO127"),
     "DO138": (lambda t: dynamo_onnx.export(OnTheMetaDevice(), (X,)), "DO138"),
+    "DO139": (
+        lambda t: dynamo_onnx.export(CausalMaskGiven().eval(), (torch.randn(2, 3, 4),)),
+        "DO139",
+    ),
+    "DO141": (_quantized_linear, "DO141"),
+    "DO142": (lambda t: dynamo_onnx.export(ReturnsHalves(), (X,)), "DO142"),
     "DO201": (lambda t: dynamo_onnx.export(Mutates(), (X,)), None),
     "DO202": (lambda t: dynamo_onnx.export(Promotes(), (X, torch.tensor(3))), None),
     "DO203": (lambda t: dynamo_onnx.export(Lin(), (X,)), None),
@@ -588,6 +637,9 @@ NOT_FROM_A_FIXTURE = {
     "DO415": "needs a transformers sliding-window model: test_llm_cache (Gemma 2, Mistral)",
     "DO510": "needs a transformers sliding-window model fused: test_ort_fusions (Mistral, Gemma 2)",
     "DO511": "needs a transformers attention fused into MultiHeadAttention: test_ort_fusions (GPT-2, a Llama of head size 8)",
+    "DO513": "needs a saved transformers checkpoint missing a tensor: test_llm_folder_checks",
+    "DO514": "needs a folder onnxruntime-genai refuses: test_llm_folder_checks (an eos id outside the vocabulary)",
+    "DO515": "needs a sliding-window LM exported unfused by export-llm: test_llm_folder_checks (Mistral)",
     "DO400": "a finalize crash; the pass's failure rule",
     "DO600": "ONNX Runtime failing to run a valid model; the pass's failure rule",
     "DO603": "needs a wrong registered function: test_verification",
@@ -595,6 +647,8 @@ NOT_FROM_A_FIXTURE = {
     "DO902": "a command-line write failure: test_cli::test_exit_code_table",
     "DO903": "a command-line unreadable log: test_cli::test_exit_code_table",
     "DO414": "a report written after the export: test_files (no finding is recorded)",
+    "DO140": "a command-line factory that raises: test_cli::test_a_raising_factory_is_located_at_its_raise",
+    "DO143": "a command-line export interrupted by SIGINT: test_cli::test_ctrl_c_ends_with_130_and_the_reports",
 }
 
 
@@ -716,6 +770,8 @@ FIXED = {
     "DO131": lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_shapes={"x": {0: "b"}}),
     "DO132": lambda t: dynamo_onnx.export(Lin(), (X,), dynamic_axes={"x": [0]}),
     "DO138": _weights_made_in_fake_mode,
+    "DO139": lambda t: dynamo_onnx.export(CausalMaskFlagged().eval(), (torch.randn(2, 3, 4),)),
+    "DO141": lambda t: _float_then_quantized(),
     "DO402": lambda t: dynamo_onnx.export(Normed(), (X,), opset_version=17),
     "DO604": lambda t: _runs_at_two_only(t, dynamic_shapes=None),
 }

@@ -7,7 +7,9 @@ Exit codes (also in ``--help`` and docs/ci.md):
   a file or standard output could not be written: DO902);
 * 2: usage error (bad options or values: DO109; an unreadable log: DO903; a passed gate's
   file that cannot be written: DO902, so that the gate's 1 always means findings);
-* 3: exported, but failed under ``--warnings-as-errors`` (the model is still written).
+* 3: exported, but failed under ``--warnings-as-errors`` (the model is still written);
+* 130: interrupted (Ctrl-C): one line on stderr, the reports asked for written with the
+  findings so far and DO143, no model file.
 
 Whatever a user can cause ends in a :class:`CommandError`, which :func:`main` prints as
 ``dynamo-onnx COMMAND: [DOnnn name] message`` and the rule's fix, and turns into its exit
@@ -42,6 +44,8 @@ from dynamo_onnx.rules import catalog
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_WARNINGS = 0, 1, 2, 3
+#: Interrupted by SIGINT (Ctrl-C): 128 + 2, what a shell reports for it.
+EXIT_INTERRUPTED = 130
 
 EXIT_CODES_HELP = """\
 exit codes:
@@ -49,9 +53,10 @@ exit codes:
   1  failure: the export failed, a file or standard output could not be written
      (DO902), or the gate found results at or above --fail-on
   2  usage error: bad options or option values (DO109), MODULE:FACTORY not found or
-     raising, an unreadable SARIF log (DO903), a passed gate's --output or job
+     raising (DO140), an unreadable SARIF log (DO903), a passed gate's --output or job
      summary that cannot be written (DO902)
   3  exported, but failed under --warnings-as-errors (the model is still written)
+  130  interrupted (Ctrl-C): the reports hold the findings so far (DO143)
 """
 
 _VERBOSITY = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
@@ -266,16 +271,29 @@ _FACTORY_FORMS = (
 )
 
 
-class UserCodeError(UsageError):
-    """The user's factory or inputs function raised: a usage error (exit code 2) whose
-    message is the cause and the traceback of the user's frames only."""
+class UserCodeError(CommandError):
+    """The user's factory, inputs or registry function raised (DO140, exit code 2): the
+    message names the cause and the line that raised (``location``, the innermost frame
+    of the user's code), the detail is the traceback of the user's frames only."""
 
-    def __init__(self, what: str, cause: str, frames: str) -> None:
-        super().__init__(what, f"raised {cause}", _FACTORY_FORMS, detail=frames)
+    def __init__(self, what: str, cause: str, frames: str, location: Any) -> None:
+        source = _shown_path(location) if location is not None else "an unknown line"
+        super().__init__(
+            "user-code-raised", EXIT_USAGE, frames, what=what, cause=cause, source=source
+        )
+        self.location = location
+
+
+def _shown_path(location: Any) -> str:
+    """``path:line`` relative to the working directory when inside it."""
+    path = os.path.relpath(location.path)
+    return f"{location.path if path.startswith('..') else path}:{location.line}"
 
 
 def _call_user(function: Any, what: str) -> Any:
     """Call the user's ``function``; its exception becomes a :class:`UserCodeError`."""
+    from dynamo_onnx.diagnostics import Location
+
     try:
         return function()
     except Exception as exc:  # noqa: BLE001 - reported as the user's error
@@ -287,7 +305,13 @@ def _call_user(function: Any, what: str) -> Any:
         ]
         lines = "".join(traceback.format_list(frames)).rstrip()
         cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        raise UserCodeError(what, cause, lines) from None
+        raised = frames[-1] if frames else None
+        location = (
+            Location(os.path.abspath(raised.filename), raised.lineno or 1, raised.name)
+            if raised is not None
+            else None
+        )
+        raise UserCodeError(what, cause, lines, location) from None
 
 
 def _build(factory: Any, args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
@@ -318,22 +342,31 @@ def _build(factory: Any, args: argparse.Namespace) -> tuple[Any, tuple[Any, ...]
     return model, positional, keywords
 
 
-def _report_usage_error(args: argparse.Namespace, exc: UsageError, location: Any) -> None:
-    """Write the reports asked for when the command cannot start the export (the factory
-    is missing, raises, or gives no inputs): a CI step that uploads the SARIF ``if:
-    always()`` gets a log saying why (DO109 at the factory), not a missing file."""
-    if not (args.sarif or args.report):
-        return
-    from dynamo_onnx.errors import InvalidOptionValueError
+def _command_context(args: argparse.Namespace, location: Any) -> Any:
+    """A reporting context for what the command records itself, before or around the
+    export (the factory raising, Ctrl-C while loading it)."""
     from dynamo_onnx.reports import ReportingContext
 
-    ctx = ReportingContext(
+    return ReportingContext(
         call_site=location,
         source_root=args.source_root or default_source_root(),
         arguments=["dynamo-onnx", *sys.argv[1:]],
         subject=args.factory.rpartition(":")[2] or args.factory,
     )
-    finding = ctx.record("invalid-option", locations=[location], **exc.fields)
+
+
+def _report_usage_error(args: argparse.Namespace, exc: CommandError, location: Any) -> None:
+    """Write the reports asked for when the command cannot start the export (the factory
+    is missing, raises, or gives no inputs): a CI step that uploads the SARIF ``if:
+    always()`` gets a log saying why (DO109 at the factory, DO140 at the line that
+    raised), not a missing file."""
+    if not (args.sarif or args.report):
+        return
+    from dynamo_onnx.errors import InvalidOptionValueError
+
+    location = getattr(exc, "location", None) or location
+    ctx = _command_context(args, location)
+    finding = ctx.record(exc.rule.id, locations=[location], **exc.fields)
     ctx.finish(ctx.error_for([finding], InvalidOptionValueError, finding.message))
     _, unwritten = _write_reports(ctx, args)
     for failure in unwritten:
@@ -446,6 +479,34 @@ def _registry(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    """``dynamo-onnx export``; Ctrl-C ends it with :func:`_interrupted`."""
+    try:
+        return _export_command(args)
+    except KeyboardInterrupt as interrupt:
+        return _interrupted(args, interrupt)
+
+
+def _interrupted(args: argparse.Namespace, interrupt: KeyboardInterrupt) -> int:
+    """Exit 130 with one line on stderr and the reports asked for, holding the findings
+    recorded until Ctrl-C and DO143 (the export's own context, attached to the interrupt
+    by the exporter; a context of the command's when the export had not started). No
+    model file: it is written, atomically, only after a finished export."""
+    ctx = getattr(interrupt, "diagnostics", None)
+    if ctx is None:
+        ctx = _command_context(args, None)
+        ctx.record_interruption(interrupt, "loading the model")
+    elif ctx.interrupted_by is None:  # after the export: saving the model
+        ctx.record_interruption(interrupt, "saving the model")
+    written, unwritten = _write_reports(ctx, args)
+    where = "; wrote " + ", ".join(written) if written else ""
+    during = ctx.interrupted_by.properties["during"] if ctx.interrupted_by else "the export"
+    print(f"dynamo-onnx export: interrupted during {during}{where}", file=sys.stderr)
+    for failure in unwritten:
+        print(failure, file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _export_command(args: argparse.Namespace) -> int:
     import dynamo_onnx
     from dynamo_onnx.exporter import export_from
 
@@ -455,7 +516,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         model, positional, keywords = _model_and_inputs(factory, args)
         dynamic = _dynamic_shapes(args)
         translation = _registry(args)
-    except UsageError as exc:
+    except (UsageError, UserCodeError) as exc:
         _report_usage_error(args, exc, _factory_location(factory) if factory else None)
         raise
     show_progress = not args.quiet and sys.stderr.isatty()
@@ -504,6 +565,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
             )
         except dynamo_onnx.OnnxExporterError as error:  # DO406, in the reports too
             code, failure = EXIT_FAILED, str(error)
+        except KeyboardInterrupt as interrupt:
+            program.diagnostics.record_interruption(interrupt, "saving the model")
+            raise
         else:
             written.append(
                 f"model {args.output}" + (" (fake weights: saved as inputs)" if fake else "")
@@ -986,6 +1050,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = f"dynamo-onnx {args.command}" if args.command else "dynamo-onnx"
         print(f"{command}: {exc}", file=sys.stderr)
         return exc.code
+    except KeyboardInterrupt:  # Ctrl-C outside an export (a second one while reporting)
+        command = f"dynamo-onnx {args.command}" if args.command else "dynamo-onnx"
+        print(f"{command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def console_main() -> NoReturn:

@@ -175,6 +175,11 @@ def _run(
         if report:
             error.report_paths = ctx.try_write_reports(artifacts_dir)
         raise
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: the findings so far, and DO143
+        ctx.record_interruption(interrupt)
+        if report:
+            ctx.try_write_reports(artifacts_dir)
+        raise
     gate = warnings_gate(ctx)
     ctx.finish(gate)
     if report:

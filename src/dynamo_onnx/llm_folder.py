@@ -5,32 +5,94 @@ inputs, which its family does; export, quantize, save with the runtime's configu
 the tokenizer),
 in one call that the ``export-llm`` command also makes. Each step is the public one
 (``export``, ``ONNXProgram.quantize``, ``ONNXProgram.save``), so its findings are in the
-program's diagnostics as usual.
+program's diagnostics as usual. The folder written is then checked with the runtime it
+is for: loaded, and one token generated (:class:`FolderCheckPass`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from dynamo_onnx.errors import InvalidOptionValueError, WarningsAsErrorsError
+from dynamo_onnx.errors import (
+    InvalidOptionValueError,
+    OnnxExporterError,
+    VerificationError,
+    WarningsAsErrorsError,
+)
 from dynamo_onnx.exporter import export, warnings_gate
 from dynamo_onnx.files import atomic_write_bytes
-from dynamo_onnx.integrations import load_folder
+from dynamo_onnx.integrations import SavedModel, files_not_beside, load_folder
 from dynamo_onnx.options import DiagnosticOptions, optimize_problem
+from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
 
 if TYPE_CHECKING:
+    from dynamo_onnx.diagnostics import DiagnosticContext, Location
     from dynamo_onnx.program import ONNXProgram
 
-__all__ = ["MODEL_FILENAME", "export_llm"]
+__all__ = ["MODEL_FILENAME", "FolderCheck", "FolderCheckPass", "export_llm"]
 
 #: The model's file in the output folder (its weights in ``model.onnx.data``), the name
 #: onnxruntime-genai's builder gives it too.
 MODEL_FILENAME = "model.onnx"
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderCheck:
+    """A written folder to check with the runtime it is for: ``saved`` says which runtime,
+    its file and how to ask it; ``not_written`` why the family wrote no file it needs."""
+
+    folder: pathlib.Path
+    saved: SavedModel
+    not_written: dict[str, str]
+    model_location: Location | None = None
+
+
+class FolderCheckPass:
+    """A folder the runtime runs, or a finding: the runtime's file not written is a
+    warning (DO515) with the reason; the runtime failing to generate a token from the
+    folder an error (DO514) with its message, and its file removed so that the folder
+    does not look like one it runs."""
+
+    name: ClassVar[str] = PassName.VERIFICATION
+    error_type: ClassVar[type[OnnxExporterError]] = VerificationError
+    changes_input: ClassVar[bool] = False
+
+    def __call__(self, ctx: DiagnosticContext, request: FolderCheck) -> FolderCheck:
+        saved, config = request.saved, request.folder / request.saved.runtime_file
+        fields = {
+            "path": os.fspath(request.folder),
+            "runtime": saved.runtime,
+            "config": saved.runtime_file,
+            "model": os.fspath(request.folder / MODEL_FILENAME),
+        }
+        if not config.is_file():
+            reason = request.not_written.get(saved.runtime_file) or (
+                "the model's inputs and outputs are not those the runtime reads"
+            )
+            ctx.record(
+                "runtime-folder-not-made",
+                locations=[request.model_location],
+                reason=reason.rstrip("."),
+                **fields,
+            )
+            return request
+        cause = saved.runtime_problem(request.folder)
+        if cause is not None:
+            config.unlink()
+            ctx.fail(
+                "runtime-folder-check-failed",
+                VerificationError,
+                request.model_location,
+                cause=cause,
+                **fields,
+            )
+        return request
 
 
 def export_llm(
@@ -61,8 +123,12 @@ def export_llm(
     error's, when it fails) hold every finding of the load, export, quantization and save.
 
     Raises:
-        InvalidOptionValueError: ``hf_dir`` is no causal LM transformers loads offline
-            (DO507), or a quantization setting is unknown (DO109).
+        InvalidOptionValueError: ``hf_dir`` is no causal decoder transformers loads
+            offline (DO507), or a quantization setting is unknown (DO109).
+        WeightsMismatchError: the checkpoint's tensors are not those of the model its
+            config describes (DO513): nothing is written.
+        VerificationError: onnxruntime-genai could not generate from the folder (DO514);
+            the ONNX model is kept.
         WarningsAsErrorsError: ``warnings_as_errors`` is on and a step warned; the folder
             is written all the same (``error.program`` is the program), as a CI job that
             gates on warnings still wants to look at what was made.
@@ -102,6 +168,9 @@ def export_llm(
     program.save(out / MODEL_FILENAME, external_data=True)
     for source in folder.files_to_copy:
         atomic_write_bytes(out / source.name, source.read_bytes())
+    not_written = files_not_beside(program.model, program.reference, program.inputs, MODEL_FILENAME)
+    check = FolderCheck(out, folder, not_written, program.model_location)
+    run_pipeline(program.diagnostics, [FolderCheckPass()], check)
     if gate is None:  # a warning of the quantization or the save
         gate = warnings_gate(program.diagnostics)
         if gate is not None:

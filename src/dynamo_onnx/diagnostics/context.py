@@ -167,6 +167,8 @@ class DiagnosticContext:
         self.exception: BaseException | None = None
         self._current_pass = "export"
         self._current_record: PassRecord | None = None
+        #: the DO143 finding once the work was interrupted (Ctrl-C)
+        self.interrupted_by: Finding | None = None
 
     # -- recording ---------------------------------------------------------------------
 
@@ -301,6 +303,11 @@ class DiagnosticContext:
         self._notify(ProgressEvent("start", name))
         try:
             yield record
+        except KeyboardInterrupt:
+            # the user stopped the export: the pass did not fail, and its failure rule
+            # (DO100 for capture) would blame the model; the caller records DO143
+            record.outcome = "interrupted"
+            raise
         except BaseException as exc:
             record.outcome = "failed"
             if not getattr(exc, RECORDED_ATTR, False):
@@ -329,6 +336,19 @@ class DiagnosticContext:
     def _notify(self, event: ProgressEvent) -> None:
         if self.listener is not None:
             self.listener(event)
+
+    def record_interruption(self, interrupt: KeyboardInterrupt, during: str | None = None) -> None:
+        """Record that the user stopped the work (DO143) and close the context with it:
+        the reports written from here on say what was found until then and that it was
+        interrupted, never that it succeeded. ``during``: what was running (default: the
+        last pass started). The context is attached to ``interrupt`` (``diagnostics``), which
+        the caller re-raises: Ctrl-C stays a KeyboardInterrupt for a Python caller."""
+        if during is None:
+            during = self.passes[-1].name if self.passes else "the export"
+        finding = self.record("export-interrupted", level=Level.ERROR, during=during)
+        self.finish(self.error_for([finding], OnnxExporterError, finding.message))
+        self.interrupted_by = finding
+        interrupt.diagnostics = self  # type: ignore[attr-defined]
 
     def finish(self, exception: BaseException | None = None) -> None:
         """Close the context: success is "no exception and no error finding".

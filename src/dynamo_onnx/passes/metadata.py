@@ -8,8 +8,13 @@ operators that block an opset conversion read them. The keys are defined here on
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pathlib
+import site
+import sys
+import sysconfig
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.fx
@@ -31,6 +36,7 @@ __all__ = [
     "NodeSource",
     "STACK_TRACE",
     "control_flow_source",
+    "installed_roots",
     "node_source",
     "origin_props",
     "portable_stack_trace",
@@ -68,33 +74,83 @@ class NodeSource:
     module_classes: tuple[str, ...] = ()
 
 
-def portable_stack_trace(trace: str, root: str) -> str:
-    """``trace`` with the paths under ``root`` (the source root, the top of the work tree
-    the SARIF log's paths are relative to) written relative to it, POSIX-style, so the
-    same model exported from two checkouts gives the same ONNX file and the file does not
-    carry the layout of the machine it was made on. Paths outside the root (installed
-    libraries) stay as they are: they are the same wherever the environment is."""
+def installed_roots(library_prefixes: Iterable[str] = ()) -> tuple[str, ...]:
+    """The directories packages are imported from, longest first: site-packages (also of
+    the base installation, and any ``site-packages``/``dist-packages`` on ``sys.path``),
+    the standard library, and the directory holding each of ``library_prefixes``' packages
+    (torch imported through ``PYTHONPATH`` from a copy is a library all the same)."""
+    return _installed_roots(tuple(library_prefixes), tuple(sys.path))
+
+
+@functools.lru_cache(maxsize=8)
+def _installed_roots(prefixes: tuple[str, ...], search_path: tuple[str, ...]) -> tuple[str, ...]:
+    # cached on its arguments: a pure function of the prefixes and sys.path, asked per node
+    paths = sysconfig.get_paths()
+    roots = {paths.get(key) for key in ("purelib", "platlib", "stdlib", "platstdlib")}
+    roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    roots.update(p for p in search_path if os.path.basename(p) in _PACKAGE_DIRS)
+    for prefix in prefixes:
+        package = prefix.rstrip(os.sep)
+        if package != paths.get("stdlib"):  # the standard library is a root itself
+            roots.add(os.path.dirname(package))
+    absolute = {os.path.abspath(r) for r in roots if r}
+    return tuple(sorted(absolute, key=len, reverse=True))
+
+
+_PACKAGE_DIRS = ("site-packages", "dist-packages")
+
+
+def portable_stack_trace(trace: str, root: str, libraries: Sequence[str] = ()) -> str:
+    """``trace`` with each path written relative, POSIX-style, so the same model exported
+    from two checkouts and two environments gives the same ONNX file, and the file does not
+    carry the layout of the machine it was made on (a user's home directory, where their
+    virtual environment lives).
+
+    A file of an installed package is written relative to the directory it is imported
+    from, ``libraries`` (:func:`installed_roots`): ``torch/nn/modules/linear.py``, wherever
+    the environment lives, also inside the checkout (``.venv/``). A file under ``root``
+    (the source root, the top of the work tree the SARIF log's paths are relative to) is
+    written relative to it. Anything else (a script in ``/tmp``) stays as it is.
+    """
     prefix = root.rstrip(os.sep) + os.sep
+    library_prefixes = [(r, r.rstrip(os.sep) + os.sep) for r in libraries]
 
     def relative(path: str) -> str | None:
-        if not path.startswith(prefix):
-            return None
-        return pathlib.PurePath(os.path.relpath(path, root)).as_posix()
+        for library, start in library_prefixes:
+            if path.startswith(start):
+                return pathlib.PurePath(os.path.relpath(path, library)).as_posix()
+        if path.startswith(prefix):
+            return pathlib.PurePath(os.path.relpath(path, root)).as_posix()
+        return None
 
     return rewrite_traceback_paths(trace, relative)
 
 
 def stack_frames(ctx: DiagnosticContext, trace: str) -> tuple[Location, ...]:
     """The frames of a stack trace an ONNX node carries (``STACK_TRACE``), innermost first,
-    with the paths :func:`portable_stack_trace` made relative resolved against the source
-    root again, so findings about the ONNX model point at the user's files."""
+    with the paths :func:`portable_stack_trace` made relative resolved again: against the
+    source root when the file is there, else against the directory of installed packages
+    that holds it, so findings about the ONNX model point at the user's files and a
+    library's frame is still known as one."""
     root = ctx.source_root
     return tuple(
         frame
         if frame.path.startswith("<") or os.path.isabs(frame.path)
-        else dataclasses.replace(frame, path=os.path.join(root, *frame.path.split("/")))
+        else dataclasses.replace(frame, path=_resolved(frame.path, root, ctx.library_prefixes))
         for frame in parse_stack_trace(trace)
     )
+
+
+def _resolved(relative: str, root: str, library_prefixes: Iterable[str]) -> str:
+    parts = relative.split("/")
+    in_root = os.path.join(root, *parts)
+    if os.path.exists(in_root):
+        return in_root
+    for library in installed_roots(library_prefixes):
+        candidate = os.path.join(library, *parts)
+        if os.path.exists(candidate):
+            return candidate
+    return in_root
 
 
 def node_source(ctx: DiagnosticContext, node: torch.fx.Node) -> NodeSource:
@@ -102,7 +158,7 @@ def node_source(ctx: DiagnosticContext, node: torch.fx.Node) -> NodeSource:
     stack text as the ONNX node keeps it (:func:`portable_stack_trace`)."""
     raw = node.meta.get("stack_trace") or ""
     frames = parse_stack_trace(raw)
-    trace = portable_stack_trace(raw, ctx.source_root)
+    trace = portable_stack_trace(raw, ctx.source_root, installed_roots(ctx.library_prefixes))
     stack = node.meta.get("nn_module_stack") or {}
     entries = [(path, cls) for path, cls in stack.values() if path]
     chain = tuple(path for path, _ in entries)

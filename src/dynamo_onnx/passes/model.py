@@ -5,26 +5,31 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import inspect
 import textwrap
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.diagnostics.findings import first_user_frame
+from dynamo_onnx.fake import is_fake
 from dynamo_onnx.integrations import FamilyInputs
 
 __all__ = [
+    "EagerRun",
     "as_module",
     "buffers_restored",
     "code_location",
     "describe_value",
+    "eager_run",
     "flat_forward",
     "forward_signature",
     "return_location",
+    "runs_eagerly",
 ]
 
 
@@ -42,6 +47,34 @@ def buffers_restored(buffers: list[torch.Tensor]) -> Iterator[None]:
             for buffer, value in saved:
                 if buffer.shape == value.shape:
                     buffer.copy_(value)
+
+
+def runs_eagerly(module: torch.nn.Module) -> bool:
+    """Whether the model can run in eager PyTorch: not with weights that have no data (on
+    the meta device)."""
+    return not any(is_fake(t) for t in (*module.parameters(), *module.buffers()))
+
+
+@dataclasses.dataclass(frozen=True)
+class EagerRun:
+    """What ``module(*args, **kwargs)`` did in eager PyTorch: its output or its exception
+    (both None: it could not be run, its weights have no data)."""
+
+    output: Any = None
+    error: BaseException | None = None
+
+
+def eager_run(
+    module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> EagerRun:
+    """Run the model once in eager PyTorch, without gradients, its buffers put back."""
+    if not runs_eagerly(module):
+        return EagerRun()
+    try:
+        with buffers_restored(list(module.buffers())), torch.no_grad():
+            return EagerRun(output=module(*args, **kwargs))
+    except Exception as exc:  # noqa: BLE001 - the model's own failure is the answer
+        return EagerRun(error=exc)
 
 
 class _CallableModule(torch.nn.Module):

@@ -138,7 +138,8 @@ class TransformersFamily:
             # onnxruntime-genai gives every layer the whole cache; a sliding layer's
             # present holds its window until it is fused into GroupQueryAttention (DO510)
             return {}
-        found = genai.genai_config(model, config, filename)
+        generation = getattr(reference, "generation_config", None)
+        found = genai.genai_config(model, config, filename, generation)
         if found is None:
             return {}
         # a model fused for ONNX Runtime may share the cache's past and present buffers

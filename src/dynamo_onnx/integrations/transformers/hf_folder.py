@@ -4,7 +4,9 @@ What ``export-llm HF_DIR`` needs from transformers, and nothing else: the model 
 offline (``local_files_only=True``, as onnxruntime-genai's builder and Optimum take a local
 folder), example inputs of one decoding step with a ``DynamicCache`` past (the export then
 serves prefill and decoding), and the tokenizer's files to copy beside the ONNX model so
-that onnxruntime-genai's ``og.Tokenizer`` works on the folder.
+that onnxruntime-genai's ``og.Tokenizer`` works on the folder. The load is checked, not
+trusted (``checkpoint.py``): a folder whose model transformers had to complete or cut is
+refused before anything is written.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.errors import InvalidOptionValueError
+from dynamo_onnx.errors import InvalidOptionValueError, WeightsMismatchError
+from dynamo_onnx.integrations.transformers import genai, genai_check
+from dynamo_onnx.integrations.transformers.checkpoint import (
+    architecture_problem,
+    config_problem,
+    key_report,
+)
 
 __all__ = ["TOKENIZER_FILES", "HFFolder", "example_inputs", "example_new_tokens", "load"]
 
@@ -34,6 +42,9 @@ TOKENIZER_FILES = (
     "vocab.json",
     "merges.txt",
 )
+#: The generation settings ``save_pretrained`` writes: read into the runtime's search
+#: options and copied beside the model.
+GENERATION_CONFIG = "generation_config.json"
 #: The example step: a past of PAST tokens then NEW tokens, for BATCH sequences. Neither
 #: length is 0 or 1, which torch.export would make constants; a model with sliding windows
 #: takes more new tokens (:func:`example_new_tokens`).
@@ -49,6 +60,15 @@ class HFFolder:
     model: Any  # a transformers PreTrainedModel, in eval mode
     inputs: dict[str, Any]  # forward's keyword inputs: a decoding step with its cache
     files_to_copy: tuple[pathlib.Path, ...]
+    #: The runtime the output folder is for, and the file it needs to run it.
+    runtime: str = genai_check.RUNTIME
+    runtime_file: str = genai.FILENAME
+
+    def runtime_problem(self, folder: pathlib.Path) -> str | None:
+        """The runtime's message when it cannot generate a token from ``folder`` after the
+        example prompt (None when it generates, or is not installed)."""
+        prompt = [int(t) for t in self.inputs["input_ids"][0]]
+        return genai_check.generation_problem(folder, prompt)
 
 
 def _cache_parameter(model: Any) -> str:
@@ -147,24 +167,90 @@ def _quiet_loading(transformers: Any) -> Iterator[None]:
             utils.enable_progress_bar()
 
 
-def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> HFFolder:
-    """The causal LM saved in ``path`` (float32, eval mode), loaded without a download;
-    anything that makes the folder unusable fails with DO507 and transformers' reason."""
-    folder = pathlib.Path(path)
-    problem = _problem(folder)
-    if problem is None:
-        import torch  # noqa: PLC0415
-        import transformers  # noqa: PLC0415
+def _load(folder: pathlib.Path) -> tuple[Any, str | None, str | None]:
+    """The model transformers builds from ``folder`` (or None), why it is not the
+    checkpoint's causal decoder (DO507), and what its weights lack or hold beyond it."""
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
 
+    with _quiet_loading(transformers):
+        config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
+        refused = config_problem(config)
+        if refused is not None:
+            return None, refused, None
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            folder,
+            local_files_only=True,
+            dtype=torch.float32,
+            output_loading_info=True,
+            # a tensor of another shape is reported (DO513, naming it), not raised
+            ignore_mismatched_sizes=True,
+        )
+    report = key_report(
+        info.get("missing_keys", ()),
+        info.get("unexpected_keys", ()),
+        info.get("mismatched_keys", ()),
+        getattr(model, "all_tied_weights_keys", None) or {},
+    )
+    refused = architecture_problem(model, report)
+    if refused is not None:
+        return None, refused, None
+    problem = report.problem
+    return model, None, problem and problem + report.tied_note
+
+
+#: The special ids a runtime's configuration takes from the tokenizer when neither the
+#: generation config nor the model config gives them.
+TOKENIZER_IDS = ("bos_token_id", "pad_token_id")
+
+
+def _fill_ids_from_tokenizer(model: Any, folder: pathlib.Path) -> None:
+    """Give ``model.generation_config`` the bos and pad ids of the tokenizer saved in
+    ``folder`` where neither config gives one (onnxruntime-genai pads a batch with the
+    pad id), so the runtime's configuration is the checkpoint's."""
+    generation = getattr(model, "generation_config", None)
+    wanted = [
+        n
+        for n in TOKENIZER_IDS
+        if generation is not None
+        and getattr(generation, n, None) is None
+        and getattr(model.config, n, None) is None
+    ]
+    if not wanted or not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return
+    import transformers  # noqa: PLC0415
+
+    try:
+        with _quiet_loading(transformers):
+            tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError, ImportError):  # no usable tokenizer: config ids only
+        return
+    for name in wanted:
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            setattr(generation, name, value)
+
+
+def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> HFFolder:
+    """The causal LM saved in ``path`` (float32, eval mode), loaded without a download.
+    A folder that is no causal decoder transformers loads offline fails with DO507 and
+    the reason; weights that are not the model's (missing, unexpected, of another shape)
+    with DO513, naming them."""
+    folder = pathlib.Path(path)
+    problem, mismatch = _problem(folder), None
+    if problem is None:
         try:
-            with _quiet_loading(transformers):
-                model = transformers.AutoModelForCausalLM.from_pretrained(
-                    folder, local_files_only=True, dtype=torch.float32
-                )
-        except (OSError, ValueError, KeyError, ImportError) as exc:
+            model, problem, mismatch = _load(folder)
+        except (OSError, ValueError, KeyError, ImportError, RuntimeError) as exc:
             problem = _first_line(exc)
     if problem is not None:
         ctx.fail("hf-folder-unusable", InvalidOptionValueError, path=os.fspath(path), cause=problem)
-    files = tuple(folder / name for name in TOKENIZER_FILES if (folder / name).is_file())
+    if mismatch is not None:
+        ctx.fail(
+            "checkpoint-mismatch", WeightsMismatchError, path=os.fspath(path), tensors=mismatch
+        )
+    names = (*TOKENIZER_FILES, GENERATION_CONFIG)
+    files = tuple(folder / name for name in names if (folder / name).is_file())
     model = model.eval()
+    _fill_ids_from_tokenizer(model, folder)
     return HFFolder(folder, model, example_inputs(model), files)

@@ -38,11 +38,15 @@ from dynamo_onnx.passes.base import CaptureRecord, ExportState, PassName, ShapeL
 from dynamo_onnx.passes.capture.called_spec import as_called
 from dynamo_onnx.passes.capture.causes import (
     EAGER_FAILURE,
+    capture_cause,
     data_dependence,
     known_cause,
+    library_branch,
+    quantized_modules,
     source_expression,
+    unregistered_output,
 )
-from dynamo_onnx.passes.capture.eager import eager_failure, runs_eagerly, tensor_devices
+from dynamo_onnx.passes.capture.eager import eager_run, runs_eagerly, tensor_devices
 from dynamo_onnx.passes.capture.onnx_export_flag import onnx_export_flag
 from dynamo_onnx.passes.fx import is_none_output, static_size
 from dynamo_onnx.passes.logs import (
@@ -51,7 +55,13 @@ from dynamo_onnx.passes.logs import (
     partial_graphs_dropped,
     torch_deprecations_ignored,
 )
-from dynamo_onnx.passes.model import as_module, describe_value, flat_forward, forward_signature
+from dynamo_onnx.passes.model import (
+    as_module,
+    describe_value,
+    flat_forward,
+    forward_signature,
+    return_location,
+)
 from dynamo_onnx.passes.probe import agrees_outside
 
 __all__ = ["STRATEGIES", "CapturePass", "TorchExportStrategy", "copy_program"]
@@ -258,6 +268,7 @@ class CapturePass:
             given = "the given ExportedProgram"
             ctx.record("capture-strategy-succeeded", strategy=given, nodes=len(model.graph.nodes))
             program = copy_program(model)
+            _lines_for_regions(program)
             _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(
                 capture=CaptureRecord(given, state.valid.dynamic_shapes),
@@ -303,7 +314,7 @@ class CapturePass:
                         spec = refined
             except Exception as exc:  # noqa: BLE001 - each failure is a finding
                 frames, stack = _frames(exc)
-                cause = exception_summary(exc)
+                cause = capture_cause(exc)
                 causes.append(f"{label}: {cause}")
                 failures.append((exc, ctx.user_frame(frames)))
                 ctx.record(
@@ -329,12 +340,14 @@ class CapturePass:
                 strategy=label,
                 nodes=len(program.graph.nodes),
             )
+            _lines_for_regions(program)
             _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(
                 capture=CaptureRecord(label, spec, records),
                 exported_program=program,
             )
-        _fail_with_cause(ctx, module, inputs, failures)
+        returned = return_location(state.valid.model) or state.valid.model_location
+        _fail_with_cause(ctx, module, inputs, failures, returned)
         ctx.fail(
             "capture-failed",
             CaptureError,
@@ -367,16 +380,20 @@ def _fail_with_cause(
     module: torch.nn.Module,
     inputs: tuple[tuple[Any, ...], Mapping[str, Any]],
     failures: list[tuple[BaseException, Location | None]],
+    returned: Location | None = None,
 ) -> None:
     """Fail with the rule of the cause of a failed capture, when it is known.
 
-    In order: tensors on several devices (every operator refuses them, eager too), a model
-    that fails in eager PyTorch (the inputs or the model are wrong, not the export), a
-    guard on a tensor's value (torch's exception says which), then the causes known by
-    their text. Returns when none applies (DO100).
+    In order: tensors on several devices (every operator refuses them, eager too),
+    torch.ao quantized modules (DO141: export the float model and quantize the ONNX one), a
+    model that fails in eager PyTorch (the inputs or the model are wrong, not the export),
+    a library module's own branch on a value that an argument avoids (DO139, before DO104:
+    rewriting torch's code with torch.cond is no advice), a guard on a tensor's value
+    (torch's exception says which), an output class with no pytree registration (DO142),
+    then the causes known by their text. Returns when none applies (DO100).
     """
     first = failures[0][1] if failures else None
-    summary = exception_summary(failures[0][0]) if failures else ""
+    summary = capture_cause(failures[0][0]) if failures else ""
     devices = tensor_devices(module, *inputs)
     if devices is not None:
         weights, given = devices
@@ -389,7 +406,18 @@ def _fail_with_cause(
             source=ctx.display(first),
             cause=summary,
         )
-    eager = eager_failure(module, *inputs)
+    quantized = quantized_modules(module)
+    if quantized:
+        ctx.fail(
+            "quantized-module",
+            CaptureError,
+            first,
+            modules=", ".join(f"`{path}`: {kind}" for path, kind in quantized[:3])
+            + (f" and {len(quantized) - 3} more" if len(quantized) > 3 else ""),
+            cause=summary,
+        )
+    run = eager_run(module, *inputs)
+    eager = run.error
     if eager is not None:
         frames, stack = _frames(eager)
         where = ctx.user_frame(frames) or first
@@ -403,12 +431,31 @@ def _fail_with_cause(
             cause=exception_summary(eager),
         )
     for exc, where in failures:
+        branch = library_branch(exc)
+        if branch is not None:
+            dependence = data_dependence(exc)
+            condition = dependence.condition if dependence else None
+            ctx.fail(
+                "library-branch-on-value",
+                CaptureError,
+                where,
+                properties={"exception": type(exc).__name__},
+                source=ctx.display(where),
+                check=branch.check.function,
+                library=branch.check.library,
+                detail=f"`{branch.line}`"
+                + (f", which torch traced as `{condition}`" if condition else ""),
+                remedy=branch.remedy,
+            )
+    for exc, where in failures:
         dependence = data_dependence(exc)
         if dependence is not None:
             _fail_data_dependent(ctx, exc, where, dependence.branch, dependence.condition)
     eager_ran = runs_eagerly(module)
     for exc, where in failures:
         failure = read_capture_failure(type(exc).__name__, str(exc))
+        if failure.unregistered_output is not None:
+            _fail_unregistered(ctx, failure.unregistered_output, run.output, returned)
         recognized = known_cause(failure)
         if recognized is None and not eager_ran and failure.inputs_do_not_fit:
             recognized = EAGER_FAILURE
@@ -421,9 +468,28 @@ def _fail_with_cause(
             CaptureError,
             where,
             source=ctx.display(where),
-            cause=exception_summary(exc),
+            cause=capture_cause(exc),
             **dict(recognized.fields),
         )
+
+
+def _fail_unregistered(
+    ctx: DiagnosticContext, type_name: str, output: Any, returned: Location | None
+) -> None:
+    """DO142: the registration that lets torch.export flatten the output's class."""
+    found = unregistered_output(output, type_name)
+    name = type(found).__name__ if found is not None else type_name.rpartition(".")[2]
+    if found is None or dataclasses.is_dataclass(found):
+        registration = f"call `torch.export.register_dataclass({name})`"
+    else:
+        registration = f"register `{name}` with `torch.utils._pytree.register_pytree_node`"
+    ctx.fail(
+        "output-type-not-registered",
+        CaptureError,
+        returned,
+        type=name,
+        registration=registration,
+    )
 
 
 def _devices(types: list[str]) -> str:
@@ -450,7 +516,7 @@ def _fail_data_dependent(
         "data-dependent-control-flow",
         CaptureError,
         where,
-        properties={"exception": type(exc).__name__, "torch_message": exception_summary(exc)},
+        properties={"exception": type(exc).__name__, "torch_message": capture_cause(exc)},
         what="branch" if branch else "size or index",
         source=ctx.display(where),
         detail=", ".join(p for p in parts if p) or "a value torch could not name",
@@ -509,6 +575,7 @@ def _widened_capture(
     ctx.record(
         "capture-strategy-succeeded", strategy=strategy.label, nodes=len(program.graph.nodes)
     )
+    _lines_for_regions(program)
     _check_outputs(ctx, program, state.valid.model_location)
     record = CaptureRecord(strategy.label, state.valid.dynamic_shapes, tuple(shape_log.records))
     return state.replace(capture=record, exported_program=program)
@@ -688,11 +755,59 @@ def _report_refined(
         "dynamic-shapes-refined",
         locations=[where],
         stack=frames,
-        violation="; ".join(violations) if violations else exception_summary(exc),
+        violation="; ".join(violations) if violations else capture_cause(exc),
         fixes="; ".join(failure.suggested_fixes),
         spec=repr(refined),
         source=ctx.display(where) if where else "an unknown line",
     )
+
+
+#: The higher-order operators torch.export records a ``with`` block as (``torch.autocast``,
+#: ``torch.no_grad``/``set_grad_enabled``): their names start so. (``torch.cond`` and the
+#: loops are not regions: translation places them by their operands, ``control_flow_source``.)
+_REGION_PREFIX = "wrap_with_"
+
+
+def _lines_for_regions(program: torch.export.ExportedProgram) -> None:
+    """Give each call of a region's subgraph (``torch.autocast``'s, ``torch.no_grad``'s) the
+    user's line of the first operator inside it, where torch gives it none.
+
+    torch.export records a ``with torch.autocast(...)`` block as one call of a
+    higher-order operator on a subgraph; the operators inside carry the user's line, the
+    call does not. Decomposition inlines the subgraph by tracing it again, and the nodes
+    it makes take the line of the call they came from: without this, every one of them
+    (and a finding about it, DO409) would be "at an unknown line". All of a region's
+    operators then point at its first line: nearer than none, and the region's own.
+    """
+    for graph_module in program.graph_module.modules():
+        if not isinstance(graph_module, torch.fx.GraphModule):
+            continue
+        for node in graph_module.graph.nodes:
+            if node.op != "call_function" or node.meta.get("stack_trace"):
+                continue
+            if not getattr(node.target, "__name__", "").startswith(_REGION_PREFIX):
+                continue
+            for arg in node.args:
+                if not (isinstance(arg, torch.fx.Node) and arg.op == "get_attr"):
+                    continue
+                body = getattr(graph_module, str(arg.target), None)
+                if isinstance(body, torch.fx.GraphModule):
+                    inner = _first_line(body)
+                    if inner is not None:
+                        node.meta["stack_trace"] = inner
+                        break
+
+
+def _first_line(graph_module: torch.fx.GraphModule) -> str | None:
+    """The stack trace of the first node of ``graph_module`` (or of a subgraph of it) that
+    has one."""
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                trace = node.meta.get("stack_trace")
+                if trace:
+                    return str(trace)
+    return None
 
 
 def _check_outputs(

@@ -22,19 +22,30 @@ from __future__ import annotations
 import ast
 import dataclasses
 import linecache
+import traceback
 from typing import Any
 
 import sympy
+import torch
+from torch.export import pytree
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from dynamo_onnx.diagnostics import Location
-from dynamo_onnx.foreign_text import CaptureFailureText, FailureKind
+from dynamo_onnx.diagnostics.context import RECORDED_ATTR
+from dynamo_onnx.foreign_text import CaptureFailureText, FailureKind, read_capture_failure
 
 __all__ = [
     "EAGER_FAILURE",
     "KNOWN_CAUSES",
     "DataDependence",
     "KnownCause",
+    "LibraryBranch",
+    "LibraryCheck",
+    "LIBRARY_CHECKS",
+    "capture_cause",
+    "library_branch",
+    "quantized_modules",
+    "unregistered_output",
     "data_dependence",
     "known_cause",
     "readable_condition",
@@ -66,6 +77,18 @@ KNOWN_CAUSES: tuple[KnownCause, ...] = (
         (("what", "model's tensor"), ("dtype", "quantized")),
     ),
 )
+
+
+def capture_cause(exc: BaseException) -> str:
+    """``Type: cause`` of the root of a failed capture, whole: TorchDynamo's message says on
+    its first line only that there was a graph break, and the cause, torch's explanation
+    and its hints follow ("Got graph break/error: ..."); they are kept (read by
+    ``foreign_text``), the debug context and torch's own frames are not."""
+    root = exc
+    while root.__cause__ is not None and not getattr(root, RECORDED_ATTR, False):
+        root = root.__cause__
+    cause = read_capture_failure(type(root).__name__, str(root)).root_cause
+    return f"{type(root).__name__}: {cause}" if cause else type(root).__name__
 
 
 def known_cause(failure: CaptureFailureText) -> KnownCause | None:
@@ -148,3 +171,102 @@ def source_expression(location: Location | None) -> str | None:
             return ast.unparse(value)
         break
     return line
+
+
+# -- a library's own branch on a value ----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryCheck:
+    """A function of a library that branches on a tensor's value unless an argument of its
+    caller says the answer: where it is, and what to tell the user."""
+
+    #: the end of its file's path, with ``/`` (``torch/nn/modules/transformer.py``)
+    path_tail: str
+    function: str
+    library: str
+    #: the remedy, with ``{argument}`` (the variable its caller assigns, an argument of the
+    #: module's ``forward``) and ``{mask}`` (the first argument passed to it)
+    remedy: str
+
+
+#: The library checks known to stop torch.export, verified with torch 2.13
+#: (``nn.MultiheadAttention``'s fast path is not taken while exporting: not listed).
+LIBRARY_CHECKS: tuple[LibraryCheck, ...] = (
+    LibraryCheck(
+        "torch/nn/modules/transformer.py",
+        "_detect_is_causal_mask",
+        "torch.nn's Transformer modules",
+        "pass `{argument}=True` with the causal `{mask}` (`{argument}=False` for another "
+        "mask) so the module uses the mask as given and compares nothing",
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryBranch:
+    """A failed capture that stopped inside a :class:`LibraryCheck`: the check, the line of
+    it that branched, and its caller's argument and mask."""
+
+    check: LibraryCheck
+    line: str
+    argument: str
+    mask: str
+
+    @property
+    def remedy(self) -> str:
+        return self.check.remedy.format(argument=self.argument, mask=self.mask)
+
+
+def library_branch(exc: BaseException) -> LibraryBranch | None:
+    """The library check a failed capture stopped in, from its traceback's frames."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    for index, frame in enumerate(frames):
+        path = frame.filename.replace("\\", "/")
+        for check in LIBRARY_CHECKS:
+            if not (path.endswith("/" + check.path_tail) and frame.name == check.function):
+                continue
+            caller = frames[index - 1].line if index else None
+            argument, mask = _assigned_call(caller or "")
+            return LibraryBranch(check, (frame.line or "").strip(), argument, mask)
+    return None
+
+
+def _assigned_call(line: str) -> tuple[str, str]:
+    """(the name assigned, the first argument) of ``x = f(a, ...)``; ``is_causal`` and
+    ``mask`` when the line is not of that form."""
+    try:
+        statement = ast.parse(line.strip()).body[0]
+    except (SyntaxError, IndexError):
+        return "is_causal", "mask"
+    target = getattr(statement, "targets", [None])[0]
+    value = getattr(statement, "value", None)
+    argument = target.id if isinstance(target, ast.Name) else "is_causal"
+    mask = ast.unparse(value.args[0]) if isinstance(value, ast.Call) and value.args else "mask"
+    return argument, mask
+
+
+# -- quantized modules, outputs torch cannot flatten -----------------------------------------
+
+#: Where torch.ao's quantized modules live (their classes' modules start so).
+_QUANTIZED_MODULES = ("torch.ao.nn.quantized", "torch.ao.nn.intrinsic.quantized")
+
+
+def quantized_modules(module: torch.nn.Module) -> list[tuple[str, str]]:
+    """(path, class name) of each torch.ao quantized module in ``module``."""
+    found: list[tuple[str, str]] = []
+    for path, child in module.named_modules():
+        kind = type(child)
+        inside = any(path.startswith(f"{outer}.") for outer, _ in found)
+        if kind.__module__.startswith(_QUANTIZED_MODULES) and not inside:
+            package = kind.__module__.split(".modules", 1)[0]  # the public name
+            found.append((path or "the model", f"{package}.{kind.__name__}"))
+    return found
+
+
+def unregistered_output(output: Any, type_name: str) -> Any:
+    """The object among ``output``'s pytree leaves whose class torch named ``type_name``
+    (``pkg.Pair`` or ``Pair``), or None."""
+    short = type_name.rpartition(".")[2]
+    leaves = pytree.tree_leaves(output)
+    return next((leaf for leaf in leaves if type(leaf).__name__ == short), None)

@@ -20,10 +20,9 @@ from typing import Any
 import torch
 from torch.export import pytree
 
-from dynamo_onnx.fake import is_fake
-from dynamo_onnx.passes.model import buffers_restored
+from dynamo_onnx.passes.model import EagerRun, eager_run, runs_eagerly
 
-__all__ = ["eager_failure", "runs_eagerly", "tensor_devices"]
+__all__ = ["EagerRun", "eager_failure", "eager_run", "runs_eagerly", "tensor_devices"]
 
 
 def _input_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[torch.Tensor]:
@@ -43,22 +42,9 @@ def tensor_devices(
     return weights, inputs
 
 
-def runs_eagerly(module: torch.nn.Module) -> bool:
-    """Whether the model can run in eager PyTorch: not with weights that have no data (on
-    the meta device)."""
-    return not any(is_fake(t) for t in (*module.parameters(), *module.buffers()))
-
-
 def eager_failure(
     module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> BaseException | None:
     """The exception ``module(*args, **kwargs)`` raises in eager PyTorch, or None when it
     runs (or cannot be run: weights without data)."""
-    if not runs_eagerly(module):
-        return None
-    try:
-        with buffers_restored(list(module.buffers())), torch.no_grad():
-            module(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the model's own failure is the answer
-        return exc
-    return None
+    return eager_run(module, args, kwargs).error

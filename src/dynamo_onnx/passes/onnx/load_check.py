@@ -20,9 +20,10 @@ from typing import Any, ClassVar
 
 import onnx
 import onnx_ir as ir
+import torch
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
-from dynamo_onnx.diagnostics.context import exception_summary
+from dynamo_onnx.diagnostics.context import exception_frames, exception_summary
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.foreign_text import UnsupportedType, read_ort_error
@@ -30,6 +31,7 @@ from dynamo_onnx.io.sessions import inference_session
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.domains import custom_domain_nodes
 from dynamo_onnx.passes.metadata import FX_NODE_NAME, STACK_TRACE, stack_frames
+from dynamo_onnx.passes.model import eager_run, runs_eagerly
 
 __all__ = ["LoadCheckPass", "runtime_refusal", "weights_as_inputs"]
 
@@ -68,6 +70,7 @@ class LoadCheckPass:
         except Exception as exc:  # noqa: BLE001 - the finding says what failed where
             location, fields = _where(ctx, model, exc)
             if type(exc).__name__ != "NotImplemented":
+                _fail_if_inputs_rejected(ctx, state, location)
                 ctx.fail("model-invalid", SerializationError, location, **fields)
             # ONNX Runtime's NOT_IMPLEMENTED: a valid model, with a kernel this runtime lacks.
             ctx.record("runtime-kernel-missing", locations=[location], **fields)
@@ -81,6 +84,32 @@ class LoadCheckPass:
         if complaint is not None:
             location, fields = _where(ctx, model, complaint)
             ctx.record("model-checker-complaint", locations=[location], **fields)
+
+
+def _fail_if_inputs_rejected(
+    ctx: DiagnosticContext, state: ExportState, where: Location | None
+) -> None:
+    """DO127 when the model itself refuses the example inputs in eager PyTorch (a float16
+    input to a float32 ``Linear``): torch.export's fake tensors let such a call through,
+    and blaming our ONNX function for it (DO407's fix) would send the user the wrong way.
+    Run only once the model is refused, and only on a module with real weights."""
+    model = state.valid.model
+    if not isinstance(model, torch.nn.Module) or not runs_eagerly(model):
+        return
+    error = eager_run(model, tuple(state.valid.args), dict(state.valid.kwargs)).error
+    if error is None:
+        return
+    frames = exception_frames(error)
+    location = ctx.user_frame(frames) or where or ctx.call_site
+    ctx.fail(
+        "example-inputs-do-not-fit",
+        SerializationError,
+        location,
+        stack=frames,
+        properties={"exception": type(error).__name__},
+        source=ctx.display(location) if location else "an unknown line",
+        cause=exception_summary(error),
+    )
 
 
 def _large_or_fake(value: ir.Value) -> bool:

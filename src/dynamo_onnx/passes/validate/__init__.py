@@ -39,6 +39,7 @@ from dynamo_onnx.options import (
 from dynamo_onnx.passes.base import CheckedRequest, ExportState, PassName
 from dynamo_onnx.passes.model import describe_value, forward_signature, model_anchor
 from dynamo_onnx.passes.validate import spec_forms, torch_onnx
+from dynamo_onnx.passes.validate.exportable import with_module_arguments
 from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = ["ValidatePass", "normalize_dynamic_shapes"]
@@ -84,7 +85,8 @@ class ValidatePass:
     changes_input: ClassVar[bool] = False
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        request = state.request
+        # torch.onnx.ExportableModule: export(module) with the module's own arguments
+        request = with_module_arguments(ctx, state.request)
         for problem in (
             diagnostic_options_problem(request.diagnostic_options),
             export_options_problem(request.export_options),

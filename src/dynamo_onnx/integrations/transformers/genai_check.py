@@ -1,0 +1,44 @@
+"""Does onnxruntime-genai run a folder? Load it and generate one token: a folder that only
+looks like one of its folders (a type it does not know, names its type does not read, an
+id outside the vocabulary) fails here with genai's own message, not later in the user's
+application.
+
+A function of the folder's path, so that a caller may check another folder than the one
+it wrote (a one-layer copy of a checkpoint too large to load twice).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+
+__all__ = ["RUNTIME", "generation_problem", "installed"]
+
+#: The runtime the check asks, as findings name it.
+RUNTIME = "onnxruntime-genai"
+
+
+def installed() -> bool:
+    return importlib.util.find_spec("onnxruntime_genai") is not None
+
+
+def generation_problem(folder: str | os.PathLike[str], prompt: Sequence[int]) -> str | None:
+    """onnxruntime-genai's message when it cannot load ``folder`` or generate a token after
+    ``prompt``; None when it generates one, or when it is not installed (nothing to ask)."""
+    if not installed():
+        return None
+    import numpy as np  # noqa: PLC0415
+    import onnxruntime_genai as og  # noqa: PLC0415 (optional: only when installed)
+
+    try:
+        model = og.Model(os.fspath(folder))
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(prompt) + 1)
+        generator = og.Generator(model, params)
+        generator.append_tokens(np.asarray([prompt], dtype=np.int32))
+        if not generator.is_done():
+            generator.generate_next_token()
+    except Exception as exc:  # noqa: BLE001 (genai raises RuntimeError or its own types)
+        return (str(exc).strip() or type(exc).__name__).rstrip(".")
+    return None

@@ -1,0 +1,424 @@
+"""``export-llm`` makes folders true to the checkpoint, or refuses: a checkpoint missing a
+tensor (DO513), an encoder or an encoder-decoder (DO507) are refused before anything is
+written; genai_config.json keeps every end-of-sequence id and the generation config's
+search; GPT-2 and Mixtral get the onnxruntime-genai type that runs them; the written folder
+is checked by generating with onnxruntime-genai (DO514), and a folder it cannot run is a
+warning (DO515)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import safetensors.torch
+import tokenizers
+import torch
+import transformers
+
+import dynamo_onnx
+import hf_models
+from cli_runner import run_cli
+from dynamo_onnx.diagnostics import Level
+from dynamo_onnx.integrations.transformers import genai, genai_types, hf_folder
+from dynamo_onnx.integrations.transformers.checkpoint import key_report
+
+og = pytest.importorskip("onnxruntime_genai")
+
+PROMPT = [5, 17, 42, 8, 23]
+#: A Llama of head size 16 (what GroupQueryAttention takes on the CPU), its LM head tied
+#: to the embedding as many small checkpoints are; weights wide enough that its greedy
+#: tokens are not one token repeated.
+LLAMA = {
+    **hf_models.DECODER,
+    "hidden_size": 64,
+    "tie_word_embeddings": True,
+    "initializer_range": 0.5,
+}
+
+
+def _save(model: torch.nn.Module, path) -> None:
+    model.save_pretrained(path)
+
+
+def _greedy(model: torch.nn.Module, new: int = 8) -> list[int]:
+    prompt = torch.tensor([PROMPT])
+    out = model.generate(prompt, max_new_tokens=new, do_sample=False)
+    return out[0, len(PROMPT) :].tolist()
+
+
+def _genai_greedy(folder, new: int = 8) -> list[int]:
+    """onnxruntime-genai's greedy tokens after PROMPT, up to ``new`` or an eos id."""
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(PROMPT) + new, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.asarray([PROMPT], dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    return generator.get_sequence(0)[len(PROMPT) :].tolist()
+
+
+def _llama(**overrides) -> transformers.LlamaForCausalLM:
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA, **overrides)).eval()
+
+
+# -- the load is checked -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def missing_tensor(tmp_path_factory):
+    """A Llama checkpoint whose file lost one tensor."""
+    path = tmp_path_factory.mktemp("missing")
+    _save(_llama(), path)
+    weights = safetensors.torch.load_file(path / "model.safetensors")
+    del weights["model.layers.1.mlp.down_proj.weight"]
+    safetensors.torch.save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    return path
+
+
+def test_a_checkpoint_missing_a_tensor_is_do513_naming_it_and_nothing_is_written(
+    missing_tensor, tmp_path
+):
+    out = tmp_path / "out"
+    proc = run_cli(tmp_path, "export-llm", str(missing_tensor), "-o", str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == f"export-llm of {missing_tensor} failed: 1 error(s), 0 warning(s)\n"
+    assert "[DO513 checkpoint-mismatch]" in proc.stderr
+    assert "`model.layers.1.mlp.down_proj.weight`" in proc.stderr
+    # the LM head tied to the embedding is filled on purpose: named as such, not missing
+    assert "not counted: tied weights" in proc.stderr
+    assert "`lm_head.weight` is `model.embed_tokens.weight`" in proc.stderr
+    assert not out.exists()
+    with pytest.raises(dynamo_onnx.OnnxExporterError) as info:  # the API says the same
+        dynamo_onnx.export_llm(missing_tensor, out)
+    assert info.value.rule_id == "DO513"
+    assert "1 tensor(s) the model needs are not in it" in str(info.value)
+    assert not out.exists()
+
+
+def test_a_checkpoint_with_a_tensor_of_another_shape_is_do513(tmp_path):
+    path = tmp_path / "hf"
+    _save(_llama(), path)
+    weights = safetensors.torch.load_file(path / "model.safetensors")
+    weights["model.norm.weight"] = torch.ones(32)  # hidden size 64 in config.json
+    safetensors.torch.save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(dynamo_onnx.OnnxExporterError) as info:
+        dynamo_onnx.export_llm(path, tmp_path / "out")
+    assert info.value.rule_id == "DO513"
+    assert "`model.norm.weight` (stored [32], model [64])" in str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_with_tensors_of_no_part_of_the_model_is_do513(tmp_path):
+    """config.json edited to one layer beside the weights of two: the second layer's
+    tensors would be dropped without a word."""
+    path = tmp_path / "hf"
+    _save(_llama(), path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    proc = run_cli(tmp_path, "export-llm", str(path), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 1, proc.stderr
+    assert "[DO513 checkpoint-mismatch]" in proc.stderr
+    assert "9 tensor(s) in it belong to no part of the model" in proc.stderr
+    assert "`model.layers.1.input_layernorm.weight`" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _bert(path):
+    transformers.BertModel(transformers.BertConfig(**hf_models.ENCODER)).save_pretrained(path)
+    return "BertLMHeadModel attends both ways"
+
+
+def _headless_llama(path):
+    config = transformers.LlamaConfig(**{**LLAMA, "tie_word_embeddings": False})
+    transformers.LlamaModel(config).save_pretrained(path)
+    return (
+        "the checkpoint holds no LM head (`lm_head.weight` missing; it was saved from LlamaModel)"
+    )
+
+
+def _whisper(path):
+    config = transformers.WhisperConfig(**hf_models.WHISPER)
+    transformers.WhisperForConditionalGeneration(config).save_pretrained(path)
+    return "it is an encoder-decoder model (whisper: WhisperForConditionalGeneration)"
+
+
+def _t5(path):
+    config = transformers.T5Config(num_layers=1, num_heads=2, d_model=32, d_kv=16, d_ff=64)
+    transformers.T5ForConditionalGeneration(config).save_pretrained(path)
+    return "it is an encoder-decoder model (t5"
+
+
+@pytest.mark.parametrize("make", [_bert, _headless_llama, _whisper, _t5])
+def test_a_folder_that_is_not_a_whole_decoder_is_do507_before_anything_is_written(make, tmp_path):
+    path = tmp_path / "hf"
+    cause = make(path)
+    out = tmp_path / "out"
+    proc = run_cli(tmp_path, "export-llm", str(path), "-o", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == f"export-llm of {path} failed: 1 error(s), 0 warning(s)\n"
+    assert "[DO507 hf-folder-unusable]" in proc.stderr and cause in proc.stderr
+    assert not out.exists()
+    with pytest.raises(dynamo_onnx.InvalidExportOptionsError) as info:
+        dynamo_onnx.export_llm(path, out)
+    assert info.value.rule_id == "DO507" and cause in str(info.value)
+    assert not out.exists()
+
+
+def test_key_report_counts_a_tied_weight_only_when_its_source_is_missing_too():
+    tied = {"lm_head.weight": "model.embed_tokens.weight"}
+    report = key_report({"lm_head.weight"}, (), (), tied)
+    assert report.problem is None and report.tied == tied
+    report = key_report({"lm_head.weight", "model.embed_tokens.weight"}, (), (), tied)
+    assert report.missing == {"lm_head.weight", "model.embed_tokens.weight"}
+    report = key_report((), {"extra.weight"}, [("model.norm.weight", (32,), (64,))], {})
+    assert report.mismatched == {"model.norm.weight": "(stored [32], model [64])"}
+    assert "`extra.weight`" in report.problem and "`model.norm.weight`" in report.problem
+
+
+# -- genai_config.json true to the checkpoint ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama3_style(tmp_path_factory):
+    """A Llama whose turn ends with either of two ids (the second one it generates greedily
+    after PROMPT), with a generation config that samples."""
+    tokens = _greedy(_llama())
+    stop = tokens[3]
+    # genai is done at once after a prompt ending in an eos id: none in the prompt
+    assert tokens.index(stop) == 3 and stop not in PROMPT
+    first = next(t for t in range(3, 100) if t not in tokens and t not in PROMPT)
+    model = _llama(eos_token_id=[first, stop], bos_token_id=1, pad_token_id=0)
+    path = tmp_path_factory.mktemp("llama3")
+    _save(model, path)
+    generation = transformers.GenerationConfig(
+        do_sample=True,
+        temperature=0.6,
+        top_k=20,
+        top_p=0.9,
+        repetition_penalty=1.1,
+        max_length=48,
+        eos_token_id=[first, stop],
+        bos_token_id=1,
+        pad_token_id=0,
+    )
+    generation.save_pretrained(path)
+    return path, model, [first, stop]
+
+
+def test_genai_config_keeps_every_eos_id_and_the_generation_config(llama3_style, tmp_path):
+    path, model, eos = llama3_style
+    out = tmp_path / "out"
+    proc = run_cli(tmp_path, "export-llm", str(path), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "0 error(s), 0 warning(s)" in proc.stdout
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["model"]["eos_token_id"] == eos
+    assert config["model"]["bos_token_id"] == 1 and config["model"]["pad_token_id"] == 0
+    search = config["search"]
+    assert search["do_sample"] is True and search["max_length"] == 48
+    assert (search["temperature"], search["top_k"], search["top_p"]) == (0.6, 20, 0.9)
+    assert search["repetition_penalty"] == 1.1
+    copied = (out / "generation_config.json").read_bytes()
+    assert copied == (path / "generation_config.json").read_bytes()
+    # greedy, both stop at the second end-of-turn id, as generate does
+    eager = _greedy(model)
+    assert eager[-1] == eos[1] and len(eager) == 4
+    # genai ends its sequence before the eos id it stops at (search.cpp: done, not appended)
+    assert _genai_greedy(out) == eager[:-1]
+
+
+def test_export_llm_api_writes_the_same_genai_config(llama3_style, tmp_path):
+    path, _, eos = llama3_style
+    program = dynamo_onnx.export_llm(path, tmp_path, optimize=True)
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    config = json.loads((tmp_path / "genai_config.json").read_text())
+    assert config["model"]["eos_token_id"] == eos and config["search"]["top_k"] == 20
+    assert (tmp_path / "generation_config.json").is_file()
+
+
+def test_program_save_writes_the_models_eos_ids_and_generation_config_too(tmp_path):
+    """The other spelling: a model exported in memory and saved (no folder read), its
+    generation config set by the user."""
+    model = _llama(eos_token_id=[2, 7])
+    model.generation_config.do_sample, model.generation_config.temperature = True, 0.7
+    program = dynamo_onnx.export(model, (), kwargs=hf_folder.example_inputs(model))
+    program.save(tmp_path / "model.onnx")
+    config = json.loads((tmp_path / "genai_config.json").read_text())
+    assert config["model"]["eos_token_id"] == [2, 7] and config["model"]["pad_token_id"] == 2
+    assert config["search"]["do_sample"] is True and config["search"]["temperature"] == 0.7
+    assert config["search"]["top_k"] == 100  # unset under sampling: no limit, as in transformers
+
+
+def _tokenizer_with_a_pad() -> transformers.PreTrainedTokenizerFast:
+    """A word-level tokenizer (no download) whose pad token is id 3."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<pad>": 3, "the": 4, "cat": 5}
+    words = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    words.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=words, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+
+
+def test_a_pad_id_neither_config_gives_is_the_tokenizers(tmp_path):
+    model = _llama()  # bos 1, eos 2, no pad id
+    assert model.config.pad_token_id is None and model.generation_config.pad_token_id is None
+    path = tmp_path / "hf"
+    _save(model, path)
+    _tokenizer_with_a_pad().save_pretrained(path)
+    dynamo_onnx.export_llm(path, tmp_path / "out", optimize=True)
+    config = json.loads((tmp_path / "out" / "genai_config.json").read_text())["model"]
+    assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (1, 2, 3)
+    assert (tmp_path / "out" / "tokenizer.json").is_file()
+
+
+def test_search_options_without_a_generation_config_are_greedy_over_the_context():
+    options = genai.search_options(None, vocab_size=100, context=64)
+    assert options["do_sample"] is False and options["top_k"] == 1
+    assert options["max_length"] == 64
+    sampling = transformers.GenerationConfig(do_sample=True)  # top_k unset: no limit
+    assert genai.search_options(sampling, vocab_size=100, context=64)["top_k"] == 100
+
+
+@pytest.mark.parametrize(
+    ("model_type", "expected"),
+    [*genai_types.GENAI_TYPES.items(), ("mixtral", "decoder"), ("olmo2", "decoder")],
+)
+def test_every_genai_type_is_one_genai_knows(model_type, expected, tmp_path):
+    """onnxruntime-genai takes the type (its model class is made, then fails on the missing
+    model file, not on the type); the folders of each are generated in the tests named in
+    genai_types' docstring and below."""
+    assert genai_types.genai_type(model_type) == expected
+    config = {
+        "model": {
+            "type": expected,
+            "vocab_size": 100,
+            "context_length": 64,
+            "eos_token_id": 2,
+            "pad_token_id": 2,
+            "decoder": {
+                "filename": "absent.onnx",
+                "head_size": 16,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "num_hidden_layers": 1,
+                "num_key_value_heads": 2,
+                "inputs": {"input_ids": "input_ids"},
+                "outputs": {"logits": "logits"},
+            },
+        },
+        "search": {"max_length": 64},
+    }
+    (tmp_path / "genai_config.json").write_text(json.dumps(config))
+    with pytest.raises(Exception) as info:  # noqa: PT011 (genai raises its own types)
+        og.Model(str(tmp_path))
+    assert "Unsupported model_type" not in str(info.value)
+
+
+# -- families genai runs under another type ------------------------------------------------
+
+
+def _gpt2() -> torch.nn.Module:
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        vocab_size=100,
+        n_positions=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        initializer_range=0.2,
+    )
+    return transformers.GPT2LMHeadModel(config)
+
+
+def _mixtral() -> torch.nn.Module:
+    config = transformers.MixtralConfig(
+        **{**LLAMA, "use_cache": True}, num_local_experts=4, num_experts_per_tok=2
+    )
+    return transformers.MixtralForCausalLM(config)
+
+
+@pytest.mark.parametrize("spelling", ["cli", "api"])
+@pytest.mark.parametrize("make", [_gpt2, _mixtral])
+def test_a_family_genai_types_otherwise_generates_transformers_greedy_tokens_in_genai(
+    make, spelling, tmp_path
+):
+    """GPT-2 (genai's gpt2 type reads another cache) and Mixtral (no genai type) run as
+    genai's generic decoder, which reads the names the exporter writes."""
+    torch.manual_seed(0)
+    model = make().eval()
+    path, out = tmp_path / "hf", tmp_path / "out"
+    _save(model, path)
+    if spelling == "cli":
+        proc = run_cli(tmp_path, "export-llm", str(path), "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        assert "0 error(s), 0 warning(s)" in proc.stdout
+    else:
+        program = dynamo_onnx.export_llm(path, out)
+        assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    assert json.loads((out / "genai_config.json").read_text())["model"]["type"] == "decoder"
+    eager = _greedy(model)
+    assert len(set(eager)) > 1  # not one token repeated
+    assert _genai_greedy(out) == eager
+
+
+# -- the written folder is checked with onnxruntime-genai ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def eos_outside_vocab(tmp_path_factory):
+    """A tiny GPT-2 keeping GPT-2's ids (50256) in a vocabulary of 100: transformers runs
+    it, onnxruntime-genai refuses the id."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_head=4, n_embd=64, vocab_size=100)
+    path = tmp_path_factory.mktemp("gpt2")
+    _save(transformers.GPT2LMHeadModel(config).eval(), path)
+    return path
+
+
+def test_a_folder_genai_cannot_run_is_do514_with_its_message(eos_outside_vocab, tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli(tmp_path, "export-llm", str(eos_outside_vocab), "-o", str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.startswith(f"export-llm of {eos_outside_vocab} failed: 1 error(s)")
+    assert "[DO514 runtime-folder-check-failed] onnxruntime-genai could not generate" in (
+        proc.stderr
+    )
+    assert "eos_token_id (50256) must be in range [0, 100)" in proc.stderr  # genai's own
+    assert f"the ONNX model `{out / 'model.onnx'}` is kept" in proc.stderr
+    assert (out / "model.onnx").is_file() and not (out / "genai_config.json").exists()
+
+
+def test_a_folder_genai_cannot_run_raises_verification_error_from_the_api(
+    eos_outside_vocab, tmp_path
+):
+    with pytest.raises(dynamo_onnx.VerificationError) as info:
+        dynamo_onnx.export_llm(eos_outside_vocab, tmp_path, optimize=True)
+    assert info.value.rule_id == "DO514" and "must be in range" in str(info.value)
+    assert (tmp_path / "model.onnx").is_file()
+    assert not (tmp_path / "genai_config.json").exists()
+
+
+@pytest.fixture(scope="module")
+def mistral(tmp_path_factory):
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(**{**LLAMA, "sliding_window": 4})
+    path = tmp_path_factory.mktemp("mistral")
+    _save(transformers.MistralForCausalLM(config).eval(), path)
+    return path
+
+
+def test_a_sliding_window_model_exported_unfused_is_a_do515_warning(mistral, tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli(tmp_path, "export-llm", str(mistral), "-o", str(out), "--optimize-for", "none")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 error(s), 1 warning(s)" in proc.stdout
+    assert "DO515" in proc.stderr and "is not a folder onnxruntime-genai runs" in proc.stderr
+    assert "--optimize-for onnxruntime" in proc.stderr  # what to do instead
+    assert not (out / "genai_config.json").exists()
+    program = dynamo_onnx.export_llm(mistral, tmp_path / "api", optimize=True)
+    (finding,) = program.diagnostics.by_rule("DO515")
+    assert finding.level == Level.WARNING
