@@ -178,3 +178,15 @@ def test_sliding_layers_gqa_cannot_take_say_so_at_their_lines_and_why_no_genai_c
     for finding in unfused:
         assert "The head size is 8" in finding.message
         assert finding.locations[0].path.endswith("modeling_mistral.py")
+
+
+def test_a_window_longer_than_the_context_still_makes_a_folder_genai_runs(tmp_path):
+    """A window of 100 in a model of 64 positions: the example step crosses the window all
+    the same (past the context), and the runtime check after writing asks for one token
+    after a short prompt, not after the example's 102 tokens (beyond genai's context)."""
+    model = _model("mistral", 100)
+    assert model.config.max_position_embeddings == 64
+    out = _export("mistral", model, tmp_path, "api")
+    assert _gqa_attribute(out, "local_window_size", -1) == [100, 100]
+    prompt = _prompt()
+    np.testing.assert_array_equal(_genai(out, prompt), _greedy(model, prompt))

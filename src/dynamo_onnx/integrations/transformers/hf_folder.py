@@ -66,8 +66,10 @@ class HFFolder:
 
     def runtime_problem(self, folder: pathlib.Path) -> str | None:
         """The runtime's message when it cannot generate a token from ``folder`` after the
-        example prompt (None when it generates, or is not installed)."""
-        prompt = [int(t) for t in self.inputs["input_ids"][0]]
+        example prompt's first :data:`NEW` tokens (None when it generates, or is not
+        installed): a sliding-window model's example crosses its window, which may be
+        longer than the context the runtime allows."""
+        prompt = [int(t) for t in self.inputs["input_ids"][0][:NEW]]
         return genai_check.generation_problem(folder, prompt)
 
 
