@@ -31,6 +31,7 @@ LAYERS = {
     "registry": 4,
     "io": 4,
     "foreign_text": 4,
+    "onnx_tools": 4,
     "integrations": 5,
     "passes": 6,
     "runtimes": 6,
@@ -44,10 +45,22 @@ LAYERS = {
 SAME_LAYER_EDGES = {
     ("exporter", "program"),
     ("cli", "__init__"),
-    ("runtimes", "passes"),  # a runtime's passes are passes (PassName, logs)
     ("llm_folder", "exporter"),  # export_llm is export, then quantize and save
     ("speech_folder", "exporter"),  # export_speech too, once per model of the folder
     ("llm_folder", "speech_folder"),  # export_llm sends a speech checkpoint there
+}
+#: What runtimes/ (the same layer as passes/) may import from passes/: the modules every
+#: pass shares (a runtime's passes are passes: PassName, the dropped loggers, the metadata
+#: keys), and the pass modules a runtime still reads until they move below both (issue 47:
+#: the fused model's load check, the attributes of older opsets, the optimizer pipeline).
+#: Nothing else: a rule or helper both need lives in onnx_tools/.
+RUNTIME_FROM_PASSES = {
+    "dynamo_onnx.passes.base",
+    "dynamo_onnx.passes.logs",
+    "dynamo_onnx.passes.metadata",
+    "dynamo_onnx.passes.onnx.load_check",
+    "dynamo_onnx.passes.onnx.older_opsets",
+    "dynamo_onnx.passes.onnx.optimizer_pipeline",
 }
 #: Packages that must know nothing of torch, ONNX or the passes.
 PURE = {"diagnostics", "reports"}
@@ -138,6 +151,8 @@ def _against_the_layers(edges: dict[str, list[tuple[str, int]]]) -> list[str]:
             dest = _unit(target)
             if source == dest or (source, dest) in SAME_LAYER_EDGES:
                 continue
+            if (source, dest) == ("runtimes", "passes") and target in RUNTIME_FROM_PASSES:
+                continue
             if LAYERS[dest] >= LAYERS[source]:
                 offenders.append(f"{module}:{line} {module} -> {target}")
     return offenders
@@ -146,6 +161,22 @@ def _against_the_layers(edges: dict[str, list[tuple[str, int]]]) -> list[str]:
 def test_imports_point_one_way():
     offenders = _against_the_layers(_local_edges())
     assert not offenders, offenders
+
+
+def test_a_runtime_importing_a_pass_internal_is_found():
+    """The check above on made-up edges: a runtime module importing a pass's own module
+    (finalize) is an offender, the shared ones and those listed are not."""
+    module = "dynamo_onnx.runtimes.onnxruntime.offender"
+    edges = {
+        module: [
+            ("dynamo_onnx.passes.base", 3),
+            ("dynamo_onnx.passes.onnx.finalize", 4),
+            ("dynamo_onnx.passes.onnx.load_check", 5),
+        ]
+    }
+    assert _against_the_layers(edges) == [
+        f"{module}:4 {module} -> dynamo_onnx.passes.onnx.finalize"
+    ]
 
 
 def test_no_import_cycles():
@@ -385,6 +416,65 @@ def test_the_transformers_concepts_check_can_fail(tmp_path):
     inside = "dynamo_onnx.integrations.transformers.offender"
     assert _family_concepts(inside, _FAMILY_OFFENDER) == []
     assert _family_imports(inside, _imports(inside, path)) == []
+
+
+#: What a runtime and the ONNX helpers below it must not name: the library a family wraps,
+#: its model families, a family's attention conventions (issue 47: the runtime holds generic
+#: rewrite rules only and receives a family's through ``ModelFamily.runtime_steps``).
+RUNTIME_CONCEPTS = {
+    "the library `transformers`": re.compile(r"\btransformers\b"),
+    "a model family": re.compile(
+        r"\b(Gemma|Llama|Mistral|Mixtral|Qwen|Phi-?\d|GPT-?2|Whisper)", re.IGNORECASE
+    ),
+    "a family's soft-capping (`attn_logit_softcapping`)": re.compile(r"softcapping"),
+}
+#: The packages that know no family.
+FAMILY_FREE = ("dynamo_onnx.runtimes", "dynamo_onnx.onnx_tools")
+
+
+def _runtime_concepts(module: str, text: str) -> list[str]:
+    """``module:line names <concept>`` for each line of a family-free module naming one."""
+    if not any(module == p or module.startswith(p + ".") for p in FAMILY_FREE):
+        return []
+    return [
+        f"{module}:{number} names {concept}"
+        for number, line in enumerate(text.splitlines(), 1)
+        for concept, pattern in RUNTIME_CONCEPTS.items()
+        if pattern.search(line)
+    ]
+
+
+def test_the_runtimes_know_no_model_family():
+    offenders = [
+        found
+        for module, path in MODULES.items()
+        for found in _runtime_concepts(module, path.read_text())
+    ]
+    assert not offenders, offenders
+
+
+_RUNTIME_OFFENDER = '''\
+"""Rewrite rules for the graphs torch.export makes from transformers 5."""
+
+
+class SoftcappedAttention:
+    """Gemma 2's attn_logit_softcapping, fused as for a Llama."""
+'''
+
+
+def test_the_runtime_family_check_can_fail():
+    """The check above, on a made-up runtime module that names transformers, Gemma's soft
+    cap and Llama: each on its line; the same text in integrations/ is allowed."""
+    module = "dynamo_onnx.runtimes.onnxruntime.offender"
+    assert _runtime_concepts(module, _RUNTIME_OFFENDER) == [
+        f"{module}:1 names the library `transformers`",
+        f"{module}:5 names a model family",
+        f"{module}:5 names a family's soft-capping (`attn_logit_softcapping`)",
+    ]
+    assert _runtime_concepts("dynamo_onnx.integrations.transformers.x", _RUNTIME_OFFENDER) == []
+    assert _runtime_concepts("dynamo_onnx.onnx_tools.x", "a Whisper encoder") == [
+        "dynamo_onnx.onnx_tools.x:1 names a model family"
+    ]
 
 
 def _protocol_gaps(protocol: type, family: object) -> list[str]:

@@ -160,7 +160,7 @@ def test_files_beside_a_causal_lm_are_its_genai_config_and_nothing_for_another_m
     assert integrations.files_beside(_decoder_model(), linear, inputs, "model.onnx") == {}
 
 
-def test_facts_and_runtime_passes_of_a_transformers_model():
+def test_facts_and_runtime_steps_of_a_transformers_model():
     family = TransformersFamily()
     config = transformers.MistralConfig(sliding_window=16, use_cache=True)
     assert family.facts(_WithConfig(config)) == {
@@ -170,10 +170,16 @@ def test_facts_and_runtime_passes_of_a_transformers_model():
         "max_positions": config.max_position_embeddings,
     }
     assert family.facts(torch.nn.Linear(2, 2)) == {}
-    # after ONNX Runtime's fusions: the names of a sliding layer's whole cache
-    passes = integrations.runtime_passes(_decoder_model(), _WithConfig(config), "onnxruntime")
-    assert [type(p).__name__ for p in passes] == ["WholeWindowCacheNames"]
-    assert integrations.runtime_passes(_decoder_model(), torch.nn.Linear(2, 2), "onnxruntime") == []
+    # among and after ONNX Runtime's fusions: the soft cap, the sliding layers' whole cache
+    steps = integrations.runtime_steps(_WithConfig(config), "onnxruntime")
+    assert [(s.name, s.before, s.changes_outputs) for s in steps] == [
+        ("sdpa_softcap", "sdpa", False),
+        ("whole_window_cache", "packed_qkv_for_gqa", True),
+        ("sdpa_softcap_unfused", "packed_qkv_for_gqa", False),
+        ("whole_window_cache_names", None, False),
+    ]
+    assert integrations.runtime_steps(torch.nn.Linear(2, 2), "onnxruntime") == []
+    assert integrations.runtime_steps(_WithConfig(config), "tensorrt") == []
 
 
 def _windowed_model(window: int) -> ir.Model:
@@ -253,3 +259,22 @@ def test_the_public_cache_dynamic_shapes_comes_from_the_integration():
     assert dynamo_onnx.cache_dynamic_shapes(_cache()) == [
         {0: "batch_size", 2: "past_sequence_length"}
     ] * (2 * LAYERS)
+
+
+@pytest.mark.parametrize("window", [None, 4, 5, 6, 7, 8, 9, 16, 4096])
+def test_the_example_step_crosses_every_window_with_no_length_near_one(window):
+    """export-llm's example step: the default 3 new tokens without a window; with one, a
+    total past it and no length (new, past + new) a window, one less or one more."""
+    from dynamo_onnx.integrations.transformers import hf_folder
+
+    config = transformers.MistralConfig(
+        num_hidden_layers=LAYERS, hidden_size=8, num_attention_heads=2, sliding_window=window
+    )
+    cache = transformers.DynamicCache(config=config)
+    past = hf_folder.PAST
+    new = hf_folder.example_new_tokens(cache, past)
+    if window is None:
+        assert new == hf_folder.NEW
+        return
+    assert past + new > window
+    assert not {new, past + new} & {window - 1, window, window + 1}

@@ -35,15 +35,6 @@ from dynamo_onnx.runtimes.onnxruntime.packing import (
     PackProjectionsPass,
     pack_projections,
 )
-from dynamo_onnx.runtimes.onnxruntime.rules import (
-    CosSinCacheOfProduct,
-    GroupQueryAttentionOfIndexMask,
-    SameShapeReshape,
-    SoftcappedAttention,
-    SoftcappedAttentionUnfused,
-    WholeCacheOfWindowedAttention,
-    index_mask_form,
-)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
@@ -525,6 +516,13 @@ def _count(model: ir.Model, op_type: str) -> int:
     return sum(node.op_type == op_type for node in model.graph)
 
 
+def test_the_summary_writes_runs_of_layers_as_spans():
+    assert layer_spans(
+        ["model.layers.1", "model.layers.2", "model.layers.3", "model.layers.5"]
+    ) == ("model.layers.1-3, model.layers.5")
+    assert layer_spans(["lm_head", "model.layers.0"]) == "model.layers.0, lm_head"
+
+
 def _reshape_graph(result: list[int | str]) -> ir.Model:
     x = ir.Value(name="x", type=ir.TensorType(FLOAT), shape=ir.Shape(["B", 4, "S", 8]))
     shape = ir.Value(
@@ -536,23 +534,6 @@ def _reshape_graph(result: list[int | str]) -> ir.Model:
     reshape.outputs[0].name = "y"
     graph = ir.Graph([x, shape], reshape.outputs, nodes=[reshape], opset_imports={"": 18})
     return ir.Model(graph, ir_version=10)
-
-
-@pytest.mark.parametrize(
-    ("result", "left"),
-    [(["B", 4, "S", 8], 0), (["B", "S", 32], 1), (["B", 4, "T", 8], 1), (["B", 4, None, 8], 1)],
-)
-def test_a_same_shape_reshape_is_removed_and_a_real_one_kept(result, left):
-    model = _reshape_graph(result)
-    pattern.RewriteRuleSet([SameShapeReshape.rule()]).apply_to_model(model)
-    assert _count(model, "Reshape") == left
-
-
-def test_the_summary_writes_runs_of_layers_as_spans():
-    assert layer_spans(
-        ["model.layers.1", "model.layers.2", "model.layers.3", "model.layers.5"]
-    ) == ("model.layers.1-3, model.layers.5")
-    assert layer_spans(["lm_head", "model.layers.0"]) == "model.layers.0, lm_head"
 
 
 def test_equal_sums_of_dimensions_are_written_alike_and_names_are_left_alone():
@@ -569,269 +550,6 @@ def test_equal_sums_of_dimensions_are_written_alike_and_names_are_left_alone():
     ]
     assert str(model.graph.inputs[0].shape[0]) == "batch-size"
     assert canonical_dims(model) == 0
-
-
-def _rotary_graph(axes: list[int]) -> ir.Model:
-    """``RotaryEmbedding(x, cos, sin)`` (onnxscript's intermediate op) of transformers 5's
-    ``position_ids[:, :, None].float() * inv_freq``."""
-    x = ir.Value(name="x", type=ir.TensorType(FLOAT), shape=ir.Shape(["B", 2, "S", 8]))
-    ids = ir.Value(
-        name="position_ids", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(["B", "S"])
-    )
-    inv = ir.Value(name="inv_freq", type=ir.TensorType(FLOAT), shape=ir.Shape([4]))
-    inv.const_value = ir.tensor(np.array([1.0, 0.1, 0.01, 0.001], np.float32), name="inv_freq")
-
-    def const(name: str, values: list[int]) -> ir.Value:
-        value = ir.Value(name=name, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([1]))
-        value.const_value = ir.tensor(np.array(values, np.int64), name=name)
-        return value
-
-    axis, one = const("axis", axes), const("one", [1])
-    unsqueeze = ir.node("Unsqueeze", [ids, axis])
-    cast = ir.node("Cast", [unsqueeze.outputs[0]], attributes={"to": FLOAT})
-    mul = ir.node("Mul", [cast.outputs[0], inv])
-    cat = ir.node("Concat", [mul.outputs[0], mul.outputs[0]], attributes={"axis": -1})
-    cos, sin = ir.node("Cos", [cat.outputs[0]]), ir.node("Sin", [cat.outputs[0]])
-    cos4, sin4 = (
-        ir.node("Unsqueeze", [cos.outputs[0], one]),
-        ir.node("Unsqueeze", [sin.outputs[0], one]),
-    )
-    rope = ir.node(
-        "RotaryEmbedding",
-        [x, cos4.outputs[0], sin4.outputs[0]],
-        attributes={"interleaved": 0, "num_heads": 2},
-        domain="ai.onnxruntime._fusion",
-    )
-    rope.outputs[0].name = "y"
-    nodes = [unsqueeze, cast, mul, cat, cos, sin, cos4, sin4, rope]
-    graph = ir.Graph(
-        [x, ids],
-        [rope.outputs[0]],
-        nodes=nodes,
-        initializers=[inv, axis, one],
-        opset_imports={"": 18, "ai.onnxruntime._fusion": 1},
-    )
-    return ir.Model(graph, ir_version=10)
-
-
-@pytest.mark.parametrize("positions", [16, None])
-def test_the_cos_sin_of_a_product_becomes_ort_rotary_with_a_cache(positions):
-    model = _rotary_graph([2])
-    assert pattern.RewriteRuleSet([CosSinCacheOfProduct.rule(positions)]).apply_to_model(model) == 1
-    (rope,) = [n for n in model.graph if n.op_type == "RotaryEmbedding"]
-    assert rope.domain == "com.microsoft"
-    assert rope.inputs[1].name == "position_ids"
-    if positions is not None:
-        cos = ir.convenience.get_const_tensor(rope.inputs[2])
-        assert cos is not None and cos.shape == (16, 4)
-        np.testing.assert_allclose(
-            cos.numpy()[5], np.cos(5 * np.array([1.0, 0.1, 0.01, 0.001])), rtol=1e-6
-        )
-
-
-def test_the_cos_sin_rule_leaves_positions_unsqueezed_elsewhere():
-    model = _rotary_graph([1])
-    assert pattern.RewriteRuleSet([CosSinCacheOfProduct.rule(16)]).apply_to_model(model) == 0
-
-
-def _mask_graph(extra: str | None) -> ir.Value:
-    """transformers 5's mask: ``Where(kv <= q & attention_mask[b, kv] [& extra], 0, min)``."""
-
-    def const(values, dtype=np.int64) -> ir.Value:
-        array = np.array(values, dtype)
-        value = ir.Value(
-            type=ir.TensorType(ir.DataType.from_numpy(array.dtype)), shape=ir.Shape(array.shape)
-        )
-        value.const_value = ir.tensor(array)
-        return value
-
-    past = ir.Value(name="past", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([]))
-    new = ir.Value(name="new", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([]))
-    mask = ir.Value(
-        name="attention_mask", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(["B", "T"])
-    )
-    total = ir.node("Add", [past, new])
-    kv = ir.node("Range", [const(0), total.outputs[0], const(1)])
-    if extra is not None and extra.startswith("offset"):  # the last positions: arange + offset
-        offset = ir.Value(name="offset", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([]))
-        kv_range = kv
-        kv = ir.node("Add", [kv_range.outputs[0], offset])
-    q_range = ir.node("Range", [const(0), new, const(1)])
-    q = ir.node("Add", [q_range.outputs[0], past])
-    kv4 = ir.node("Unsqueeze", [kv.outputs[0], const([0, 1, 2])])
-    q4 = ir.node("Unsqueeze", [q.outputs[0], const([0, 1, 3])])
-    causal = ir.node("LessOrEqual", [kv4.outputs[0], q4.outputs[0]])
-    cast = ir.node("Cast", [mask], attributes={"to": ir.DataType.BOOL})
-    padding = ir.node("Unsqueeze", [cast.outputs[0], const([1, 2])])
-    nodes = [total, kv, q_range, q, kv4, q4, causal, cast, padding]
-    if extra is not None and extra.startswith("offset"):
-        nodes.insert(1, kv_range)
-    allowed = ir.node("And", [causal.outputs[0], padding.outputs[0]])
-    nodes.append(allowed)
-    if extra in ("window", "offset window"):
-        shifted = ir.node("Sub", [q4.outputs[0], const(4)])
-        window = ir.node("Greater", [kv4.outputs[0], shifted.outputs[0]])
-        allowed = ir.node("And", [allowed.outputs[0], window.outputs[0]])
-        nodes += [shifted, window, allowed]
-    elif extra == "bidirectional":
-        both = ir.node("Or", [causal.outputs[0], padding.outputs[0]])
-        allowed = ir.node("And", [both.outputs[0], padding.outputs[0]])
-        nodes += [both, allowed]
-    where = ir.node(
-        "Where",
-        [allowed.outputs[0], const(0.0, np.float32), const(np.finfo(np.float32).min, np.float32)],
-    )
-    nodes.append(where)
-    inputs = [past, new, mask] + ([offset] if extra and extra.startswith("offset") else [])
-    ir.Graph(inputs, [where.outputs[0]], nodes=nodes, opset_imports={"": 18})
-    return where.outputs[0]
-
-
-def test_transformers_index_mask_is_causal_with_padding_and_its_window():
-    assert index_mask_form(_mask_graph(None)).reason == ""
-    assert index_mask_form(_mask_graph(None)).window is None
-    windowed = index_mask_form(_mask_graph("window"))
-    assert windowed.reason == "" and windowed.window == 4
-    other = index_mask_form(_mask_graph("bidirectional"))
-    assert other.reason.startswith("the mask also tests `Or`")
-
-
-def test_keys_from_an_offset_are_a_window_that_keeps_only_its_last_tokens():
-    kept = index_mask_form(_mask_graph("offset window"))
-    assert kept.reason == "" and kept.window == 4 and kept.offset
-    assert not index_mask_form(_mask_graph("window")).offset
-    # keys from an offset without a window: not a form GroupQueryAttention computes
-    assert index_mask_form(_mask_graph("offset")).reason == (
-        "the key positions start at an offset, without a sliding window"
-    )
-
-
-def _windowed_gqa_graph(window: int, kept: int, output: bool = True) -> ir.Model:
-    """A ``GroupQueryAttention`` of ``local_window_size=window`` whose present key goes
-    through ``present[:, :, -kept:]`` (a graph output when ``output``)."""
-    names = ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total"]
-    inputs = [ir.Value(name=n, type=ir.TensorType(FLOAT)) for n in names]
-    inputs[3].shape = ir.Shape(["B", 2, "P", 16])
-    gqa = ir.node(
-        "GroupQueryAttention",
-        inputs,
-        attributes={"num_heads": 4, "kv_num_heads": 2, "local_window_size": window},
-        domain="com.microsoft",
-        num_outputs=3,
-    )
-
-    def const(values: list[int]) -> ir.Value:
-        value = ir.Value(type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([1]))
-        value.const_value = ir.tensor(np.array(values, np.int64))
-        return value
-
-    window_of = ir.node(
-        "Slice", [gqa.outputs[1], const([-kept]), const([2**63 - 1]), const([2]), const([1])]
-    )
-    window_of.outputs[0].name = "kept_key"
-    gqa.outputs[0].name, gqa.outputs[2].name = "attention", "present_value"
-    last = window_of.outputs[0]
-    nodes = [gqa, window_of]
-    if not output:  # the slice read by something else
-        use = ir.node("Identity", [last])
-        nodes.append(use)
-        last = use.outputs[0]
-        last.name = "used"
-    graph = ir.Graph(
-        inputs,
-        [gqa.outputs[0], last, gqa.outputs[2]],
-        nodes=nodes,
-        opset_imports={"": 18, "com.microsoft": 1},
-    )
-    return ir.Model(graph, ir_version=10)
-
-
-@pytest.mark.parametrize(
-    ("window", "kept", "output", "whole"),
-    [(4, 3, True, True), (4, 2, True, False), (-1, 3, True, False), (4, 3, False, False)],
-)
-def test_the_window_of_a_windowed_gqas_present_becomes_its_whole_present(
-    window, kept, output, whole
-):
-    model = _windowed_gqa_graph(window, kept, output)
-    rules = pattern.RewriteRuleSet([WholeCacheOfWindowedAttention.rule()])
-    assert rules.apply_to_model(model) == int(whole)
-    ir.passes.common.IdentityEliminationPass()(model)
-    present = model.graph.outputs[1].producer()
-    assert (present.op_type == "GroupQueryAttention") == whole
-    assert _count(model, "Slice") == (0 if whole else 1)
-
-
-def _softcapped_attention(scale: float, cap: float) -> ir.Model:
-    """Gemma 2's eager attention: ``softmax(cap * tanh(q k^T * scale / cap) + mask) v``."""
-    shape = ir.Shape([1, 2, 3, 16])
-    q, k, v = (ir.Value(name=n, type=ir.TensorType(FLOAT), shape=shape) for n in "qkv")
-    mask = ir.Value(name="mask", type=ir.TensorType(FLOAT), shape=ir.Shape([1, 1, 3, 3]))
-
-    constants: list[ir.Value] = []
-
-    def scalar(value: float) -> ir.Value:
-        name = f"c{len(constants)}"
-        constant = ir.Value(name=name, type=ir.TensorType(FLOAT), shape=ir.Shape([]))
-        constant.const_value = ir.tensor(np.array(value, np.float32), name=name)
-        constants.append(constant)
-        return constant
-
-    kt = ir.node("Transpose", [k], attributes={"perm": [0, 1, 3, 2]})
-    scores = ir.node("MatMul", [q, kt.outputs[0]])
-    scaled = ir.node("Mul", [scores.outputs[0], scalar(scale)])
-    div = ir.node("Div", [scaled.outputs[0], scalar(cap)])
-    tanh = ir.node("Tanh", [div.outputs[0]])
-    capped = ir.node("Mul", [tanh.outputs[0], scalar(cap)])
-    masked = ir.node("Add", [capped.outputs[0], mask])
-    weights = ir.node("Softmax", [masked.outputs[0]], attributes={"axis": -1})
-    out = ir.node("MatMul", [weights.outputs[0], v])
-    out.outputs[0].name = "attention"
-    nodes = [kt, scores, scaled, div, tanh, capped, masked, weights, out]
-    graph = ir.Graph(
-        [q, k, v, mask],
-        out.outputs,
-        nodes=nodes,
-        initializers=constants,
-        opset_imports={"": 18},
-    )
-    return ir.Model(graph, ir_version=10)
-
-
-def _run(model: ir.Model, feeds: dict) -> np.ndarray:
-    proto = ir.serde.serialize_model(model)
-    return onnxruntime.InferenceSession(proto.SerializeToString()).run(None, feeds)[0]
-
-
-def test_softcapped_attention_is_one_sdpa_with_its_scale_and_cap_or_written_back():
-    model = _softcapped_attention(0.0625, 50.0)
-    rng = np.random.default_rng(0)
-    feeds = {n: 10 * rng.standard_normal((1, 2, 3, 16), dtype=np.float32) for n in "qkv"}
-    feeds["mask"] = np.triu(np.full((3, 3), -1e9, np.float32), 1)[None, None]
-    want = _run(model, feeds)
-    assert pattern.RewriteRuleSet([SoftcappedAttention.rule()]).apply_to_model(model) == 1
-    (sdpa,) = list(model.graph)
-    assert (sdpa.op_type, sdpa.domain) == ("SDPA", "ai.onnxruntime._fusion")
-    assert sdpa.attributes.get_float("scale") == 0.0625
-    assert sdpa.attributes.get_float("softcap") == 50.0
-    # no GroupQueryAttention took it: written back out, the same values
-    back = pattern.RewriteRuleSet([SoftcappedAttentionUnfused.rule()]).apply_to_model(model)
-    assert back == 1 and _count(model, "Tanh") == 1 and _count(model, "SDPA") == 0
-    np.testing.assert_allclose(_run(model, feeds), want, rtol=1e-5, atol=1e-5)
-
-
-def test_two_caps_are_not_one_soft_cap():
-    model = _softcapped_attention(0.0625, 50.0)
-    tanh = next(n for n in model.graph if n.op_type == "Tanh")
-    after = next(u.node for u in tanh.outputs[0].uses())
-    after.inputs[1].const_value = ir.tensor(np.array(30.0, np.float32))
-    assert pattern.RewriteRuleSet([SoftcappedAttention.rule()]).apply_to_model(model) == 0
-
-
-def test_the_gqa_rule_is_onnxscripts_with_the_mask_checked():
-    rule = GroupQueryAttentionOfIndexMask()
-    assert rule.name == "GQAOfIndexMask"
-    assert type(rule).__mro__[1].__name__ == "GroupQueryAttention"  # onnxscript's pattern
 
 
 # -- packing projections of one input ---------------------------------------------------------

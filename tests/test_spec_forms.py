@@ -496,3 +496,46 @@ def test_each_cache_form_gives_every_tensor_its_spec_in_layer_order():
         *mine[2:],
         *cross[2:],
     ]
+
+
+def _all_dims(model, form: str) -> dict[str, Any]:
+    """docs/llm.md's spec written with ``torch.export.Dim`` objects only, the cache in
+    ``form``: ``total`` unbounded where the model needs it at least 4 (torch.export's fix)."""
+    batch, new, past, total = Dim("batch"), Dim("new"), Dim("past"), Dim("total")
+    name = _cache_parameter(model)
+    one = {0: batch, 2: past}
+    layers = model.config.num_hidden_layers
+    cache = {
+        "one-dict": one,
+        "registration-nesting": [[one] * layers, [one] * layers],
+        "flat-per-tensor": [one] * (2 * layers),
+    }[form]
+    return {**_others(batch, new, total), name: cache}
+
+
+@pytest.mark.parametrize("form", ["one-dict", "registration-nesting"])
+def test_the_spec_do125_suggests_is_one_the_same_call_takes(form):
+    """DO125 gives the spec the export used by the caller's parameters (the cache under
+    its own), not by the export's flat inputs (``past_key_values_0_key``, which the same
+    call rejects with DO132): pasted back, it exports with no finding on the spec."""
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(**{**hf_models.DECODER, "use_cache": True})
+    ).eval()
+    inputs = _inputs(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dynamo_onnx.DynamoOnnxWarning)
+        first = dynamo_onnx.export(model, (), kwargs=inputs, dynamic_shapes=_all_dims(model, form))
+    (refined,) = first.diagnostics.by_rule("DO125")
+    text = refined.message.rpartition("dynamic_shapes=")[2].removesuffix(".")
+    suggested = eval(text, {"Dim": Dim})  # what the user pastes  # noqa: S307 (the test's own text)
+    parameters = {"input_ids", "attention_mask", "position_ids", _cache_parameter(model)}
+    assert set(suggested) == parameters
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo_onnx.DynamoOnnxWarning)  # no DO125 again
+        again = dynamo_onnx.export(model, (), kwargs=inputs, dynamic_shapes=suggested)
+    ids = {f.rule.id for f in again.diagnostics.findings}
+    assert not ids & {"DO125", "DO131", "DO132"}, ids
+    assert [str(v.shape) for v in again.model.graph.inputs] == [
+        str(v.shape) for v in first.model.graph.inputs
+    ]

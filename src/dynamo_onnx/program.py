@@ -22,7 +22,7 @@ from dynamo_onnx.integrations import (
     facts,
     files_beside,
     files_not_beside,
-    runtime_passes,
+    runtime_steps,
 )
 from dynamo_onnx.io import onnx_file
 from dynamo_onnx.io.inputs import call_arguments
@@ -143,11 +143,11 @@ class ONNXProgram:
             self._run([OptimizePass()], self.model)
         else:
             # the model's family says how many positions its rotary caches hold, and which
-            # passes of its own it wants after the fusions
+            # steps of its own it wants among and after the fusions
             request = FusionRequest(
                 self.model,
                 facts(self.reference).get("max_positions"),
-                tuple(runtime_passes(self.model, self.reference, runtime)),
+                tuple(runtime_steps(self.reference, runtime)),
             )
             self.model = self._run([OnnxRuntimeFusionPass()], request).model
             describe_into(self._context().summary, self.model)

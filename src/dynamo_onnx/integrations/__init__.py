@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from dynamo_onnx.integrations.base import FamilyInputs, ModelFamily
+from dynamo_onnx.integrations.base import FamilyInputs, ModelFamily, RuntimeStep
 from dynamo_onnx.integrations.transformers import TransformersFamily, hf_folder, whisper_folder
 from dynamo_onnx.integrations.transformers.hf_folder import HFFolder as SavedModel
 from dynamo_onnx.integrations.transformers.whisper_folder import WhisperFolder as SpeechFolder
@@ -32,6 +32,7 @@ __all__ = [
     "FAMILIES",
     "FamilyInputs",
     "ModelFamily",
+    "RuntimeStep",
     "SavedModel",
     "SpeechFolder",
     "capturing",
@@ -46,7 +47,7 @@ __all__ = [
     "load_folder",
     "load_speech_folder",
     "output_leaves",
-    "runtime_passes",
+    "runtime_steps",
 ]
 
 #: The installed families, built once at import (each is stateless).
@@ -159,6 +160,6 @@ def facts(model: Any) -> dict[str, Any]:
     return found
 
 
-def runtime_passes(model: ir.Model, reference: Any, runtime: str) -> list[ir.passes.PassBase]:
-    """The ONNX-side passes the families want for ``runtime``, in family order."""
-    return [p for f in FAMILIES for p in f.runtime_passes(model, reference, runtime)]
+def runtime_steps(reference: Any, runtime: str) -> list[RuntimeStep]:
+    """The rewrites the families hand ``runtime``'s optimization, in family order."""
+    return [s for f in FAMILIES for s in f.runtime_steps(reference, runtime)]

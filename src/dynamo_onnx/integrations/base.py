@@ -21,8 +21,9 @@ another family, so generic code can ask each installed family in turn
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -32,7 +33,28 @@ if TYPE_CHECKING:
     from dynamo_onnx.diagnostics import DiagnosticContext
     from dynamo_onnx.registry import OnnxRegistry
 
-__all__ = ["FamilyInputs", "ModelFamily"]
+__all__ = ["FamilyInputs", "ModelFamily", "RuntimeStep"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeStep:
+    """A rewrite a family hands a runtime's optimization (:meth:`ModelFamily.runtime_steps`):
+    the runtime runs it at a point of its own sequence of fusions and counts what it did.
+
+    Attributes:
+        name: the step's name in the runtime's counts (``sdpa_softcap``).
+        run: the rewrite, in place: ``run(model)`` -> the number of rewrites it made.
+        before: the runtime's own step it runs right before (``sdpa``); None: after all
+            of them, on the fused model.
+        changes_outputs: whether what it rewrites changes the model's outputs from the
+            export's (a sliding layer's present made its whole cache): the runtime says so
+            in a note when it applied.
+    """
+
+    name: str
+    run: Callable[[ir.Model], int]
+    before: str | None = None
+    changes_outputs: bool = False
 
 
 @runtime_checkable
@@ -191,14 +213,13 @@ class ModelFamily(Protocol):
         model of another family."""
         ...
 
-    def runtime_passes(
-        self, model: ir.Model, reference: Any, runtime: str
-    ) -> list[ir.passes.PassBase]:
-        """The family's ONNX-side passes for ``runtime`` (``"onnxruntime"``), run in order on
-        the model the runtime's own optimization made (its fusions): what the family's
-        conventions need after it (transformers: the names of a sliding layer's cache
-        once it keeps the whole cache). ``reference`` is the caller's model; empty for a
-        model of another family."""
+    def runtime_steps(self, reference: Any, runtime: str) -> list[RuntimeStep]:
+        """The family's rewrites for ``runtime`` (``"onnxruntime"``), each run at its place
+        in the runtime's own optimization (its fusions), in order: the patterns of the
+        family's models the runtime's rules do not know, and what the family's
+        conventions need after it (transformers: Gemma 2's soft-capped attention, a
+        sliding layer's cache made whole and named so). ``reference`` is the caller's
+        model; empty for a model of another family."""
         ...
 
     def facts(self, model: Any) -> Mapping[str, Any]:

@@ -30,19 +30,33 @@ from dynamo_onnx.integrations.transformers.dynamic_shapes import (
     widen_decoding_example,
 )
 from dynamo_onnx.integrations.transformers.experts import traceable_experts
+from dynamo_onnx.integrations.transformers.ort_steps import onnxruntime_steps
 from dynamo_onnx.integrations.transformers.shared_buffer import genai_search_options
 from dynamo_onnx.integrations.transformers.spec_forms import CACHE_EXAMPLE, cache_specs
-from dynamo_onnx.integrations.transformers.whole_cache import WholeWindowCacheNames
+from dynamo_onnx.onnx_tools.attention import windowed_present
 
 if TYPE_CHECKING:
     import onnx_ir as ir
     import torch
 
     from dynamo_onnx.diagnostics import DiagnosticContext
-    from dynamo_onnx.integrations.base import FamilyInputs
+    from dynamo_onnx.integrations.base import FamilyInputs, RuntimeStep
     from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = ["TransformersFamily", "cache_dynamic_shapes"]
+
+
+def _fused_for_onnxruntime(model: ir.Model) -> bool:
+    """Whether ``model`` went through the fusions for ONNX Runtime: an attention, a norm or
+    a rotary embedding of its operators (``com.microsoft``) or a packed MatMul in it."""
+    return any(node.domain == "com.microsoft" for node in model.graph)
+
+
+def _unfused_sliding(model: ir.Model, inputs: CacheInputs) -> list[int]:
+    """The sliding-window layers whose present is not a windowed GroupQueryAttention's
+    whole cache: each hands back its last window - 1 tokens."""
+    windowed = {v.name for v in model.graph.outputs if windowed_present(v)}
+    return [i for i in inputs.sliding_layers() if f"present.{i}.key" not in windowed]
 
 
 def _config(model: Any) -> Any:
@@ -120,7 +134,7 @@ class TransformersFamily:
         if not isinstance(inputs, CacheInputs) or config is None:
             return {}
         search = genai_search_options(model)
-        if inputs.sliding() and not search["past_present_share_buffer"]:
+        if _unfused_sliding(model, inputs):
             # onnxruntime-genai gives every layer the whole cache; a sliding layer's
             # present holds its window until it is fused into GroupQueryAttention (DO510)
             return {}
@@ -141,29 +155,35 @@ class TransformersFamily:
         if (
             not isinstance(inputs, CacheInputs)
             or config is None
-            or not inputs.sliding()
-            or genai_search_options(model)["past_present_share_buffer"]
+            or not _unfused_sliding(model, inputs)
             or genai.genai_config(model, config, filename) is None
         ):
             return {}
+        if not _fused_for_onnxruntime(model):
+            return {
+                genai.FILENAME: "the model's sliding-window layers hand back their last "
+                "window - 1 tokens as their present, and onnxruntime-genai gives every layer's "
+                "present the whole sequence (it refuses the folder); optimized for ONNX Runtime "
+                '(`optimize="onnxruntime"`, the CLI\'s `--optimize-for onnxruntime`) they keep '
+                "their whole cache in GroupQueryAttention and the file is written"
+            }
+        unfused = _unfused_sliding(model, inputs)
         return {
-            genai.FILENAME: "the model's sliding-window layers hand back their last window - 1 "
-            "tokens as their present, and onnxruntime-genai gives every layer's present the "
-            "whole sequence (it refuses the folder); optimized for ONNX Runtime "
-            '(`optimize="onnxruntime"`, the CLI\'s `--optimize-for onnxruntime`) they keep '
-            "their whole cache in GroupQueryAttention and the file is written"
+            genai.FILENAME: "the model is optimized for ONNX Runtime, but its sliding-window "
+            f"layer(s) {', '.join(map(str, unfused))} did not fuse into GroupQueryAttention "
+            "with their window (the optimization's DO503/DO511 at each attention's line say "
+            "why): they hand back their last window - 1 tokens as their present, and "
+            "onnxruntime-genai gives every layer's present the whole sequence (it refuses "
+            "the folder)"
         }
 
-    def runtime_passes(
-        self, model: ir.Model, reference: Any, runtime: str
-    ) -> list[ir.passes.PassBase]:
-        """After the fusions for ONNX Runtime, a causal LM's sliding-window layers that keep
-        their whole cache take the full layers' dimension names
-        (:class:`~dynamo_onnx.integrations.transformers.whole_cache.WholeWindowCacheNames`)."""
-        del model
+    def runtime_steps(self, reference: Any, runtime: str) -> list[RuntimeStep]:
+        """For the fusions for ONNX Runtime of a transformers model: Gemma 2's soft-capped
+        attention, a sliding layer's cache made whole and named as the full layers'
+        (:func:`~dynamo_onnx.integrations.transformers.ort_steps.onnxruntime_steps`)."""
         if runtime != "onnxruntime" or _config(reference) is None:
             return []
-        return [WholeWindowCacheNames()]
+        return onnxruntime_steps()
 
     def facts(self, model: Any) -> dict[str, Any]:
         """``model_type``, ``use_cache``, the sliding window of a transformers model and its

@@ -20,6 +20,7 @@ import torch
 from torch.export import pytree
 
 from dynamo_onnx.io.inputs import spread
+from dynamo_onnx.onnx_tools.attention import windowed_present
 
 __all__ = [
     "CACHE_PARAMETERS",
@@ -307,6 +308,10 @@ class CacheInputs:
             for layer in getattr(cache, "layers", ())
         )
 
+    def sliding_layers(self) -> list[int]:
+        """The indices of the cache's sliding-window layers."""
+        return sorted({i for cache in self.templates.values() for i, _ in _sliding_layers(cache)})
+
     def forward_signature(self) -> inspect.Signature:
         """The signature the flat forward has: one keyword parameter per flat input."""
         kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
@@ -316,16 +321,10 @@ class CacheInputs:
 def keeps_whole_windows(model: Any) -> bool:
     """Whether ``model`` (an ``ir.Model``) returns some ``present.*`` as a windowed
     GroupQueryAttention's whole cache (the fusion for ONNX Runtime, DO510)."""
-    for value in getattr(getattr(model, "graph", None), "outputs", ()):
-        node = value.producer()
-        if (
-            (value.name or "").startswith("present.")
-            and node is not None
-            and node.op_type == "GroupQueryAttention"
-            and node.attributes.get_int("local_window_size", -1) > 0
-        ):
-            return True
-    return False
+    return any(
+        (value.name or "").startswith("present.") and windowed_present(value)
+        for value in getattr(getattr(model, "graph", None), "outputs", ())
+    )
 
 
 def _sliding_layers(cache: Any) -> list[tuple[int, Any]]:

@@ -29,7 +29,7 @@ from dynamo_onnx.integrations.transformers.checkpoint import (
     key_report,
 )
 
-__all__ = ["TOKENIZER_FILES", "HFFolder", "example_inputs", "load"]
+__all__ = ["TOKENIZER_FILES", "HFFolder", "example_inputs", "example_new_tokens", "load"]
 
 #: The files a tokenizer is saved as (``tokenizer.save_pretrained``) and onnxruntime-genai
 #: reads; those present in the folder are copied beside the model.
@@ -46,7 +46,8 @@ TOKENIZER_FILES = (
 #: options and copied beside the model.
 GENERATION_CONFIG = "generation_config.json"
 #: The example step: a past of PAST tokens then NEW tokens, for BATCH sequences. Neither
-#: length is 0 or 1, which torch.export would make constants.
+#: length is 0 or 1, which torch.export would make constants; a model with sliding windows
+#: takes more new tokens (:func:`example_new_tokens`).
 BATCH, NEW, PAST = 2, 3, 4
 
 
@@ -65,8 +66,10 @@ class HFFolder:
 
     def runtime_problem(self, folder: pathlib.Path) -> str | None:
         """The runtime's message when it cannot generate a token from ``folder`` after the
-        example prompt (None when it generates, or is not installed)."""
-        prompt = [int(t) for t in self.inputs["input_ids"][0]]
+        example prompt's first :data:`NEW` tokens (None when it generates, or is not
+        installed): a sliding-window model's example crosses its window, which may be
+        longer than the context the runtime allows."""
+        prompt = [int(t) for t in self.inputs["input_ids"][0][:NEW]]
         return genai_check.generation_problem(folder, prompt)
 
 
@@ -76,13 +79,18 @@ def _cache_parameter(model: Any) -> str:
     return "cache" if "cache" in parameters else "past_key_values"
 
 
-def example_inputs(model: Any, batch: int = BATCH, new: int = NEW, past: int = PAST) -> dict:
+def example_inputs(
+    model: Any, batch: int = BATCH, new: int | None = None, past: int = PAST
+) -> dict:
     """``forward``'s inputs for ``new`` tokens after a past of ``past``: what a
-    runtime feeds at each step, so the ONNX model takes the cache as inputs."""
+    runtime feeds at each step, so the ONNX model takes the cache as inputs. ``new``
+    defaults to :func:`example_new_tokens` of the model's cache."""
     import torch  # noqa: PLC0415 (the module is imported by the CLI's parser too)
     import transformers  # noqa: PLC0415
 
     config = model.config
+    if new is None:
+        new = example_new_tokens(transformers.DynamicCache(config=config), past)
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
@@ -97,6 +105,33 @@ def example_inputs(model: Any, batch: int = BATCH, new: int = NEW, past: int = P
         _cache_parameter(model): cache,
         "use_cache": True,
     }
+
+
+def _windows(cache: Any) -> set[int]:
+    """The windows of a cache's sliding layers (a chunked layer's chunk too: transformers
+    builds it as a sliding layer of that window)."""
+    sizes = (getattr(layer, "sliding_window", None) for layer in getattr(cache, "layers", ()))
+    return {size for size in sizes if isinstance(size, int) and size > 0}
+
+
+def example_new_tokens(cache: Any, past: int = PAST) -> int:
+    """The new tokens of the example step after ``past``: :data:`NEW`, or, for a cache with
+    windows, enough that the step crosses the largest window, no length of the step being
+    a window, one less or one more.
+
+    torch.export keeps the example's side of every test on a length: a sliding layer traced
+    with fewer tokens than its window never cuts its cache (a window of 8 after a past of 4
+    and 3 new tokens: a model that runs at a total of 7 only), and an example length equal
+    to a window makes that size a constant. A step past the window traces the cut, which
+    the fusion for ONNX Runtime turns into GroupQueryAttention's ``local_window_size``."""
+    windows = _windows(cache)
+    if not windows:
+        return NEW
+    near = {size + shift for size in windows for shift in (-1, 0, 1)}
+    new = max(NEW, max(windows) + 2 - past)
+    while new in near or past + new in near:
+        new += 1
+    return new
 
 
 def _problem(path: pathlib.Path) -> str | None:

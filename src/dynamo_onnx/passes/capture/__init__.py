@@ -35,6 +35,7 @@ from dynamo_onnx.errors import CaptureError, OnnxExporterError
 from dynamo_onnx.foreign_text import is_about_a_guard, read_capture_failure
 from dynamo_onnx.integrations import capturing
 from dynamo_onnx.passes.base import CaptureRecord, ExportState, PassName, ShapeLogRecord
+from dynamo_onnx.passes.capture.called_spec import as_called
 from dynamo_onnx.passes.capture.causes import (
     EAGER_FAILURE,
     capture_cause,
@@ -304,7 +305,12 @@ class CapturePass:
                         if refined is None:
                             raise
                         program = strategy.capture(module, *inputs, refined, deferred=deferred)
-                        _report_refined(ctx, exc, refined, shape_log.records)
+                        _report_refined(
+                            ctx,
+                            exc,
+                            as_called(refined, state.valid.family_inputs),
+                            shape_log.records,
+                        )
                         spec = refined
             except Exception as exc:  # noqa: BLE001 - each failure is a finding
                 frames, stack = _frames(exc)

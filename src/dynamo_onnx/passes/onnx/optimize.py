@@ -7,15 +7,13 @@ it while it runs: ``optimize()`` works before and after ``apply_weights``.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import ClassVar
 
 import onnx_ir as ir
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
-from dynamo_onnx.fake import is_fake
+from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
 from dynamo_onnx.options import TORCHLIB_OPSET
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
@@ -39,25 +37,6 @@ def report_inlined(
         names = [f"{domain}::{name}" for domain, name, _ in gone]
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         ctx.record("local-functions-inlined", count=len(gone), functions=shown, reason=reason)
-
-
-@contextlib.contextmanager
-def fake_weights_hidden(model: ir.Model) -> Iterator[None]:
-    """Fake (meta) initializers without a value while the block runs: the optimizer and
-    the constant folder would try to read them."""
-    hidden = {
-        name: value
-        for name, value in model.graph.initializers.items()
-        if is_fake(getattr(value.const_value, "raw", None))
-    }
-    saved = {name: value.const_value for name, value in hidden.items()}
-    try:
-        for value in hidden.values():
-            value.const_value = None
-        yield
-    finally:
-        for name, value in hidden.items():
-            value.const_value = saved[name]
 
 
 class OptimizePass:

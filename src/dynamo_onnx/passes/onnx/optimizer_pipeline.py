@@ -32,8 +32,8 @@ import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
 import onnxscript.rewriter
 
+from dynamo_onnx.onnx_tools.rule_roots import root_filtered
 from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
-from dynamo_onnx.passes.onnx.rule_roots import root_filtered
 
 __all__ = ["optimize", "split_halves", "weights_kept"]
 

@@ -5,7 +5,7 @@ onnxscript's ``MultiHeadAttention`` rules take a 3-D key and value, so the fused
 cross-attention over a cache input is fed ``Reshape(Transpose(cache, [0, 2, 1, 3]), [0, 0,
 -1])``: a copy of the whole encoder-length cache, each decoding step, for every layer.
 ONNX Runtime's ``MultiHeadAttention`` also takes the key and value in that 4-D layout (its
-cross-attention form, the one onnxruntime-genai's model builder writes for Whisper), so the
+cross-attention form, the one onnxruntime-genai's model builder writes for speech models), so the
 transposes go and the node reads the cache directly; the result is the same.
 """
 

@@ -1,6 +1,6 @@
 """Optimizing an exported model for ONNX Runtime: onnxscript's ORT fusions, in their order,
-with the rules for transformers 5's graphs (``rules.py``) beside onnxscript's, and the
-findings of what stayed unfused.
+with the rules of this package (``rules/``) beside onnxscript's and a model family's steps
+(``RuntimeStep``) where the family places them, and the findings of what stayed unfused.
 
 The sequence is ``onnxscript.rewriter.ort_fusions.fuse_xformers``'s, step for step: the
 rotary cos/sin rule and the GQA rule of this package run right after onnxscript's own, so a
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
@@ -44,7 +45,7 @@ from onnxscript.rewriter.ort_fusions.skip_normalization import (
 )
 from onnxscript.rewriter.rules.common import gemm_to_matmul_add_rule
 
-from dynamo_onnx.passes.onnx.rule_roots import root_filtered
+from dynamo_onnx.onnx_tools.rule_roots import root_filtered
 from dynamo_onnx.runtimes.onnxruntime.cross_cache import CrossAttentionOfHeadsCache
 from dynamo_onnx.runtimes.onnxruntime.mha import mha_rules
 from dynamo_onnx.runtimes.onnxruntime.packing import (
@@ -56,11 +57,10 @@ from dynamo_onnx.runtimes.onnxruntime.rules import (
     CosSinCacheOfProduct,
     GroupQueryAttentionOfIndexMask,
     SameShapeReshape,
-    SoftcappedAttention,
-    SoftcappedAttentionUnfused,
-    WholeCacheOfWindowedAttention,
-    whole_cache_shapes,
 )
+
+if TYPE_CHECKING:
+    from dynamo_onnx.integrations.base import RuntimeStep
 
 __all__ = ["FUSED_OPS", "MatchFailure", "canonical_dims", "fuse", "op_counts"]
 
@@ -108,8 +108,24 @@ def _rules(*rules: pattern.RewriteRule) -> Fusion:
     return apply
 
 
-def _steps(max_positions: int | None) -> list[tuple[str, Fusion, dict[str, object]]]:
-    """``fuse_xformers``'s fusions in its order, with this package's rules where they belong."""
+Step = tuple[str, Fusion, dict[str, object]]
+
+
+def _steps(max_positions: int | None, family: Sequence[RuntimeStep] = ()) -> list[Step]:
+    """``fuse_xformers``'s fusions in its order, with this package's rules where they belong
+    and each of ``family``'s steps right before the step it names (in the family's order)."""
+    steps = _own_steps(max_positions)
+    for extra in family:
+        names = [name for name, _, _ in steps]
+        if extra.before not in names:
+            raise ValueError(
+                f"a family's step {extra.name!r} runs before {extra.before!r}, not a step"
+            )
+        steps.insert(names.index(extra.before), (extra.name, extra.run, {}))
+    return steps
+
+
+def _own_steps(max_positions: int | None) -> list[Step]:
     return [
         ("erf_gelu", fuse_erfgelu, {}),
         ("rms_normalization", fuse_rms_normalization, {}),
@@ -120,13 +136,11 @@ def _steps(max_positions: int | None) -> list[tuple[str, Fusion, dict[str, objec
         ("cos_sin_cache_of_product", _rules(CosSinCacheOfProduct.rule(max_positions)), {}),
         ("cse", _cse, {}),
         ("partial_rotary_embedding", fuse_partial_rotary_embedding, {}),
-        ("sdpa_softcap", _rules(SoftcappedAttention.rule()), {}),
         ("sdpa", fuse_sdpa, {"apply_shape_inference": True}),
         ("canonical_dims", canonical_dims, {}),
         ("same_shape_reshape", _same_shape_reshapes, {}),
-        ("gqa", _rules(GroupQueryAttentionOfIndexMask.rule()), {}),  # for onnxscript's: rules.py
-        ("whole_window_cache", _whole_window_caches, {}),
-        ("sdpa_softcap_unfused", _rules(SoftcappedAttentionUnfused.rule()), {}),
+        # onnxscript's GroupQueryAttention with its mask checked: rules/gqa.py
+        ("gqa", _rules(GroupQueryAttentionOfIndexMask.rule()), {}),
         # onnxscript's fuse_qkv_gqa with the attention's attributes kept: packing.py
         ("packed_qkv_for_gqa", _rules(PackedQKVOfSlices.rule()), {}),
         ("mha1", _rules(*mha_rules(has_past_present=True).rules), {}),  # mha.py: shape checked
@@ -146,13 +160,6 @@ def _steps(max_positions: int | None) -> list[tuple[str, Fusion, dict[str, objec
 def _same_shape_reshapes(model: ir.Model) -> int:
     count = _rules(SameShapeReshape.rule())(model)
     common_passes.IdentityEliminationPass()(model)
-    return count
-
-
-def _whole_window_caches(model: ir.Model) -> int:
-    count = _rules(WholeCacheOfWindowedAttention.rule())(model)
-    common_passes.IdentityEliminationPass()(model)
-    whole_cache_shapes(model)
     return count
 
 
@@ -183,7 +190,7 @@ def canonical_dims(model: ir.Model) -> int:
     sequence_length``); ONNX's shape inference, run between the fusions, writes the sum it
     computes in its operands' order (``sequence_length + past_sequence_length``). The
     matchers compare dimensions by their text: GroupQueryAttention's saw two sizes where
-    there is one, and left some layers of a Llama unfused.
+    there is one, and left some layers of a decoder unfused.
     """
     import sympy  # torch's dependency; only needed here
 
@@ -219,18 +226,20 @@ def fuse(
     max_positions: int | None = None,
     optimize: Callable[[ir.Model], None] = onnxscript.optimizer.optimize,
     failures: list[MatchFailure] | None = None,
+    family: Sequence[RuntimeStep] = (),
 ) -> dict[str, int]:
     """Fuse ``model`` in place for ONNX Runtime; the count of each fusion applied.
 
     ``max_positions`` is the number of rows of the rotary cos/sin caches (the model's
     ``max_position_embeddings``); ``optimize`` the optimizer run between the steps. Into
     ``failures`` go the matcher's reasons where a block's fusion did not apply (normalization,
-    rotary, attention), traced right after the step that would have fused it.
+    rotary, attention), traced right after the step that would have fused it. ``family``:
+    the model family's steps placed among the fusions (those with a ``before``).
     """
     rewrite(model, [gemm_to_matmul_add_rule])
     _pre_optimize(model, optimize)
     counts: dict[str, int] = {}
-    for name, step, options in _steps(max_positions):
+    for name, step, options in _steps(max_positions, family):
         kwargs = dict(options)
         if kwargs.pop("only_after_mha", False) and not (counts["mha1"] or counts["mha2"]):
             counts[name] = 0

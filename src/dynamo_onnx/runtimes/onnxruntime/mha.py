@@ -3,7 +3,7 @@
 onnxscript 0.7's ``MultiHeadAttention`` rule replaces ``SDPA -> Transpose -> Reshape`` by a
 ``MultiHeadAttention`` node, whose output is ``(batch, sequence, hidden)``, without checking
 the ``Reshape``'s target (its ``check`` leaves it as a TODO). When the model flattens the
-attention's output for a ``Gemm`` (GPT-2's ``Conv1D``: ``view(-1, hidden)`` then ``addmm``),
+attention's output for a ``Gemm`` (a ``Conv1D`` layer: ``view(-1, hidden)`` then ``addmm``),
 the optimizer has merged the two reshapes into one to ``(batch * sequence, hidden)``, and the
 fused node hands the ``Gemm`` a 3-D tensor: a model ONNX Runtime refuses. The rule here is
 onnxscript's, with that ``Reshape`` required to give the fused node's shape.

@@ -13,12 +13,14 @@ import collections
 import dataclasses
 import re
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import onnx_ir as ir
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
+from dynamo_onnx.onnx_tools.attention import local_window, windowed_present
+from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
 from dynamo_onnx.options import TORCHLIB_OPSET
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
@@ -31,9 +33,11 @@ from dynamo_onnx.passes.metadata import (
 )
 from dynamo_onnx.passes.onnx.load_check import runtime_refusal
 from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
-from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden
 from dynamo_onnx.passes.onnx.optimizer_pipeline import optimize
 from dynamo_onnx.runtimes.onnxruntime.fusions import FUSED_OPS, MatchFailure, fuse, op_counts
+
+if TYPE_CHECKING:
+    from dynamo_onnx.integrations.base import RuntimeStep
 
 __all__ = [
     "Block",
@@ -88,12 +92,12 @@ class FusionReport:
 @dataclasses.dataclass(frozen=True)
 class FusionRequest:
     """The model to fuse (left as it is: the report holds the fused copy), the rows of its
-    rotary caches (None: computed), and the passes its model family wants run after the
-    fusions (``ModelFamily.runtime_passes``)."""
+    rotary caches (None: computed), and the steps its model family hands the fusions
+    (``ModelFamily.runtime_steps``)."""
 
     model: ir.Model
     max_positions: int | None = None
-    after: tuple[ir.passes.PassBase, ...] = ()
+    steps: tuple[RuntimeStep, ...] = ()
 
 
 class OnnxRuntimeFusionPass:
@@ -107,7 +111,7 @@ class OnnxRuntimeFusionPass:
     def __call__(self, ctx: DiagnosticContext, request: FusionRequest) -> FusionReport:
         with dropped(*ONNX_IR_CHATTER):  # onnx_ir's remarks while it rewrites are not the user's
             return optimize_for_onnxruntime(
-                request.model, ctx, max_positions=request.max_positions, after=request.after
+                request.model, ctx, max_positions=request.max_positions, steps=request.steps
             )
 
 
@@ -152,7 +156,7 @@ def find_blocks(model: ir.Model) -> list[Block]:
 def _within(module: str, block: Block) -> bool:
     """Whether ``module`` is the block's module or one of its submodules: a rewrite gives
     the node it makes the origin of one of the nodes it replaced, which may be a submodule's
-    (GPT-2's attention fuses into a node of ``attn.c_proj``)."""
+    (an attention may fuse into a node of its output projection, ``attn.c_proj``)."""
     return module == block.module or module.startswith(block.module + ".")
 
 
@@ -160,7 +164,7 @@ def _is_fused(block: Block, nodes: list[ir.Node], own: list[ir.Node]) -> bool:
     """Whether ``block`` fused: a fused operator among ``nodes`` (the block's module and its
     submodules) or, for a norm or a rotary embedding, none of its computing nodes left in
     ``own`` (the nodes of its module alone): a later rewrite may replace the fused node by
-    one whose origin is the enclosing module (Qwen 3's ``q_norm`` inside its attention)."""
+    one whose origin is the enclosing module (a query norm, ``q_norm``, inside its attention)."""
     if block.kind != "attention" and not any(n.op_type == block.anchor for n in own):
         return True
     for node in nodes:
@@ -240,27 +244,34 @@ def optimize_for_onnxruntime(
     ctx: DiagnosticContext,
     *,
     max_positions: int | None = None,
-    after: Sequence[ir.passes.PassBase] = (),
+    steps: Sequence[RuntimeStep] = (),
 ) -> FusionReport:
     """Fuse a copy of ``model`` for ONNX Runtime (onnxscript's ORT fusions with the rules of
-    ``rules.py``; the copy shares the weights) and record what fused (DO502) and each block
-    that did not (DO503-DO505); a fused model ONNX Runtime refuses to load is DO512
-    (:class:`OptimizationError`), and ``model`` is left as it was.
+    ``rules/`` and the family's steps; the copy shares the weights) and record what fused
+    (DO502) and each block that did not (DO503-DO505); a fused model ONNX Runtime refuses
+    to load is DO512 (:class:`OptimizationError`), and ``model`` is left as it was.
 
     Call it inside a pass of ``ctx`` (``OnnxRuntimeFusionPass`` is one). ``max_positions``:
     the rows of the rotary cos/sin caches (``max_position_embeddings``); None computes them
-    in the graph from the position ids. ``after``: the model family's passes, run on the
-    fused model (``ModelFamily.runtime_passes``).
+    in the graph from the position ids. ``steps``: the model family's, each run before the
+    fusion it names or, without one, on the fused model (``ModelFamily.runtime_steps``).
     """
     model = model.clone()  # the nodes: the tensors are shared, never changed in place
     blocks = find_blocks(model)
     before = op_counts(model)
     failures: list[MatchFailure] = []
     with fake_weights_hidden(model):
-        fusions = fuse(model, max_positions=max_positions, optimize=optimize, failures=failures)
+        fusions = fuse(
+            model,
+            max_positions=max_positions,
+            optimize=optimize,
+            failures=failures,
+            family=[s for s in steps if s.before is not None],
+        )
     drop_newer_attributes(model, model.opset_imports.get("", TORCHLIB_OPSET))
-    for family_pass in after:
-        family_pass(model)
+    for step in steps:
+        if step.before is None:
+            fusions[step.name] = step.run(model)
     refused = runtime_refusal(ctx, model)
     if refused is not None:  # a rule matched where it must not: never hand that back
         where, fields = refused
@@ -287,24 +298,18 @@ def optimize_for_onnxruntime(
         unfused=len(unfused),
         blocks=len(blocks),
     )
-    if fusions.get("whole_window_cache"):
+    if any(fusions.get(s.name) for s in steps if s.changes_outputs):
         _record_whole_caches(ctx, model)
     return FusionReport(model, before, after, fusions, tuple(blocks), tuple(unfused))
 
 
 def _record_whole_caches(ctx: DiagnosticContext, model: ir.Model) -> None:
     """DO510: the windowed attentions whose present (a graph output) is now the whole cache."""
-    outputs = {id(v) for v in model.graph.outputs}
-    nodes = [
-        n
-        for n in model.graph
-        if n.op_type == "GroupQueryAttention"
-        and n.attributes.get_int("local_window_size", -1) > 0
-        and any(id(o) in outputs for o in n.outputs[1:])
-    ]
+    outputs = {id(v) for v in model.graph.outputs if windowed_present(v)}
+    nodes = [n for n in model.graph if any(id(o) in outputs for o in n.outputs)]
     if not nodes:
         return
-    windows = sorted({n.attributes.get_int("local_window_size", -1) for n in nodes})
+    windows = sorted({local_window(n) or 0 for n in nodes})
     ctx.record(
         "window-cache-made-whole",
         layers=len(nodes),

@@ -1,18 +1,18 @@
 """Packing the projections that read one input into one MatMul: q, k and v (and gate and up)
 as onnxruntime-genai's model builder writes them, and GroupQueryAttention's packed form.
 
-A transformers decoder layer computes q, k and v with three linear layers of the same
+A decoder layer computes q, k and v with three linear layers of the same
 hidden state, and gate and up with two: three MatMul kernels that each read the
 activations (and, with ``MatMulNBits`` at accuracy level 4, quantize them). One MatMul of
 the weights concatenated along their outputs, split after, computes the same values with
 one kernel and one read. Packing runs on the float model before quantization, so ONNX
-Runtime's quantizer sees the packed weight, as in the builder. (On the 1024-wide Llama of
+Runtime's quantizer sees the packed weight, as in the builder. (On the 1024-wide decoder of
 docs/performance.md the CPU time it saves is within the noise: reading the weights, which
 packing does not change, is most of a step.)
 
 Then GroupQueryAttention takes the packed projection as its query with empty key and value
 inputs (its packed-QKV form): the Split goes away. onnxscript's ``fuse_qkv_gqa`` only
-knows the three ``Slice`` nodes of a model that packs q, k, v itself (Phi-3), and drops the
+knows the three ``Slice`` nodes of a model that packs q, k, v itself, and drops the
 attention's other attributes (a sliding window's ``local_window_size``...):
 :class:`PackedQKVOfSplit` is the rewrite for a ``Split``, :class:`PackedQKVOfSlices`
 onnxscript's with the attributes kept.
@@ -161,7 +161,7 @@ def _groups(graph: ir.Graph) -> list[list[Projection]]:
 def _joined_name(names: Sequence[str]) -> str:
     """The common prefix and suffix around the parts that differ, joined: ``a.q_proj.weight``,
     ``a.k_proj.weight``, ``a.v_proj.weight`` -> ``a.qkv_proj.weight``, and ``gate_up_proj``
-    (the builder's and Phi-3's names)."""
+    (the builder's names, and those of models that pack them)."""
     prefix = len(_common_prefix(names))
     suffix = len(_common_prefix([n[prefix:][::-1] for n in names]))
     middles = [n[prefix : len(n) - suffix] for n in names]
@@ -318,7 +318,7 @@ def _remove(graph: ir.Graph, projection: Projection) -> None:
 
 def pack_projections(model: ir.Model) -> int:
     """Pack every group of projections of one input in ``model``'s graph, in place; the
-    number of groups packed (a Llama layer has two: q/k/v and gate/up)."""
+    number of groups packed (a decoder layer has two: q/k/v and gate/up)."""
     groups = _groups(model.graph)
     for group in groups:
         _pack(model.graph, group)
@@ -408,11 +408,10 @@ class PackedQKVOfSplit(pattern.RewriteRuleClassBase):
 
 class PackedQKVOfSlices(PackedQKVForGQAFusion):
     """onnxscript's ``fuse_qkv_gqa`` rule (three ``Slice`` nodes of one projection, as a
-    model that packs q, k, v itself writes them: Phi-3), keeping the attention's attributes.
+    model that packs q, k, v itself writes them), keeping the attention's attributes.
 
     onnxscript 0.7's rewrite writes ``num_heads``, ``kv_num_heads``, ``do_rotary`` and
-    ``rotary_interleaved`` only: a sliding window's ``local_window_size`` (Phi-3's
-    ``sliding_window``), ``scale`` or ``softcap`` would be dropped, and the attention would
+    ``rotary_interleaved`` only: a sliding window's ``local_window_size``, ``scale`` or ``softcap`` would be dropped, and the attention would
     attend to the whole past."""
 
     def __init__(self) -> None:

@@ -3,7 +3,7 @@
 ``RewriteRuleSet`` tries every rule on every node: a rule set of 30 rules on a graph of 1000
 nodes is 30,000 matcher calls per pass, and the optimizer runs its rule set up to twice per
 call, three calls when a model is optimized for ONNX Runtime (223,000 matcher calls on the
-8-layer Llama of docs/performance.md, most of the optimizer's time). Almost every call
+8-layer decoder of docs/performance.md, most of the optimizer's time). Almost every call
 fails at its first step: the node's op type is not the one of the pattern's output node,
 which is what the matcher compares first. :func:`root_filtered` wraps each rule so that this
 comparison is made before the matcher is set up; the rules that match, and what they do,

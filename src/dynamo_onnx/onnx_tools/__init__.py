@@ -1,0 +1,3 @@
+"""ONNX helpers that passes, runtimes and model families all need: constants read off
+values, the slices and attention nodes they recognize. Below all three, so none imports
+another's internals for them; nothing here knows a model family."""
