@@ -96,6 +96,8 @@ _SAME_SINCE: dict[str, tuple[int, Callable[[ir.Node], bool]]] = {
     "Constant": (9, lambda n: set(n.attributes) == {"value"}),
     "BatchNormalization": (9, lambda n: _attr(n, "training_mode", 0) == 0 and len(n.outputs) == 1),
     "GatherND": (12, lambda n: True),
+    # 13 and 16 only took more types (bfloat16, optionals); 11 let the branches' shapes differ
+    "If": (11, lambda n: True),
 }
 
 #: Operators whose versions from the given opset to 18 only took more types (bfloat16, small
@@ -111,7 +113,8 @@ _TYPES_ONLY_SINCE = {
     **dict.fromkeys(("Relu", "Sigmoid", "Sqrt", "Tanh", "LeakyRelu", "Tile"), 6),
     **dict.fromkeys(("Less", "Greater", "Where", "Erf", "IsNaN", "Sign", "MatMul"), 9),
     **dict.fromkeys(("Equal", "Gemm", "Clip", "Concat", "Gather", "Flatten", "Slice"), 11),
-    **dict.fromkeys(("CumSum", "GatherElements", "Cast", "Expand", "Sum"), 11),
+    **dict.fromkeys(("CumSum", "GatherElements", "Cast", "Expand", "Sum", "Range"), 11),
+    **dict.fromkeys(("ConstantOfShape",), 9),
     **dict.fromkeys(("LessOrEqual", "GreaterOrEqual", "Max", "Min"), 12),
     **dict.fromkeys(("Transpose", "Identity", "Size", "Not", "And", "Or"), 7),
 }
@@ -199,7 +202,9 @@ def carried_over(node: ir.Node, target: int, types: Mapping[str, str]) -> bool:
     """Whether ``node`` passes the conversion down to ``target`` unchanged
     (:func:`hidden_from_converter` carries it): never what blocks a conversion. ``types``:
     :func:`inferred_types` of its model."""
-    return target < 18 and _same_below_18(node, target, types)
+    return target < 18 and (
+        _same_below_18(node, target, types) or _reduction_axes(node, target, types) is not None
+    )
 
 
 @contextlib.contextmanager
@@ -215,7 +220,7 @@ def hidden_from_converter(model: ir.Model, target: int) -> Iterator[None]:
     if target < 18:
         types = inferred_types(model)
         for node in _nodes(model):
-            if carried_over(node, target, types):
+            if _same_below_18(node, target, types) or _axes_as_attribute(node, target, types):
                 node.domain = _HIDDEN
                 hidden = True
     if hidden:
@@ -258,6 +263,44 @@ def _shape_ranges_sliced(model: ir.Model) -> None:
         part.metadata_props.update(node.metadata_props)
         whole.metadata_props.update(node.metadata_props)
         graph.remove(node, safe=True)
+
+
+def _reduction_axes(node: ir.Node, target: int, types: Mapping[str, str]) -> list[int] | None:
+    """The axes of an opset-18 reduction (``ReduceSum``'s of 13) that reads as its
+    version at ``target`` (11 to 17) with them as its ``axes`` attribute (12 and 13 only
+    took more types; ``[]``: no axes, every one): the converter goes down to 13 only, with
+    no adapter from 13 down. None when it does not (computed axes, types ``target`` lacks)."""
+    reduction = node.op_type in _REDUCTIONS_18 or (target < 13 and node.op_type == "ReduceSum")
+    if not reduction or node.domain not in ("", "ai.onnx") or not 11 <= target < 18:
+        return None
+    if _attr(node, "noop_with_empty_axes", 0) != 0 or not 1 <= len(node.inputs) <= 2:
+        return None
+    axes: list[int] = []
+    if len(node.inputs) == 2 and node.inputs[1] is not None:
+        constant = ir.convenience.get_const_tensor(node.inputs[1])
+        if constant is None:
+            return None
+        axes = constant.numpy().reshape(-1).tolist()
+    try:
+        schema = onnx.defs.get_schema(node.op_type, target)
+    except onnx.defs.SchemaError:
+        return None
+    (allowed,) = (set(c.allowed_type_strs) for c in schema.type_constraints)
+    if {_type_name(node.inputs[0], types), _type_name(node.outputs[0], types)} - allowed:
+        return None
+    return axes
+
+
+def _axes_as_attribute(node: ir.Node, target: int, types: Mapping[str, str]) -> bool:
+    """Rewrite a reduction :func:`_reduction_axes` reads into its form at ``target``."""
+    axes = _reduction_axes(node, target, types)
+    if axes is None:
+        return False
+    node.attributes.pop("noop_with_empty_axes", None)
+    if axes:
+        node.attributes["axes"] = ir.AttrInt64s("axes", axes)
+    node.resize_inputs(1)
+    return True
 
 
 def _nodes(model: ir.Model) -> list[ir.Node]:
