@@ -652,8 +652,9 @@ class ViewOfAView(torch.nn.Module):
         {"dynamic_shapes": {"x": {0: "n"}}},
         {"dynamic_shapes": ({0: torch.export.Dim.DYNAMIC},)},
         {"dynamic_shapes": ({0: torch.export.Dim.AUTO},)},
+        {"dynamic_shapes": {"x": {0: torch.export.Dim("n")}}},
     ],
-    ids=["dynamic_axes", "named", "Dim.DYNAMIC", "Dim.AUTO"],
+    ids=["dynamic_axes", "named", "Dim.DYNAMIC", "Dim.AUTO", "Dim"],
 )
 def test_a_view_of_a_view_runs_at_every_size_zero_included(spelling):
     """Traced at size 2, ``x.size(0) // 2`` is 1 and torch fixes the second view to

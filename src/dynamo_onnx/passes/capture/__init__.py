@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import inspect
 import logging
+import operator
 import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
@@ -548,13 +549,52 @@ def _sizes_pinned_at_zero_or_one(
     torch's 0/1 rule applied to the computed size, which the example made 1, fixes the
     program to it although the model computes it at every size."""
     dims: list[tuple[str, int]] = []
-    for condition in program_conditions(program):
-        if not condition.fixes_a_computed_size or condition.value not in ("0", "1"):
-            continue
-        keys = [(size.input, size.dim) for size in condition.sizes]
+    found = [
+        [(size.input, size.dim) for size in condition.sizes]
+        for condition in program_conditions(program)
+        if condition.fixes_a_computed_size and condition.value in ("0", "1")
+    ]
+    for keys in [*found, *_asserted_at_zero_or_one(program)]:
         if keys and all(key in state.valid.declared_dims for key in keys):
             dims.extend(key for key in keys if key not in dims)
     return dims
+
+
+def _asserted_at_zero_or_one(program: torch.export.ExportedProgram) -> list[list[tuple[str, int]]]:
+    """The sizes behind each assertion in the graph (a capture deferring size guards) that
+    a size computed from them is 0 or 1 (``_assert_scalar(floordiv(sym_size(x, 0), 2) ==
+    1)``), as (input, dimension) lists."""
+    found = []
+    for node in program.graph.nodes:
+        if node.target is not torch.ops.aten._assert_scalar.default or not node.args:
+            continue
+        condition = node.args[0]
+        if not isinstance(condition, torch.fx.Node) or condition.target is not operator.eq:
+            continue
+        computed, value = condition.args[0], condition.args[1]
+        if value not in (0, 1) or not isinstance(computed, torch.fx.Node):
+            continue
+        if computed.target in (torch.ops.aten.sym_size.int, operator.mod):
+            continue  # a bare size (a range) or a remainder (divisibility), not a size
+        sizes = [
+            (str(n.args[0]), int(n.args[1]))
+            for n in _ancestors(computed)
+            if n.target is torch.ops.aten.sym_size.int and isinstance(n.args[0], torch.fx.Node)
+        ]
+        found.append(sizes)
+    return found
+
+
+def _ancestors(node: torch.fx.Node) -> list[torch.fx.Node]:
+    seen: dict[torch.fx.Node, None] = {}
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen[current] = None
+        stack.extend(n for n in current.all_input_nodes if n.op == "call_function")
+    return list(seen)
 
 
 def _unpinned_capture(
