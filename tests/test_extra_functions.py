@@ -466,6 +466,12 @@ def test_index_reduce_with_repeated_indices(reduce, include_self):
     )
 
 
+@pytest.mark.parametrize("reduce", ["prod", "mean"])
+def test_index_reduce_of_a_0d_tensor(reduce):
+    x, source = torch.tensor(2.0), torch.tensor(3.0)
+    _matches(lambda t, i, s: t.index_reduce(0, i, s, reduce), x, torch.tensor([0]), source)
+
+
 def test_index_reduce_mean_of_integers_floors():
     x, source = torch.randint(-9, 9, (2, 3)), torch.randint(-9, 9, (2, 3))
     _matches(lambda t, i, s: t.index_reduce(1, i, s, "mean"), x, torch.tensor([0, 2, 2]), source)
@@ -505,6 +511,10 @@ _SPD = _MATRICES @ _MATRICES.mT + torch.eye(4)
             (_MATRICES.triu() + 3 * torch.eye(4), torch.randn(2, 3, 4)),
         ),
         (torch.linalg.inv, (torch.randn(3, 1, 1),)),
+        (torch.linalg.inv_ex, (torch.randn(0, 0),)),  # empty matrices (OpInfo's samples)
+        (torch.linalg.slogdet, (torch.randn(2, 0, 0),)),
+        (torch.linalg.cholesky_ex, (torch.randn(0, 0),)),
+        (torch.linalg.solve_ex, (_MATRICES[0], torch.randn(4))),  # a 0-d info
     ],
 )
 def test_linear_algebra_unrolled_over_a_static_size_matches_eager(function, args):

@@ -137,7 +137,7 @@ def _diagonal(lu: TFloat, n: int) -> TFloat:
 def _info(failed: TFloat) -> INT32:
     """LAPACK's info [...]: 1 + the first index where ``failed`` [..., n] (bool), else 0."""
     flags = op.Cast(failed, to=INT64.dtype)
-    first = op.Add(op.ArgMax(flags, axis=-1, keepdims=0), _ints([1]))
+    first = op.Add(op.ArgMax(flags, axis=-1, keepdims=0), op.Constant(value_int=1))
     any_failed = op.Cast(op.ReduceMax(flags, _ints([-1]), keepdims=0), to=9)
     return op.Cast(op.Where(any_failed, first, op.Sub(first, first)), to=INT32.dtype)
 
@@ -158,6 +158,14 @@ def linalg_solve_ex(
     vector = len(B.shape) == 1 or (
         len(B.shape) == len(A.shape) - 1 and list(B.shape) == list(A.shape[:-1])
     )
+    if n == 0:  # empty matrices: nothing to solve
+        none = op.Cast(
+            op.ReduceSum(op.Cast(A, to=INT64.dtype), _ints([-2, -1]), keepdims=0), to=INT32.dtype
+        )
+        pivots = op.Cast(
+            op.ReduceSum(op.Cast(A, to=INT64.dtype), _ints([-1]), keepdims=0), to=INT32.dtype
+        )
+        return op.Identity(B), op.Identity(A), pivots, none
     rank = len(A.shape)
     matrix = A if left else _transpose(A, rank)
     lu, order, _, pivots = _lu(matrix, n)
@@ -184,6 +192,9 @@ def linalg_inv_ex(A: TFloat, check_errors: bool = False) -> tuple[TFloat, INT32]
     """linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)"""
     del check_errors
     n = _size(A)
+    if n == 0:
+        none = op.ReduceSum(op.Cast(A, to=INT64.dtype), _ints([-2, -1]), keepdims=0)
+        return op.Identity(A), op.Cast(none, to=INT32.dtype)
     lu, order, _, _ = _lu(A, n)
     eye = op.CastLike(op.Constant(value=ir.tensor(np.eye(n, dtype=np.float32))), A)
     inverse = _lu_solve(lu, order, eye, n)
@@ -199,6 +210,12 @@ def linalg_inv(A: TFloat) -> TFloat:
 def linalg_slogdet_full(A: TFloat) -> tuple[TFloat, TFloat, TFloat, INT32]:
     """_linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet, Tensor LU, Tensor pivots)"""
     n = _size(A)
+    if n == 0:  # the determinant of an empty matrix is 1
+        empty = op.ReduceSum(A, _ints([-2, -1]), keepdims=0)
+        pivots = op.Cast(
+            op.ReduceSum(op.Cast(A, to=INT64.dtype), _ints([-1]), keepdims=0), to=INT32.dtype
+        )
+        return op.Add(empty, op.CastLike(1.0, A)), empty, op.Identity(A), pivots
     # torch factors the transpose (LAPACK's column-major view of a row-major matrix): the
     # same determinant, and the LU and pivots torch returns
     lu, _, sign, pivots = _lu(_transpose(A, len(A.shape)), n)
@@ -225,6 +242,9 @@ def linalg_cholesky_ex(
     del check_errors
     n = _size(self)
     rank = len(self.shape)
+    if n == 0:
+        none = op.ReduceSum(op.Cast(self, to=INT64.dtype), _ints([-2, -1]), keepdims=0)
+        return op.Identity(self), op.Cast(none, to=INT32.dtype)
     rows = op.Reshape(_ints(list(range(n))), _ints([n, 1]))
     columns: list[TFloat] = []
     pivots: list[TFloat] = []
@@ -256,6 +276,8 @@ def linalg_solve_triangular(
     """linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True,
     bool unitriangular=False) -> Tensor"""
     n = _size(self)
+    if n == 0:
+        return op.Identity(B)
     if left:
         return _substitute(self, _broadcast_rhs(self, B), n, not upper, unitriangular)
     # X A = B  <=>  A^T X^T = B^T, with A^T lower where A is upper

@@ -147,11 +147,14 @@ def index_reduce(
 ) -> TReal:
     """index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *,
     bool include_self=True) -> Tensor"""
-    rank = len(self.shape)
-    dim = dim % max(rank, 1)
+    rank, integer = len(self.shape), self.dtype in _INTEGERS
+    scalar = rank == 0
+    if scalar:  # a 0-d tensor indexed as a vector of one
+        one = op.Constant(value_ints=[1])
+        self, source, rank, dim = op.Reshape(self, one), op.Reshape(source, one), 1, 0
+    dim = dim % rank
     shape = [1] * rank
-    if rank:
-        shape[dim] = -1
+    shape[dim] = -1
     spread = op.Expand(op.Reshape(index, op.Constant(value_ints=shape)), op.Shape(source))
     base = self
     if not include_self:
@@ -162,19 +165,19 @@ def index_reduce(
             filler = op.Expand(op.CastLike(neutral, self), op.Shape(source))
             base = op.ScatterElements(self, spread, filler, axis=dim)
     result = op.ScatterElements(base, spread, source, axis=dim, reduction=_SCATTER[reduce])
-    if reduce != "mean":
-        return result
-    ones = op.Expand(op.CastLike(1.0, self), op.Shape(source))
-    zeros = op.Expand(op.CastLike(0.0, self), op.Shape(self))
-    counts = op.ScatterElements(zeros, spread, ones, axis=dim, reduction="add")
-    total = op.Add(counts, op.CastLike(1.0, self)) if include_self else counts
-    total = op.Max(total, op.CastLike(1.0, self))
-    if self.dtype in _INTEGERS:  # torch floors an integer mean
-        quotient = op.Floor(op.Div(op.Cast(result, to=_DOUBLE), op.Cast(total, to=_DOUBLE)))
-        quotient = op.CastLike(quotient, self)
-    else:
-        quotient = op.Div(result, total)
-    return op.Where(op.Greater(counts, op.CastLike(0.0, self)), quotient, self)
+    if reduce == "mean":
+        ones = op.Expand(op.CastLike(1.0, self), op.Shape(source))
+        zeros = op.Expand(op.CastLike(0.0, self), op.Shape(self))
+        counts = op.ScatterElements(zeros, spread, ones, axis=dim, reduction="add")
+        total = op.Add(counts, op.CastLike(1.0, self)) if include_self else counts
+        total = op.Max(total, op.CastLike(1.0, self))
+        if integer:  # torch floors an integer mean
+            floored = op.Floor(op.Div(op.Cast(result, to=_DOUBLE), op.Cast(total, to=_DOUBLE)))
+            quotient = op.CastLike(floored, self)
+        else:
+            quotient = op.Div(result, total)
+        result = op.Where(op.Greater(counts, op.CastLike(0.0, self)), quotient, self)
+    return op.Squeeze(result) if scalar else result
 
 
 _DOUBLE = ir.DataType.DOUBLE
