@@ -511,6 +511,7 @@ _SPD = _MATRICES @ _MATRICES.mT + torch.eye(4)
             (_MATRICES.triu() + 3 * torch.eye(4), torch.randn(2, 3, 4)),
         ),
         (torch.linalg.inv, (torch.randn(3, 1, 1),)),
+        (lambda a: torch.linalg.tensorinv(a, ind=3), (torch.randn(2, 2, 3, 12, 1),)),
         (torch.linalg.inv_ex, (torch.randn(0, 0),)),  # empty matrices (OpInfo's samples)
         (torch.linalg.slogdet, (torch.randn(2, 0, 0),)),
         (torch.linalg.cholesky_ex, (torch.randn(0, 0),)),

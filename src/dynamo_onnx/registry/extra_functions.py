@@ -145,6 +145,7 @@ _BY_NAME: tuple[tuple[str, object, int], ...] = (
     ("aten::linalg_inv_ex", linalg.linalg_inv_ex, 18),
     ("aten::linalg_inv", linalg.linalg_inv, 18),
     ("aten::inverse", linalg.linalg_inv, 18),
+    ("aten::linalg_tensorinv", linalg.linalg_tensorinv, 18),
     ("aten::_linalg_solve_ex", linalg.linalg_solve_ex, 18),
     ("aten::linalg_solve", linalg.linalg_solve, 18),
     ("aten::_linalg_slogdet", linalg.linalg_slogdet_full, 18),

@@ -212,7 +212,9 @@ class Translator:
         if self.lower is None or not has_decomposition(node.target):
             return False
         program = single_node_program(node, self.lower)
-        if program is None:
+        if program is None or program.graph_signature.input_tokens:
+            # (a decomposition with side effects, ``linalg.tensorinv``'s error check: its
+            # effect tokens have no ONNX value, and the operator stays unsupported)
             return False
         nested = self.nested(self.builder.scope(f"{self.builder.prefix}{node.name}__"), source)
         placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]

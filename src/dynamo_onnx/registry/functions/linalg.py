@@ -33,6 +33,7 @@ __all__ = [
     "linalg_solve",
     "linalg_solve_ex",
     "linalg_solve_triangular",
+    "linalg_tensorinv",
 ]
 
 
@@ -195,10 +196,24 @@ def linalg_inv_ex(A: TFloat, check_errors: bool = False) -> tuple[TFloat, INT32]
     if n == 0:
         none = op.ReduceSum(op.Cast(A, to=INT64.dtype), _ints([-2, -1]), keepdims=0)
         return op.Identity(A), op.Cast(none, to=INT32.dtype)
+    return _inverse(A, n)
+
+
+def _inverse(A: TFloat, n: int) -> tuple[TFloat, INT32]:
+    """(the inverse of each n x n matrix of ``A``, LAPACK's info)."""
     lu, order, _, _ = _lu(A, n)
     eye = op.CastLike(op.Constant(value=ir.tensor(np.eye(n, dtype=np.float32))), A)
     inverse = _lu_solve(lu, order, eye, n)
     return inverse, _info(op.Equal(_diagonal(lu, n), op.CastLike(0.0, A)))
+
+
+def linalg_tensorinv(self: TFloat, ind: int = 2) -> TFloat:
+    """linalg_tensorinv(Tensor self, int ind=2) -> Tensor: the inverse of ``self`` read as
+    a matrix of its first ``ind`` sizes by the others, shaped back the other way round."""
+    shape = list(self.shape)
+    rows = int(np.prod(shape[:ind]))
+    inverse, _ = _inverse(op.Reshape(self, _ints([rows, rows])), rows)
+    return op.Reshape(inverse, _ints([*shape[ind:], *shape[:ind]]))
 
 
 def linalg_inv(A: TFloat) -> TFloat:
