@@ -189,3 +189,22 @@ def test_what_no_older_opset_expresses_is_named_with_the_oldest_opset_that_works
     assert finding.primary.line == line_of(Sampled.forward, "marker: grid")
     program = dynamo_onnx.export(Sampled(), args, opset_version=16)
     torch.testing.assert_close(program(*args)[0], Sampled()(*args), atol=1e-5, rtol=1e-5)
+
+
+def test_the_torch_onnx_call_with_dynamic_axes_at_opset_11():
+    """The call NPU users copy from torch.onnx's tutorial: input names and dynamic_axes."""
+    model = MobileNetV3Like().eval()
+    program = dynamo_onnx.export(
+        model,
+        _images(2),
+        input_names=["input"],
+        output_names=["logits"],
+        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+        opset_version=11,
+        dynamo=True,
+    )
+    proto = program.model_proto
+    assert {o.domain: o.version for o in proto.opset_import}[""] == 11
+    assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    (x,) = _images(3)
+    torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-4)
