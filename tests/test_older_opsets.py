@@ -125,6 +125,29 @@ class EncoderBlock(nn.Module):
         return torch.softmax(h + self.mlp(self.norm2(h)), -1)
 
 
+class DecoderLike(nn.Module):
+    """A UNet/VAE decoder's operators: reflect-padded conv, GroupNorm, SiLU, bilinear and
+    nearest upsampling, average pooling, chunk, tanh-GELU and Mish, a channels-last
+    LayerNorm, softmax, amax."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, padding_mode="reflect")
+        self.norm = nn.GroupNorm(2, 8)
+        self.smooth = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.nearest = nn.Upsample(scale_factor=2, mode="nearest")
+        self.pool = nn.AvgPool2d(2)
+        self.layer_norm = nn.LayerNorm(8)
+
+    def forward(self, x):
+        y = nn.functional.silu(self.norm(self.conv(x)))
+        y = self.pool(self.smooth(y) + self.nearest(y))
+        a, b = y.chunk(2, dim=1)
+        z = torch.cat([nn.functional.gelu(a, approximate="tanh"), nn.functional.mish(b)], 1)
+        z = self.layer_norm(z.permute(0, 2, 3, 1))
+        return torch.softmax(z.flatten(1, 2), -1).mean(-1) + z.amax(dim=(1, 2)).sum(-1, True)
+
+
 def _images(batch):
     return (torch.randn(batch, 3, 32, 32),)
 
@@ -133,7 +156,12 @@ def _ids(batch):
     return (torch.randint(0, 50, (batch, batch + 3)),)
 
 
+def _decoder_images(batch):
+    return (torch.randn(batch, 3, 8 + 4 * batch, 20 - 2 * batch),)
+
+
 CASES = {
+    "decoder": (DecoderLike, _decoder_images, {"x": {0: "batch", 2: "height", 3: "width"}}),
     "resnet": (ResNetLike, _images, {"x": {0: "batch"}}),
     "mobilenet_v3": (MobileNetV3Like, _images, {"x": {0: "batch"}}),
     "transformer": (EncoderBlock, _ids, {"ids": {0: "batch", 1: "sequence"}}),
@@ -145,14 +173,15 @@ CASES = {
 def test_models_export_at_older_opsets_with_dynamic_shapes(name, opset):
     """It was DO402 with nothing written: Reshape (allowzero, 14), HardSwish (14),
     ReduceMean at 11 (no adapter from 13), Constant's value_ints at 11, LayerNormalization
-    (17) and Trilu (14) are lowered to older operators."""
+    (17), Trilu (14), Mish (18), CastLike (15), Split(num_outputs) (18) and Resize without
+    roi (13) are lowered to older operators."""
     make_model, make_args, shapes = CASES[name]
     model = make_model().eval()
     program = dynamo_onnx.export(model, make_args(2), opset_version=opset, dynamic_shapes=shapes)
     proto = program.model_proto
     assert {o.domain: o.version for o in proto.opset_import}[""] == opset
     onnx.checker.check_model(proto, full_check=True)
-    newer = {"HardSwish", "LayerNormalization", "Trilu"}
+    newer = {"HardSwish", "LayerNormalization", "Trilu", "Mish", "CastLike"}
     assert not newer & {n.op_type for n in proto.graph.node}
     assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
     for batch in (2, 5):

@@ -13,10 +13,14 @@ import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
 from dynamo_onnx.passes.onnx.lowerings import (
+    CastLikeLowering,
     ConstantValueLowering,
     HardSwishLowering,
     LayerNormLowering,
+    MishLowering,
     ReshapeAllowZeroLowering,
+    ResizeLowering,
+    SplitLowering,
     TriluLowering,
 )
 from dynamo_onnx.passes.onnx.opset import OpsetConversionPass
@@ -28,7 +32,9 @@ def _model(op_type, inputs, attributes=None, outputs=1, out_shape=None, out_dtyp
     """A model of one ``op_type`` node: inputs (name, dtype, shape) or constant tensors."""
     values, nodes = [], []
     for item in inputs:
-        if isinstance(item, ir.TensorProtocol):
+        if item is None:
+            values.append(None)
+        elif isinstance(item, ir.TensorProtocol):
             constant = ir.node("Constant", [], attributes={"value": item})
             nodes.append(constant)
             values.append(constant.outputs[0])
@@ -36,11 +42,11 @@ def _model(op_type, inputs, attributes=None, outputs=1, out_shape=None, out_dtyp
             name, dtype, shape = item
             values.append(ir.Value(name=name, shape=ir.Shape(shape), type=ir.TensorType(dtype)))
     node = ir.node(op_type, values, attributes=attributes, num_outputs=outputs)
-    dtype = out_dtype or next((v.dtype for v in values if v.producer() is None), INT64)
+    dtype = out_dtype or next((v.dtype for v in values if v and v.producer() is None), INT64)
     for index, out in enumerate(node.outputs):
         out.name, out.dtype = f"out{index}", dtype
     node.outputs[0].shape = ir.Shape(out_shape) if out_shape is not None else None
-    graph_inputs = [v for v in values if v.producer() is None]
+    graph_inputs = [v for v in values if v is not None and v.producer() is None]
     graph = ir.Graph(
         graph_inputs, list(node.outputs), nodes=[*nodes, node], opset_imports={"": 18}, name="g"
     )
@@ -156,3 +162,44 @@ def test_a_reduction_with_constant_axes_takes_them_as_an_attribute_at_11(reducti
     (node,) = [n for n in model.graph if n.op_type == reduction]
     assert list(node.attributes["axes"].value) == [1, -1] and len(node.inputs) == 1
     np.testing.assert_allclose(_run(model, {"x": x})[0], expected)
+
+
+def test_mish_is_x_times_tanh_of_softplus_below_18():
+    x = np.linspace(-5, 5, 24, dtype=np.float32).reshape(2, 12)
+    make = lambda: _model("Mish", [("x", FLOAT, [2, 12])])  # noqa: E731
+    _lowered_agrees(make, MishLowering, 17, {"x": x}, "Mish")
+
+
+def test_castlike_is_a_cast_to_the_type_of_its_second_input_below_15():
+    x = np.arange(6, dtype=np.int64).reshape(2, 3)
+    like = np.ones((1,), dtype=np.float32)
+    make = lambda: _model(  # noqa: E731
+        "CastLike", [("x", INT64, [2, 3]), ("like", FLOAT, [1])], out_dtype=FLOAT
+    )
+    _lowered_agrees(make, CastLikeLowering, 13, {"x": x, "like": like}, "CastLike")
+
+
+@pytest.mark.parametrize("target", [11, 17])
+def test_a_split_in_parts_of_a_static_axis_gets_its_sizes_below_18(target):
+    x = np.arange(2 * 7, dtype=np.float32).reshape(2, 7)
+    make = lambda: _model(  # noqa: E731
+        "Split", [("x", FLOAT, [2, 7])], {"axis": 1, "num_outputs": 2}, outputs=2
+    )
+    _lowered_agrees(make, SplitLowering, target, {"x": x}, "__none__")
+    model = _converted(make(), target)
+    (split,) = [n for n in model.graph if n.op_type == "Split"]
+    assert "num_outputs" not in split.attributes
+
+
+def test_a_resize_without_roi_gets_an_empty_one_for_opset_11():
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    scales = ir.tensor(np.array([1, 1, 2, 1.5], dtype=np.float32))
+    make = lambda: _model(  # noqa: E731
+        "Resize",
+        [("x", FLOAT, [2, 3, 4, 5]), None, scales],
+        {"mode": "linear", "keep_aspect_ratio_policy": "stretch"},
+    )
+    _lowered_agrees(make, ResizeLowering, 11, {"x": x}, "__none__")
+    model = _converted(make(), 11)
+    (resize,) = [n for n in model.graph if n.op_type == "Resize"]
+    assert len(resize.inputs) == 3 and "keep_aspect_ratio_policy" not in resize.attributes

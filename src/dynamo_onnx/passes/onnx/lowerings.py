@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from dynamo_onnx.passes.onnx.older_opsets import inferred_types, split_sizes_as_input
+
 __all__ = [
+    "CastLikeLowering",
     "ConstantValueLowering",
     "HardSwishLowering",
     "LayerNormLowering",
+    "MishLowering",
     "ReshapeAllowZeroLowering",
+    "ResizeLowering",
+    "SplitLowering",
     "TriluLowering",
     "lowerings_for",
 ]
@@ -256,6 +262,88 @@ class TriluLowering(_Lowering):
         return True
 
 
+class MishLowering(_Lowering):
+    """``Mish(x)`` (18) is ``x * tanh(softplus(x))`` (1, 6)."""
+
+    op_type, needed_below = "Mish", 18
+
+    def lower(self, node: ir.Node) -> bool:
+        tape = ir.tape.Tape()
+        x = node.inputs[0]
+        gate = tape.op("Tanh", [tape.op("Softplus", [x])])
+        _splice(node, tape, [tape.op("Mul", [x, gate])])
+        return True
+
+
+#: ONNX's names of tensor types (``tensor(float)``) -> their data types.
+_DTYPES = {f"tensor({dtype.name.lower()})": dtype for dtype in ir.DataType}
+
+
+class CastLikeLowering(_Lowering):
+    """``CastLike(x, like)`` (15) is ``Cast(x, to=<like's type>)`` when that type is known
+    (torch_lib writes it for its constants)."""
+
+    op_type, needed_below = "CastLike", 15
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        # the types ONNX's inference finds, for values translation left untyped
+        self.types = inferred_types(model) if _nodes(model, self.op_type) else {}
+        return super().call(model)
+
+    def lower(self, node: ir.Node) -> bool:
+        like = node.inputs[1]
+        dtype = like.dtype if like is not None else None
+        dtype = dtype if dtype is not None else node.outputs[0].dtype  # (like's type)
+        if dtype is None and like is not None:
+            dtype = _DTYPES.get(self.types.get(str(like.name), ""))
+        if dtype is None:
+            return False
+        tape = ir.tape.Tape()
+        _splice(node, tape, [tape.op("Cast", [node.inputs[0]], attributes={"to": int(dtype)})])
+        return True
+
+
+class SplitLowering(_Lowering):
+    """``Split(num_outputs=n)`` (18) on an axis of static size: the sizes as the input
+    (13), which the conversion carries over (``chunk`` on channels)."""
+
+    op_type, needed_below = "Split", 18
+
+    def lower(self, node: ir.Node) -> bool:
+        if "num_outputs" not in node.attributes:
+            return False
+        split_sizes_as_input(node)
+        return "num_outputs" not in node.attributes
+
+
+class ResizeLowering(_Lowering):
+    """``Resize`` (18, 13) without its optional ``roi`` or ``scales`` gets them empty, as
+    its opset-11 version requires them; with no opset-18 attribute away from its default,
+    the node then reads the same from 11 and is carried over."""
+
+    op_type, needed_below = "Resize", 13
+
+    def lower(self, node: ir.Node) -> bool:
+        inputs = list(node.inputs) + [None] * (4 - len(node.inputs))
+        if inputs[1] is not None and inputs[2] is not None:
+            return False
+        tape = ir.tape.Tape()
+        for index in (1, 2):
+            if inputs[index] is None:
+                inputs[index] = _constant(tape, ir.tensor([], dtype=ir.DataType.FLOAT))
+        graph = node.graph
+        assert graph is not None
+        for new in tape.nodes:
+            new.metadata_props.update(node.metadata_props)
+        graph.insert_before(node, tape.nodes)
+        if inputs[3] is None:
+            inputs = inputs[:3]
+        node.resize_inputs(len(inputs))
+        for index, value in enumerate(inputs):
+            node.replace_input_with(index, value)
+        return True
+
+
 class ConstantValueLowering(_Lowering):
     """``Constant(value_int(s)=...)`` and the other typed attributes (12) as a ``value``
     tensor (9): what torch_lib writes for small integer vectors."""
@@ -286,6 +374,10 @@ _LOWERINGS: tuple[type[_Lowering], ...] = (
     LayerNormLowering,
     ReshapeAllowZeroLowering,
     TriluLowering,
+    MishLowering,
+    CastLikeLowering,
+    SplitLowering,
+    ResizeLowering,
     ConstantValueLowering,
 )
 
