@@ -666,9 +666,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.add_run:
         report = json.loads(options.json.read_text(encoding="utf-8"))
-        run = json.loads(options.add_run.read_text(encoding="utf-8"))
-        run["notes"] = [*run.get("notes", []), *options.note]
-        report.setdefault("later_runs", []).append(later_run(run))
+        smaller = json.loads(options.add_run.read_text(encoding="utf-8"))
+        smaller["notes"] = [*smaller.get("notes", []), *options.note]
+        report.setdefault("later_runs", []).append(later_run(smaller))
         atomic_write_text(options.json, rows_json(report, "cases"))
         atomic_write_text(options.markdown, markdown(report))
         return 0

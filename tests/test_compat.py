@@ -211,3 +211,13 @@ def test_a_smaller_run_is_kept_beside_the_full_one(tmp_path):
     assert "- seed 46, cases [7, 7]: conv-pool: run-failed X: bad" in text
     assert "- seed 46: case 7 left as is." in text
     assert len(json.loads(full.read_text())["cases"]) == 3
+
+
+def test_a_case_runs_alone_and_a_chunk_at_opset_17_matches(capsys):
+    """``--case N`` prints the case and its row (``--add-run``'s variable once shadowed the
+    ``run`` it calls); seed 0 case 431, ``x.chunk(3, dim=-1)`` at opset 17, was DO402 (a
+    Split with num_outputs) and now matches eager."""
+    assert compat.main(["--seed", "0", "--case", "431", "--reference", "on-failure"]) == 0
+    out = capsys.readouterr().out
+    assert "x.chunk(3, dim=-1)" in out
+    assert '"verdict": "ours-match"' in out
