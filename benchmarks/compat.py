@@ -502,6 +502,58 @@ def _groups(title: str, groups: dict[str, list[int]], limit: int = 8) -> list[st
     return [*lines, ""]
 
 
+def later_run(run: dict[str, Any]) -> dict[str, Any]:
+    """What docs/compat.md keeps of a smaller run beside the full one (``--add-run``): its
+    circumstances, verdicts and bug groups, with the notes said of it."""
+    config, summary = run["config"], run["summary"]
+    return {
+        "date": run["date"],
+        "machine": run["machine"],
+        "seconds": run["seconds"],
+        "cpu_seconds": run.get("cpu_seconds", 0),
+        "seed": config["seed"],
+        "start": config["start"],
+        "cases": summary["cases"],
+        "reference": config.get("reference", "always"),
+        "verdicts": summary["verdicts"],
+        "bugs": summary["bugs"],
+        "bug_groups": summary["bug_groups"],
+        "notes": run.get("notes", []),
+    }
+
+
+def _later_runs(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """The section of the smaller runs made since the full one, each in a row."""
+    if not runs:
+        return []
+    columns = ("agree", "ours-match", "ours-only", "torch-only", "both-fail", "invalid")
+    lines = [
+        "",
+        "## Later runs",
+        "",
+        "Smaller runs made since the run above (`--reference on-failure`: torch.onnx only "
+        "where dynamo-onnx does not match eager), kept beside it with `--add-run`.",
+        "",
+        "| date | seed | cases | reference | " + " | ".join(columns) + " | bugs | time |",
+        "|---|---:|---|---|" + "---:|" * len(columns) + "---:|---|",
+    ]
+    for run in runs:
+        first, count = run["start"], run["cases"]
+        counts = " | ".join(str(run["verdicts"].get(v, 0)) for v in columns)
+        lines.append(
+            f"| {run['date']} | {run['seed']} | {first} to {first + count - 1} | "
+            f"{run['reference']} | {counts} | {run['bugs']} | {run['seconds']:.0f} s "
+            f"({run['cpu_seconds']:.0f} s of CPU), {run['machine']} |"
+        )
+    lines.append("")
+    for run in runs:
+        for group, indices in run["bug_groups"].items():
+            text = group.replace("|", "\\|").replace("\n", " ")
+            lines.append(f"- seed {run['seed']}, cases {indices}: {text}")
+        lines += [f"- seed {run['seed']}: {note}." for note in run["notes"]]
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     """docs/compat.md: what runs, the figures, and every group of disagreements."""
     summary = report["summary"]
@@ -574,6 +626,7 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | " + " | ".join(str(counts.get(v, 0)) for v in columns) + " |")
         lines.append("")
     lines.pop()
+    lines += _later_runs(report.get("later_runs", []))
     lines += ["", "## Disagreements", ""]
     lines += _groups("Bugs (ours-only failures, errors with no user line)", summary["bug_groups"])
     lines += _groups("torch.onnx-only failures", summary["torch_only_groups"])
@@ -604,7 +657,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--render", action="store_true", help="recount --json and rewrite both files, run nothing"
     )
+    parser.add_argument(
+        "--add-run",
+        type=Path,
+        help="keep this smaller run's json in --json's later runs (and its --note), run nothing",
+    )
+    parser.add_argument("--note", action="append", default=[], help="with --add-run: a note")
     options = parser.parse_args(argv)
+    if options.add_run:
+        report = json.loads(options.json.read_text(encoding="utf-8"))
+        smaller = json.loads(options.add_run.read_text(encoding="utf-8"))
+        smaller["notes"] = [*smaller.get("notes", []), *options.note]
+        report.setdefault("later_runs", []).append(later_run(smaller))
+        atomic_write_text(options.json, rows_json(report, "cases"))
+        atomic_write_text(options.markdown, markdown(report))
+        return 0
     if options.render:
         report = json.loads(options.json.read_text(encoding="utf-8"))
         report["summary"] = summarize(report["cases"])

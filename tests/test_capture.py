@@ -78,21 +78,29 @@ class NormedMLP(torch.nn.Module):
         return self.norm(self.fc(x).relu())
 
 
+class SampledMLP(NormedMLP):
+    def forward(self, x):
+        image = self.norm(self.fc(x).relu()).reshape(1, 1, *x.shape)
+        grid = torch.zeros(1, 2, 2, 2)
+        return torch.nn.functional.grid_sample(image, grid, align_corners=False)
+
+
 def test_a_downconversion_that_cannot_happen_names_the_blocking_operators():
-    """ONNX has LayerNormalization from opset 17 only: at 16 it blocks, and only it."""
+    """ONNX has GridSample from opset 16 only, and nothing older expresses it: at 15 it
+    blocks, and only it (the LayerNormalization, 17, is lowered)."""
     with pytest.raises(dynamo_onnx.SerializationError) as info:
-        dynamo_onnx.export(NormedMLP(), (torch.randn(2, 8),), opset_version=16)
+        dynamo_onnx.export(SampledMLP(), (torch.randn(2, 8),), opset_version=15)
     text = str(info.value)
     assert text.startswith(
-        "[DO402 opset-conversion-failed] Could not convert the model from opset 18 to opset 16: "
-        "blocked by LayerNormalization (1 node(s): No Previous Version of LayerNormalization "
-        "exists)"
+        "[DO402 opset-conversion-failed] Could not convert the model from opset 18 to opset 15: "
+        "blocked by GridSample (1 node(s): No Previous Version of GridSample exists; the "
+        "oldest opset that takes it: 16)"
     )
     (finding,) = info.value.diagnostics.by_rule("DO402")
     assert finding.pass_name == "opset-conversion"
-    assert finding.properties["blocking_ops"] == ["LayerNormalization"]
+    assert finding.properties["blocking_ops"] == ["GridSample"]
     assert finding.primary.path == __file__
-    assert "self.norm(self.fc(x).relu())" in finding.primary.snippet
+    assert "torch.nn.functional.grid_sample(image, grid" in finding.primary.snippet
     assert "$" not in text
 
 
@@ -137,22 +145,21 @@ def test_opset_18_nodes_with_no_adapter_down_are_carried_over_when_they_mean_the
         torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-5)
 
 
-class PaddedNorm(PadsSplitsPools):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer_norm = torch.nn.LayerNorm(10)
-
+class PaddedSample(PadsSplitsPools):
     def forward(self, x):
-        return super().forward(x) + self.layer_norm(x).sum()
+        image = x.reshape(1, *x.shape)
+        grid = torch.zeros(1, 2, 2, 2)
+        sampled = torch.nn.functional.grid_sample(image, grid, align_corners=False)
+        return super().forward(x) + sampled.sum()
 
 
 def test_what_blocks_a_conversion_leaves_out_the_nodes_carried_over():
     """At opset 14 the Pad, Split and Pow are carried over (they mean the same since 11,
-    13 and 7): what blocks is the LayerNormalization, and only it is named."""
+    13 and 7): what blocks is the GridSample, and only it is named."""
     with pytest.raises(dynamo_onnx.SerializationError) as info:
-        dynamo_onnx.export(PaddedNorm().eval(), (torch.randn(3, 4, 10),), opset_version=14)
+        dynamo_onnx.export(PaddedSample().eval(), (torch.randn(3, 4, 10),), opset_version=14)
     (finding,) = info.value.diagnostics.by_rule("DO402")
-    assert finding.properties["blocking_ops"] == ["LayerNormalization"]
+    assert finding.properties["blocking_ops"] == ["GridSample"]
 
 
 def _older_opset_cases():
@@ -189,17 +196,20 @@ def test_operators_whose_later_versions_only_took_types_convert_down(name, opset
         torch.testing.assert_close(program(*args)[0], want, atol=1e-4, rtol=1e-4)
 
 
-def test_a_reshape_to_a_computed_shape_blocks_below_14_and_only_it():
+def test_a_reshape_to_a_computed_shape_converts_below_14():
     """Reshape 14 added ``allowzero``: torch's reshape to a shape computed at run time keeps
     a 0 as a size (``allowzero=1``), which an opset-13 ``Reshape`` reads as "the input's
-    size". That changes an empty tensor's result, so it is not carried over: the only
-    blocker named for a Llama with a dynamic sequence at opset 13."""
+    size". It was DO402 for a Llama with a dynamic sequence at opset 13; the reshapes are
+    lowered (passes/onnx/lowerings.py) and the model matches eager at two sizes."""
     model, make, shapes = _older_opset_cases()["llama"]
-    with pytest.raises(dynamo_onnx.SerializationError) as info:
-        dynamo_onnx.export(model, make(2), opset_version=13, dynamic_shapes=shapes)
-    (finding,) = info.value.diagnostics.by_rule("DO402")
-    assert finding.properties["blocking_ops"] == ["Reshape"]
-    assert "No Adapter From Version 14 for Reshape" in finding.message
+    program = dynamo_onnx.export(model, make(2), opset_version=13, dynamic_shapes=shapes)
+    assert {o.domain: o.version for o in program.model_proto.opset_import}[""] == 13
+    reshapes = [n for n in program.model.graph if n.op_type == "Reshape"]
+    assert reshapes and all("allowzero" not in n.attributes for n in reshapes)
+    for batch in (2, 3):
+        args = make(batch)
+        want = model(*args).last_hidden_state
+        torch.testing.assert_close(program(*args)[0], want, atol=1e-4, rtol=1e-4)
 
 
 class Reductions(torch.nn.Module):

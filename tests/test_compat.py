@@ -14,6 +14,7 @@ sample's 20).
 
 from __future__ import annotations
 
+import json
 import pathlib
 import sys
 
@@ -176,3 +177,47 @@ def test_a_worker_that_dies_in_our_export_is_a_crash_of_ours():
     row = compat._crashed(SEED, 264, {"stage": "torch_onnx", "done": {}})
     assert row["torch_onnx"]["status"] == "crash" and row["dynamo_onnx"]["status"] == "not-run"
     assert row["verdict"] == "both-fail" and row["bug"] is None
+
+
+def test_a_smaller_run_is_kept_beside_the_full_one(tmp_path):
+    """``--add-run``: the full run's figures stay, the smaller run is a row of its own
+    with its bugs and notes; ``--render`` keeps it."""
+
+    def report(seed, cases, bug):
+        row = {
+            "index": 7, "family": "conv-pool", "title": "t", "form": "positional",
+            "verdict": "ours-only" if bug else "ours-match", "bug": bug,
+            "dynamo_onnx": {"status": "run-failed", "rule": "X", "detail": "bad"},
+            "torch_onnx": {"status": "match", "rule": None, "detail": ""},
+        }  # fmt: skip
+        rows = [row] * cases
+        return {
+            "date": "today", "machine": "test", "seconds": 2.0, "cpu_seconds": 1.0,
+            "versions": {"torch": "x"},
+            "config": {"seed": seed, "start": 0, "timeout": 60, "reference": "on-failure"},
+            "summary": compat.summarize(rows), "cases": rows,
+        }  # fmt: skip
+
+    full, small = tmp_path / "compat.json", tmp_path / "small.json"
+    markdown = tmp_path / "compat.md"
+    full.write_text(json.dumps(report(0, 3, None)))
+    small.write_text(json.dumps(report(46, 2, "dynamo-onnx run-failed")))
+    args = ["--json", str(full), "--markdown", str(markdown)]
+    assert compat.main([*args, "--add-run", str(small), "--note", "case 7 left as is"]) == 0
+    assert compat.main([*args, "--render"]) == 0
+    text = markdown.read_text()
+    assert "(seed 0, 3 cases)" in text
+    assert "| today | 46 | 0 to 1 | on-failure | 0 | 0 | 2 | 0 | 0 | 0 | 2 |" in text
+    assert "- seed 46, cases [7, 7]: conv-pool: run-failed X: bad" in text
+    assert "- seed 46: case 7 left as is." in text
+    assert len(json.loads(full.read_text())["cases"]) == 3
+
+
+def test_a_case_runs_alone_and_a_chunk_at_opset_17_matches(capsys):
+    """``--case N`` prints the case and its row (``--add-run``'s variable once shadowed the
+    ``run`` it calls); seed 0 case 431, ``x.chunk(3, dim=-1)`` at opset 17, was DO402 (a
+    Split with num_outputs) and now matches eager."""
+    assert compat.main(["--seed", "0", "--case", "431", "--reference", "on-failure"]) == 0
+    out = capsys.readouterr().out
+    assert "x.chunk(3, dim=-1)" in out
+    assert '"verdict": "ours-match"' in out

@@ -274,3 +274,53 @@ def test_control_flow_inside_control_flow_names_values_once(model):
         for sign in (1.0, -1.0):
             i, x = torch.tensor(0), sign * (torch.rand(rows, 3) + 0.1)
             torch.testing.assert_close(program(i, x)[0], model()(i, x))
+
+
+class NestedLoopConstant(torch.nn.Module):
+    """A while_loop in a while_loop's body adding a constant (issue 46): the inner
+    body's constant stays a ``get_attr`` whose meta value is a FakeTensor; it was DO400
+    ("Cannot take content out from the FakeTensor")."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+
+    def forward(self, i, j, x):
+        from torch._higher_order_ops.while_loop import while_loop
+
+        def outer_cond(i, j, x):
+            return i < 3
+
+        def inner_cond(j, x):
+            if self.where == "cond":
+                return (x.sum() + torch.tensor([0.5, 0.5, 0.5]).sum()) < 50 + j * 0
+            return j < 3
+
+        def inner_body(j, x):
+            if self.where == "cond-branch":
+                step = torch.cond(
+                    x.sum() > 5,
+                    lambda v: v + torch.tensor([1.0, 2.0, 3.0]),
+                    lambda v: v - torch.tensor([3.0, 2.0, 1.0]),
+                    (x,),
+                )
+                return j + 1, step
+            return j + 1, x + torch.tensor([1.0, 2.0, 3.0])
+
+        def outer_body(i, j, x):
+            j, x = while_loop(inner_cond, inner_body, (j, x))
+            return i + 1, j - j, x * 1.0
+
+        return while_loop(outer_cond, outer_body, (i, j, x))
+
+
+@pytest.mark.parametrize("where", ["body", "cond", "cond-branch"])
+def test_a_constant_in_a_nested_while_loop_is_its_value(where):
+    model = NestedLoopConstant(where)
+    args = (torch.tensor(0), torch.tensor(0), torch.zeros(3))
+    program = dynamo_onnx.export(model, args)
+    for got, want in zip(program(*args), model(*args)):
+        torch.testing.assert_close(got, want)
+    start = (torch.tensor(1), torch.tensor(0), torch.ones(3))
+    for got, want in zip(program(*start), model(*start)):
+        torch.testing.assert_close(got, want)

@@ -665,3 +665,33 @@ def test_a_reshape_that_holds_at_every_size_keeps_the_dimension_a_named_axis_ask
         line_of(ReshapesToTwo.forward, "marker: reshape"),
     )
     assert [str(d) for d in program.model.graph.inputs[0].shape] == ["2", "3"]
+
+
+class ViewOfAView(torch.nn.Module):
+    """PyTorch's own exporter test (test_view_dynamic_zero_dim)."""
+
+    def forward(self, x):
+        return x.view(-1, 2).view(1, -1)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        {"dynamic_axes": {"input_1": [0]}, "input_names": ["input_1"]},
+        {"dynamic_shapes": {"x": {0: "n"}}},
+        {"dynamic_shapes": ({0: torch.export.Dim.DYNAMIC},)},
+        {"dynamic_shapes": ({0: torch.export.Dim.AUTO},)},
+        {"dynamic_shapes": {"x": {0: torch.export.Dim("n")}}},
+    ],
+    ids=["dynamic_axes", "named", "Dim.DYNAMIC", "Dim.AUTO", "Dim"],
+)
+def test_a_view_of_a_view_runs_at_every_size_zero_included(spelling):
+    """Traced at size 2, ``x.size(0) // 2`` is 1 and torch fixes the second view to
+    [1, 2]: the ONNX Reshape refused sizes 0 and 6 (issue 46). The example is repeated
+    (DO129), and the model computes the view at every size, as torch.onnx's does."""
+    program = dynamo_onnx.export(ViewOfAView(), (torch.ones(2),), **spelling)
+    (note,) = program.diagnostics.by_rule("DO129")
+    assert "has size 2 in the example, which made a size computed from it 1" in note.message
+    for size in (0, 2, 6):
+        x = torch.arange(size, dtype=torch.float32)
+        torch.testing.assert_close(program(x)[0], ViewOfAView()(x))

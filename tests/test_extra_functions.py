@@ -384,3 +384,141 @@ def test_average_pooling_with_a_divisor_at_dynamic_sizes():
     for size in ((9, 9), (12, 7)):
         x = torch.randn(1, 2, *size)
         torch.testing.assert_close(program(x)[0], SumPool()(x))
+
+
+# -- issue 46: operators with no ONNX function that real models use -------------------------
+
+_SPECIAL_POINTS = torch.cat(
+    [
+        torch.linspace(-6.3, 6.3, 37),
+        torch.tensor([0.5, 1.0, 2.0, 1e-3, -1e-3, 30.7, 100.0, -2.0, 0.0, -0.0]),
+        torch.tensor([math.inf, -math.inf, math.nan]),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    "function",
+    [torch.lgamma, torch.digamma, torch.special.digamma, torch.i0, torch.special.i0],
+    ids=["lgamma", "digamma", "special.digamma", "i0", "special.i0"],
+)
+def test_special_functions_match_eager_with_poles_and_infinities(function):
+    _matches(function, _SPECIAL_POINTS)
+
+
+def test_erfinv_matches_eager_to_the_ends_of_its_domain():
+    y = torch.cat([torch.linspace(-0.9999, 0.9999, 61), torch.tensor([1.0, -1.0, 0.0, 1.5])])
+    _matches(torch.erfinv, y)
+    _matches(torch.special.erfinv, y)
+
+
+def _with_nans(*shape):
+    x = torch.randn(*shape)
+    x[1, 2] = math.nan
+    return x
+
+
+@pytest.mark.parametrize(
+    "function",
+    [
+        lambda x: torch.median(x),
+        lambda x: torch.median(x, 1),
+        lambda x: torch.median(x, dim=0, keepdim=True),
+        lambda x: x.median(-1),
+        lambda x: torch.nanmedian(x),
+        lambda x: torch.nanmedian(x, 1),
+        lambda x: x.nanmedian(0, keepdim=True),
+    ],
+)
+def test_median_and_nanmedian_values_and_positions(function):
+    _matches(function, torch.randn(5, 6))
+    _matches(function, _with_nans(5, 6))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_mode_is_the_smallest_most_frequent_value_at_its_last_position(dtype):
+    x = torch.randint(0, 3, (4, 7)).to(dtype)
+    _matches(lambda t: torch.mode(t), x)
+    _matches(lambda t: torch.mode(t, 0, keepdim=True), x)
+    _matches(lambda t: t.mode(dim=1), x)
+
+
+def test_masked_select_has_the_size_of_the_mask_at_run_time():
+    x, mask = torch.randn(3, 4), torch.tensor([True, False, True, True])
+    program = _matches(torch.masked_select, x, mask)  # the mask broadcast over rows
+    other = torch.tensor([False, False, False, True])
+    torch.testing.assert_close(program(x, other)[0], torch.masked_select(x, other))
+    _matches(lambda t: t[t > 0], torch.randn(4, 5))  # the spelling that decomposes to it
+
+
+@pytest.mark.parametrize("reduce", ["prod", "amax", "amin", "mean"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce_with_repeated_indices(reduce, include_self):
+    x, index, source = torch.randn(3, 4), torch.tensor([0, 2, 0, 1, 2]), torch.randn(5, 4)
+    _matches(
+        lambda t, i, s: t.index_reduce(0, i, s, reduce, include_self=include_self), x, index, source
+    )
+    _matches(
+        lambda t, i, s: t.index_reduce(1, i, s.T, reduce, include_self=include_self),
+        x.T,
+        index,
+        source,
+    )
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean"])
+def test_index_reduce_of_a_0d_tensor(reduce):
+    x, source = torch.tensor(2.0), torch.tensor(3.0)
+    _matches(lambda t, i, s: t.index_reduce(0, i, s, reduce), x, torch.tensor([0]), source)
+
+
+def test_index_reduce_mean_of_integers_floors():
+    x, source = torch.randint(-9, 9, (2, 3)), torch.randint(-9, 9, (2, 3))
+    _matches(lambda t, i, s: t.index_reduce(1, i, s, "mean"), x, torch.tensor([0, 2, 2]), source)
+
+
+_MATRICES = torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(4))
+_SPD = _MATRICES @ _MATRICES.mT + torch.eye(4)
+
+
+@pytest.mark.parametrize(
+    ("function", "args"),
+    [
+        (torch.linalg.inv, (_MATRICES,)),
+        (torch.inverse, (_MATRICES[0],)),
+        (torch.linalg.inv_ex, (_MATRICES,)),
+        (torch.linalg.solve, (_MATRICES, torch.randn(2, 4, 3))),
+        (torch.linalg.solve, (_MATRICES, torch.randn(2, 4))),
+        (lambda a, b: torch.linalg.solve(a, b, left=False), (_MATRICES, torch.randn(2, 3, 4))),
+        (torch.linalg.solve_ex, (_MATRICES, torch.randn(4, 2))),
+        (torch.linalg.slogdet, (_MATRICES,)),
+        (torch.slogdet, (_MATRICES[1],)),
+        (torch.ops.aten._linalg_slogdet, (_MATRICES,)),
+        (torch.linalg.cholesky, (_SPD,)),
+        (lambda a: torch.linalg.cholesky(a, upper=True), (_SPD,)),
+        (torch.linalg.cholesky_ex, (_SPD,)),
+        (torch.cholesky, (_SPD[0],)),
+        (
+            lambda a, b: torch.linalg.solve_triangular(a, b, upper=True),
+            (_MATRICES.triu() + 3 * torch.eye(4), torch.randn(2, 4, 3)),
+        ),
+        (
+            lambda a, b: torch.linalg.solve_triangular(a, b, upper=False, unitriangular=True),
+            (_MATRICES.tril(), torch.randn(2, 4, 3)),
+        ),
+        (
+            lambda a, b: torch.linalg.solve_triangular(a, b, upper=True, left=False),
+            (_MATRICES.triu() + 3 * torch.eye(4), torch.randn(2, 3, 4)),
+        ),
+        (torch.linalg.inv, (torch.randn(3, 1, 1),)),
+        (lambda a: torch.linalg.tensorinv(a, ind=3), (torch.randn(2, 2, 3, 12, 1),)),
+        (torch.linalg.inv_ex, (torch.randn(0, 0),)),  # empty matrices (OpInfo's samples)
+        (torch.linalg.slogdet, (torch.randn(2, 0, 0),)),
+        (torch.linalg.cholesky_ex, (torch.randn(0, 0),)),
+        (torch.linalg.solve_ex, (_MATRICES[0], torch.randn(4))),  # a 0-d info
+    ],
+)
+def test_linear_algebra_unrolled_over_a_static_size_matches_eager(function, args):
+    """LU with partial pivoting (the LU and pivots LAPACK returns), Cholesky and
+    substitution: values, and every output the operator has."""
+    _matches(function, *args, atol=1e-4, rtol=1e-4)

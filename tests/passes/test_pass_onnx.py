@@ -52,11 +52,24 @@ def test_opset_conversion_folds_a_reductions_axes_and_converts_down():
 
 
 def test_opset_conversion_names_the_operator_that_blocks_it():
+    """ReduceMean's attribute form goes down to 11 (its axes are given it there), not 10:
+    the finding names it with the oldest opset that takes it."""
     ctx = DiagnosticContext()
     with pytest.raises(dynamo_onnx.SerializationError) as info:
-        OpsetConversionPass()(ctx, _state(three_nodes(), opset=11))
+        OpsetConversionPass()(ctx, _state(three_nodes(), opset=10))
     assert info.value.rule_id == "DO402"
-    assert ctx.by_rule("DO402")[0].properties["blocking_ops"]
+    (finding,) = ctx.by_rule("DO402")
+    assert finding.properties["blocking_ops"] == ["ReduceMean"]
+    assert "the oldest opset that takes it: 11" in finding.message
+
+
+def test_opset_conversion_gives_a_reduction_its_axes_at_opset_11():
+    model = three_nodes()
+    OpsetConversionPass()(DiagnosticContext(), _state(model, opset=11))
+    assert model.opset_imports[""] == 11
+    (mean,) = [n for n in model.graph if n.op_type == "ReduceMean"]
+    assert list(mean.attributes["axes"].value) == [-1] and len(mean.inputs) == 1
+    onnx.checker.check_model(ir.to_proto(model), full_check=True)
 
 
 def test_the_weight_check_warns_of_a_nan_weight_by_name():

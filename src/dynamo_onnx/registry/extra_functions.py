@@ -18,6 +18,13 @@ are never chosen below the opset they need. What each group is for is said in it
   ``empty_permuted``, ``reshape`` (a size of 0 is empty, as in ``view``);
 * ``functions.reductions``: torch_lib's ``all``/``any``/``amax``/``amin`` on 0-d inputs,
   ``scatter_reduce`` with ``mean``, circular ``pad``, ``cumprod``, ``cummax``, ``cummin`` (torch_lib has none);
+* ``functions.special``: ``lgamma``, ``digamma``, ``erfinv``, ``i0`` (series and
+  approximations in float64);
+* ``functions.selection``: ``median``/``nanmedian``, ``mode``, ``masked_select``,
+  ``index_reduce``;
+* ``functions.linalg``: ``linalg.inv``/``solve``/``slogdet``/``cholesky``/
+  ``solve_triangular`` unrolled over a static matrix size (LU with partial pivoting,
+  Cholesky, substitution);
 * ``functions.bags``: ``embedding_bag`` without torch_lib's loop over the bags (ONNX
   Runtime crashes running it when the indices' shape is static);
 * ``functions.random``: ``cauchy``, ``exponential``, ``geometric``, ``log_normal``;
@@ -35,12 +42,15 @@ from dynamo_onnx.registry.functions import (
     bags,
     elementwise,
     indexing,
+    linalg,
     nn,
     numeric,
     onnx_ops,
     pooling,
     random,
     reductions,
+    selection,
+    special,
     symbolic,
 )
 from dynamo_onnx.registry.functions.copies import COPY_OF_VIEW
@@ -121,6 +131,30 @@ _BY_NAME: tuple[tuple[str, object, int], ...] = (
     ("aten::cumprod", reductions.cumprod, 18),
     ("aten::cummax", reductions.cummax, 18),
     ("aten::cummin", reductions.cummin, 18),
+    ("aten::lgamma", special.lgamma, 18),
+    ("aten::digamma", special.digamma, 18),
+    ("aten::erfinv", special.erfinv, 18),
+    ("aten::i0", special.i0, 18),
+    ("aten::median", selection.median, 18),
+    ("aten::median.dim", selection.median_dim, 18),
+    ("aten::nanmedian", selection.nanmedian, 18),
+    ("aten::nanmedian.dim", selection.nanmedian_dim, 18),
+    ("aten::mode", selection.mode, 18),
+    ("aten::masked_select", selection.masked_select, 18),
+    ("aten::index_reduce", selection.index_reduce, 18),
+    ("aten::linalg_inv_ex", linalg.linalg_inv_ex, 18),
+    ("aten::linalg_inv", linalg.linalg_inv, 18),
+    ("aten::inverse", linalg.linalg_inv, 18),
+    ("aten::linalg_tensorinv", linalg.linalg_tensorinv, 18),
+    ("aten::_linalg_solve_ex", linalg.linalg_solve_ex, 18),
+    ("aten::linalg_solve", linalg.linalg_solve, 18),
+    ("aten::_linalg_slogdet", linalg.linalg_slogdet_full, 18),
+    ("aten::linalg_slogdet", linalg.linalg_slogdet, 18),
+    ("aten::slogdet", linalg.linalg_slogdet, 18),
+    ("aten::linalg_cholesky_ex", linalg.linalg_cholesky_ex, 18),
+    ("aten::linalg_cholesky", linalg.cholesky, 18),
+    ("aten::cholesky", linalg.cholesky, 18),
+    ("aten::linalg_solve_triangular", linalg.linalg_solve_triangular, 18),
     ("aten::embedding_bag", bags.embedding_bag, 18),
     ("aten::embedding_bag.padding_idx", bags.embedding_bag, 18),
     ("aten::_embedding_bag", bags.embedding_bag, 18),

@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import inspect
 import logging
+import operator
 import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
@@ -32,7 +33,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import CaptureError, OnnxExporterError
-from dynamo_onnx.foreign_text import is_about_a_guard, read_capture_failure
+from dynamo_onnx.foreign_text import is_about_a_guard, program_conditions, read_capture_failure
 from dynamo_onnx.integrations import capturing
 from dynamo_onnx.passes.base import CaptureRecord, ExportState, PassName, ShapeLogRecord
 from dynamo_onnx.passes.capture.called_spec import as_called
@@ -96,6 +97,9 @@ class TorchExportStrategy:
             prefer_deferred_runtime_asserts_over_guards=deferred,
         )
 
+
+#: What a strategy's label says when it deferred size guards to assertions in the graph.
+_DEFERRING = " deferring size guards"
 
 #: The strategies, in the order they are tried.
 STRATEGIES: tuple[TorchExportStrategy, ...] = (
@@ -282,7 +286,8 @@ class CapturePass:
             widened = _widened_capture(ctx, self.strategies[0], module, state)
             if widened is not None:
                 return widened
-            return self._capture(ctx, module, state)
+            captured = self._capture(ctx, module, state)
+            return _unpinned_capture(ctx, self.strategies[0], module, captured)
 
     def _capture(
         self, ctx: DiagnosticContext, module: torch.nn.Module, state: ExportState
@@ -293,7 +298,7 @@ class CapturePass:
         causes: list[str] = []
         failures: list[tuple[BaseException, Location | None]] = []
         for strategy, deferred in self._attempts(failures, state.valid.dynamic_shapes):
-            label = strategy.label + (" deferring size guards" if deferred else "")
+            label = strategy.label + (_DEFERRING if deferred else "")
             shape_log = _ShapeLog(show=state.valid.verbose)
             spec = state.valid.dynamic_shapes
             try:
@@ -334,7 +339,7 @@ class CapturePass:
                     # that stays static (torch names a symbol by its source: the same
                     # symbol in both captures is the same dimension)
                     program, spec, records = kept[0], kept[1], records + kept[2]
-                    label += " deferring size guards"
+                    label += _DEFERRING
             ctx.record(
                 "capture-strategy-succeeded",
                 strategy=label,
@@ -550,35 +555,142 @@ def _widened_capture(
     itself), is captured as given instead, and the dimension is a DO105 warning.
     """
     ones = _size_one_dims(state)
+    if not ones:
+        return None
+    return _repeated_capture(ctx, strategy, module, state, ones, "", unpins=False)
+
+
+def _repeated_capture(
+    ctx: DiagnosticContext,
+    strategy: TorchExportStrategy,
+    module: torch.nn.Module,
+    state: ExportState,
+    dims: list[tuple[str, int]],
+    reason: str,
+    unpins: bool,
+    deferred: bool = False,
+) -> ExportState | None:
+    """Capture with the example repeated along ``dims`` (twice its size), a DO129 note
+    for each (``reason``: why, beyond a size of 1); None when the model does not trace so,
+    or fixes one of them, or (``unpins``: the capture is made to free a computed size)
+    still holds a computed size at 0 or 1. ``unpins`` also keeps the first capture's
+    DO102, which the caller recorded; ``deferred``: size guards deferred, as the first
+    capture had them."""
     signature = forward_signature(state.valid.model)
-    if not ones or signature is None:
+    if signature is None:
         return None
     bound = inspect.BoundArguments(signature, dict(state.valid.bound))  # type: ignore[arg-type]
-    for name, dim in ones:
+    for name, dim in dims:
         value = bound.arguments[name]
         bound.arguments[name] = torch.cat([value, value], dim=dim)
     shape_log = _ShapeLog(show=state.valid.verbose)
     try:
         with shape_log.listening():
-            program = strategy.capture(module, bound.args, bound.kwargs, state.valid.dynamic_shapes)
+            program = strategy.capture(
+                module, bound.args, bound.kwargs, state.valid.dynamic_shapes, deferred=deferred
+            )
     except Exception:  # noqa: BLE001 - captured as given instead, with DO105
         return None
-    if _specialized(program, ones):
+    if _specialized(program, dims) or (unpins and _sizes_pinned_at_zero_or_one(program, state)):
         return None  # fixed at 2, it would not even take the example: as given, DO105
-    for name, dim in ones:
+    for name, dim in dims:
         ctx.record(
             "dynamic-dim-example-widened",
             locations=[ctx.call_site],
             input=state.valid.label(name),
             dim=dim,
+            size=state.valid.requested_dims.get((name, dim), 1),
+            traced=2 * state.valid.requested_dims.get((name, dim), 1),
+            reason=reason,
         )
-    ctx.record(
-        "capture-strategy-succeeded", strategy=strategy.label, nodes=len(program.graph.nodes)
-    )
+    if not unpins:
+        ctx.record(
+            "capture-strategy-succeeded", strategy=strategy.label, nodes=len(program.graph.nodes)
+        )
+        _check_outputs(ctx, program, state.valid.model_location)
     _lines_for_regions(program)
-    _check_outputs(ctx, program, state.valid.model_location)
-    record = CaptureRecord(strategy.label, state.valid.dynamic_shapes, tuple(shape_log.records))
+    label = strategy.label + (_DEFERRING if deferred else "")
+    record = CaptureRecord(label, state.valid.dynamic_shapes, tuple(shape_log.records))
     return state.replace(capture=record, exported_program=program)
+
+
+def _sizes_pinned_at_zero_or_one(
+    program: torch.export.ExportedProgram, state: ExportState
+) -> list[tuple[str, int]]:
+    """The declared dimensions behind a size computed from them that the program holds
+    at 0 or 1 (``x.view(-1, 2).view(1, -1)`` traced at 2: ``x.size()[0] // 2 == 1``):
+    torch's 0/1 rule applied to the computed size, which the example made 1, fixes the
+    program to it although the model computes it at every size."""
+    dims: list[tuple[str, int]] = []
+    found = [
+        [(size.input, size.dim) for size in condition.sizes]
+        for condition in program_conditions(program)
+        if condition.fixes_a_computed_size and condition.value in ("0", "1")
+    ]
+    for keys in [*found, *_asserted_at_zero_or_one(program)]:
+        if keys and all(key in state.valid.declared_dims for key in keys):
+            dims.extend(key for key in keys if key not in dims)
+    return dims
+
+
+def _asserted_at_zero_or_one(program: torch.export.ExportedProgram) -> list[list[tuple[str, int]]]:
+    """The sizes behind each assertion in the graph (a capture deferring size guards) that
+    a size computed from them is 0 or 1 (``_assert_scalar(floordiv(sym_size(x, 0), 2) ==
+    1)``), as (input, dimension) lists."""
+    found = []
+    for node in program.graph.nodes:
+        if node.target is not torch.ops.aten._assert_scalar.default or not node.args:
+            continue
+        condition = node.args[0]
+        if not isinstance(condition, torch.fx.Node) or condition.target is not operator.eq:
+            continue
+        computed, value = condition.args[0], condition.args[1]
+        if value not in (0, 1) or not isinstance(computed, torch.fx.Node):
+            continue
+        if computed.target in (torch.ops.aten.sym_size.int, operator.mod):
+            continue  # a bare size (a range) or a remainder (divisibility), not a size
+        sizes = [
+            (str(n.args[0]), int(n.args[1]))
+            for n in _ancestors(computed)
+            if n.target is torch.ops.aten.sym_size.int and isinstance(n.args[0], torch.fx.Node)
+        ]
+        found.append(sizes)
+    return found
+
+
+def _ancestors(node: torch.fx.Node) -> list[torch.fx.Node]:
+    seen: dict[torch.fx.Node, None] = {}
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen[current] = None
+        stack.extend(n for n in current.all_input_nodes if n.op == "call_function")
+    return list(seen)
+
+
+def _unpinned_capture(
+    ctx: DiagnosticContext,
+    strategy: TorchExportStrategy,
+    module: torch.nn.Module,
+    captured: ExportState,
+) -> ExportState:
+    """``captured``, or, when its program holds a size computed from declared dynamic
+    dimensions at 0 or 1 (:func:`_sizes_pinned_at_zero_or_one`), the capture with the
+    example repeated along them, where that size is no longer 0 or 1 (torch.onnx traces
+    size-oblivious through a private switch for the same)."""
+    program = captured.exported_program
+    pinned = _sizes_pinned_at_zero_or_one(program, captured) if program is not None else []
+    label = captured.capture.strategy if captured.capture is not None else ""
+    deferred = label == strategy.label + _DEFERRING
+    if not pinned or label not in (strategy.label, strategy.label + _DEFERRING):
+        return captured  # (a strict capture: left as it is)
+    reason = ", which made a size computed from it 1, and torch fixes a size of 1"
+    widened = _repeated_capture(
+        ctx, strategy, module, captured, pinned, reason, unpins=True, deferred=deferred
+    )
+    return widened if widened is not None else captured
 
 
 #: How many times a dimension's example size the probe tries it at, beyond the example.

@@ -16,7 +16,13 @@ from collections.abc import Callable, Iterator, Mapping
 import onnx
 import onnx_ir as ir
 
-__all__ = ["carried_over", "drop_newer_attributes", "hidden_from_converter", "inferred_types"]
+__all__ = [
+    "carried_over",
+    "drop_newer_attributes",
+    "hidden_from_converter",
+    "inferred_types",
+    "split_sizes_as_input",
+]
 
 #: A domain the version converter leaves alone, for the nodes it must not look at.
 _HIDDEN = "dynamo_onnx.hidden"
@@ -65,12 +71,16 @@ def drop_newer_attributes(model: ir.Model, target: int) -> None:
                 if attr is not None and attr.value == 0:
                     del node.attributes["noop_with_empty_axes"]
             elif node.op_type == "Split" and "num_outputs" in node.attributes:
-                _split_sizes_as_input(node)
+                split_sizes_as_input(node)
             if target < 13 and node.op_type == "Split" and len(node.inputs) > 1:
                 _split_sizes_as_attribute(node)
             elif target < 14 and node.op_type == "Reshape" and "allowzero" in node.attributes:
                 if _attr(node, "allowzero") == 0 or _no_zero_in_shape(node):
                     del node.attributes["allowzero"]  # (added in 14; the same without it)
+            elif node.op_type == "Resize":
+                for name, default in _RESIZE_18.items():  # (at their defaults: carried)
+                    if name in node.attributes and _attr(node, name) == default:
+                        del node.attributes[name]
             elif target < 14 and node.op_type == "BatchNormalization":
                 if _attr(node, "training_mode") == 0:
                     del node.attributes["training_mode"]  # (added in 14; 0 is inference)
@@ -96,6 +106,10 @@ _SAME_SINCE: dict[str, tuple[int, Callable[[ir.Node], bool]]] = {
     "Constant": (9, lambda n: set(n.attributes) == {"value"}),
     "BatchNormalization": (9, lambda n: _attr(n, "training_mode", 0) == 0 and len(n.outputs) == 1),
     "GatherND": (12, lambda n: True),
+    # 13 and 16 only took more types (bfloat16, optionals); 11 let the branches' shapes differ
+    "If": (11, lambda n: True),
+    # 13 made roi and scales optional, 18 added antialias, axes, keep_aspect_ratio_policy
+    "Resize": (11, lambda n: _resize_as_11(n)),
 }
 
 #: Operators whose versions from the given opset to 18 only took more types (bfloat16, small
@@ -111,10 +125,27 @@ _TYPES_ONLY_SINCE = {
     **dict.fromkeys(("Relu", "Sigmoid", "Sqrt", "Tanh", "LeakyRelu", "Tile"), 6),
     **dict.fromkeys(("Less", "Greater", "Where", "Erf", "IsNaN", "Sign", "MatMul"), 9),
     **dict.fromkeys(("Equal", "Gemm", "Clip", "Concat", "Gather", "Flatten", "Slice"), 11),
-    **dict.fromkeys(("CumSum", "GatherElements", "Cast", "Expand", "Sum"), 11),
+    **dict.fromkeys(("CumSum", "GatherElements", "Cast", "Expand", "Sum", "Range"), 11),
+    **dict.fromkeys(("ConstantOfShape",), 9),
     **dict.fromkeys(("LessOrEqual", "GreaterOrEqual", "Max", "Min"), 12),
     **dict.fromkeys(("Transpose", "Identity", "Size", "Not", "And", "Or"), 7),
 }
+
+
+#: Resize's attributes of 18 and their defaults, which a node read at 11 must leave so.
+_RESIZE_18 = {"antialias": 0, "axes": None, "keep_aspect_ratio_policy": "stretch"}
+
+
+def _resize_as_11(node: ir.Node) -> bool:
+    """A ``Resize`` with its roi and scales given (11 requires them, empty or not) and the
+    attributes of 18 at their defaults (ONNX Runtime takes none of them below 18)."""
+    given = len(node.inputs) >= 3 and node.inputs[1] is not None and node.inputs[2] is not None
+    mode = _attr(node, "coordinate_transformation_mode", "half_pixel")
+    return (
+        given
+        and mode != "half_pixel_symmetric"
+        and all(_attr(node, name, default) == default for name, default in _RESIZE_18.items())
+    )
 
 
 def _no_zero_in_shape(node: ir.Node) -> bool:
@@ -199,7 +230,11 @@ def carried_over(node: ir.Node, target: int, types: Mapping[str, str]) -> bool:
     """Whether ``node`` passes the conversion down to ``target`` unchanged
     (:func:`hidden_from_converter` carries it): never what blocks a conversion. ``types``:
     :func:`inferred_types` of its model."""
-    return target < 18 and _same_below_18(node, target, types)
+    return target < 18 and (
+        _same_below_18(node, target, types)
+        or _reduction_axes(node, target, types) is not None
+        or _split_sizes(node, target) is not None
+    )
 
 
 @contextlib.contextmanager
@@ -215,7 +250,7 @@ def hidden_from_converter(model: ir.Model, target: int) -> Iterator[None]:
     if target < 18:
         types = inferred_types(model)
         for node in _nodes(model):
-            if carried_over(node, target, types):
+            if _same_below_18(node, target, types) or _axes_as_attribute(node, target, types):
                 node.domain = _HIDDEN
                 hidden = True
     if hidden:
@@ -260,6 +295,61 @@ def _shape_ranges_sliced(model: ir.Model) -> None:
         graph.remove(node, safe=True)
 
 
+def _reduction_axes(node: ir.Node, target: int, types: Mapping[str, str]) -> list[int] | None:
+    """The axes of an opset-18 reduction (``ReduceSum``'s of 13) that reads as its
+    version at ``target`` (11 to 17) with them as its ``axes`` attribute (12 and 13 only
+    took more types; ``[]``: no axes, every one): the converter goes down to 13 only, with
+    no adapter from 13 down. None when it does not (computed axes, types ``target`` lacks)."""
+    reduction = node.op_type in _REDUCTIONS_18 or (target < 13 and node.op_type == "ReduceSum")
+    if not reduction or node.domain not in ("", "ai.onnx") or not 11 <= target < 18:
+        return None
+    if _attr(node, "noop_with_empty_axes", 0) != 0 or not 1 <= len(node.inputs) <= 2:
+        return None
+    axes: list[int] = []
+    if len(node.inputs) == 2 and node.inputs[1] is not None:
+        constant = ir.convenience.get_const_tensor(node.inputs[1])
+        if constant is None:
+            return None
+        axes = constant.numpy().reshape(-1).tolist()
+    try:
+        schema = onnx.defs.get_schema(node.op_type, target)
+    except onnx.defs.SchemaError:
+        return None
+    (allowed,) = (set(c.allowed_type_strs) for c in schema.type_constraints)
+    if {_type_name(node.inputs[0], types), _type_name(node.outputs[0], types)} - allowed:
+        return None
+    return axes
+
+
+def _split_sizes(node: ir.Node, target: int) -> list[int] | None:
+    """The constant sizes of an opset-13 ``Split`` that reads as its opset-11 version
+    with them as its ``split`` attribute (12 only took more types), below 13."""
+    if node.op_type != "Split" or node.domain not in ("", "ai.onnx") or not 11 <= target < 13:
+        return None
+    if "num_outputs" in node.attributes or len(node.inputs) != 2 or node.inputs[1] is None:
+        return None
+    sizes = ir.convenience.get_const_tensor(node.inputs[1])
+    return None if sizes is None else sizes.numpy().reshape(-1).tolist()
+
+
+def _axes_as_attribute(node: ir.Node, target: int, types: Mapping[str, str]) -> bool:
+    """Rewrite a reduction :func:`_reduction_axes` reads, or a ``Split``
+    :func:`_split_sizes` reads, into its form at ``target``."""
+    sizes = _split_sizes(node, target)
+    if sizes is not None:
+        node.attributes["split"] = ir.AttrInt64s("split", sizes)
+        node.resize_inputs(1)
+        return True
+    axes = _reduction_axes(node, target, types)
+    if axes is None:
+        return False
+    node.attributes.pop("noop_with_empty_axes", None)
+    if axes:
+        node.attributes["axes"] = ir.AttrInt64s("axes", axes)
+    node.resize_inputs(1)
+    return True
+
+
 def _nodes(model: ir.Model) -> list[ir.Node]:
     return [
         node
@@ -278,7 +368,7 @@ def _split_sizes_as_attribute(node: ir.Node) -> None:
     node.resize_inputs(1)
 
 
-def _split_sizes_as_input(node: ir.Node) -> None:
+def split_sizes_as_input(node: ir.Node) -> None:
     """Replace ``Split``'s ``num_outputs`` by the sizes, when its input's axis is static."""
     parts = node.attributes.pop("num_outputs").value
     data = node.inputs[0]

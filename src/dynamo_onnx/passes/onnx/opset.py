@@ -24,6 +24,7 @@ from dynamo_onnx.foreign_text import converter_message
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.logs import dropped
 from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
+from dynamo_onnx.passes.onnx.lowerings import lowerings_for
 from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
 from dynamo_onnx.passes.onnx.older_opsets import (
     carried_over,
@@ -75,6 +76,7 @@ def _try_convert(model: ir.Model, target: int) -> str | None:
     """Convert in place; None when it happened, else why not. The converter logs its
     fallback and the C API's traceback: the finding reports the cause, the log is dropped."""
     cause = "the ONNX version converter left the model unchanged"
+    lowerings_for(target)(model)
     try:
         with dropped(_CONVERTER_LOGGER), hidden_from_converter(model, target):
             onnxscript.version_converter.convert_version(model, target, fallback=True)
@@ -256,11 +258,23 @@ def _blocking_nodes(model: ir.Model, source: int, target: int) -> dict[str, tupl
         if tried.get(op_type, 0) >= _PROBES_PER_OP:
             continue
         tried[op_type] = tried.get(op_type, 0) + 1
+        probe = _probe_model(node, source)
         try:
-            onnx.version_converter.convert_version(_probe_model(node, source), target)
+            onnx.version_converter.convert_version(probe, target)
         except Exception as exc:  # noqa: BLE001 - the reason is the finding
             reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
             reason = converter_message(reason.split("failed: ", 1)[-1])
+            oldest = _oldest_opset(probe, target, source)
             trace = node.metadata_props.get(STACK_TRACE, "")
-            blockers[op_type] = (1, reason, trace)
+            blockers[op_type] = (1, f"{reason}; the oldest opset that takes it: {oldest}", trace)
     return blockers
+
+
+def _oldest_opset(probe: onnx.ModelProto, target: int, source: int) -> int:
+    """The oldest opset above ``target`` that the one-node ``probe`` converts to as a
+    model does (lowered, carried over or converted; at worst ``source``, where it was
+    written)."""
+    for opset in range(target + 1, source):
+        if _try_convert(ir.from_proto(probe), opset) is None:
+            return opset
+    return source

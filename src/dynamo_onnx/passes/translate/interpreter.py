@@ -19,6 +19,7 @@ import torch.fx
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import TranslationError
+from dynamo_onnx.fake import is_fake
 from dynamo_onnx.passes.fx import ASSERTIONS, has_decomposition, is_higher_order
 from dynamo_onnx.passes.metadata import NodeSource, control_flow_source, node_source, origin_props
 from dynamo_onnx.passes.translate import control_flow, problems
@@ -118,11 +119,15 @@ class Translator:
 
     def get_attr(self, node: torch.fx.Node) -> None:
         val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            name = f"{self.builder.prefix}{node.name}"
-            self.builder.bind(node.name, self.builder.add_initializer(name, val))
-            return
         attribute = _fetch_attr(self.module, str(node.target))
+        if isinstance(val, torch.Tensor):
+            # the module's own tensor when it holds one: the constant of a loop nested in a
+            # loop's body stays a get_attr, whose meta value is a FakeTensor without data
+            real = isinstance(attribute, torch.Tensor) and not is_fake(attribute)
+            name = f"{self.builder.prefix}{node.name}"
+            tensor = attribute if real else val
+            self.builder.bind(node.name, self.builder.add_initializer(name, tensor))
+            return
         if not isinstance(attribute, torch.fx.GraphModule):
             self.ctx.fail(
                 "translation-failed",
@@ -207,7 +212,9 @@ class Translator:
         if self.lower is None or not has_decomposition(node.target):
             return False
         program = single_node_program(node, self.lower)
-        if program is None:
+        if program is None or program.graph_signature.input_tokens:
+            # (a decomposition with side effects, ``linalg.tensorinv``'s error check: its
+            # effect tokens have no ONNX value, and the operator stays unsupported)
             return False
         nested = self.nested(self.builder.scope(f"{self.builder.prefix}{node.name}__"), source)
         placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]

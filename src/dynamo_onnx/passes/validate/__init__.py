@@ -157,6 +157,9 @@ class ValidatePass:
                         locations=[ctx.call_site],
                         input=family_inputs.names[input_name],
                         dim=dim,
+                        size=1,
+                        traced=2,
+                        reason="",
                     )
             checked = dataclasses.replace(
                 checked,
