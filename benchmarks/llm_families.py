@@ -18,8 +18,14 @@ WINDOW = 16
 PROMPT_LENGTH = 40
 #: LongRoPE's original context: under the prompt, so generation runs on the long factors.
 LONGROPE_ORIGINAL = 32
+#: The context of every family.
+CONTEXT = 128
 #: The tokenizer's specials (trained in :func:`_tokenizer`): <unk> 0, <s> 1, </s> 2.
 SPECIALS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+#: The weights' standard deviation: transformers' default 0.02 makes a tiny model whose
+#: attention is nearly uniform, so its tokens hardly depend on positions (a LongRoPE or a
+#: window changes none of them); at 0.1 they do.
+INITIALIZER_RANGE = 0.1
 #: A decoder small enough to export in seconds; head size 16, which GroupQueryAttention takes
 #: on the CPU.
 DECODER: dict[str, Any] = {
@@ -29,7 +35,8 @@ DECODER: dict[str, Any] = {
     "num_key_value_heads": 2,
     "intermediate_size": 128,
     "vocab_size": 128,
-    "max_position_embeddings": 128,
+    "max_position_embeddings": CONTEXT,
+    "initializer_range": INITIALIZER_RANGE,
     **SPECIALS,
 }
 HEAD_DIM = {"head_dim": 16}
@@ -93,7 +100,9 @@ FAMILIES: tuple[Family, ...] = (
         f"window {WINDOW} on layer 1",
     ),
     Family("qwen3", "qwen3", {**DECODER, **HEAD_DIM}, "q/k norms"),
-    Family("phi3", "phi3", DECODER),
+    # a 4k Phi-3: its original context is its context (the builder reads a difference as
+    # LongRoPE)
+    Family("phi3", "phi3", {**DECODER, "original_max_position_embeddings": CONTEXT}),
     Family("phi3-longrope", "phi3", {**DECODER, **_longrope()}, "LongRoPE past 32 tokens"),
     Family("gemma", "gemma", {**DECODER, **HEAD_DIM}),
     Family(
@@ -116,8 +125,8 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "gpt2",
         "gpt2",
-        {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128, "vocab_size": 128}
-        | {"bos_token_id": 1, "eos_token_id": 2},
+        {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": CONTEXT, "vocab_size": 128}
+        | {"bos_token_id": 1, "eos_token_id": 2, "initializer_range": INITIALIZER_RANGE},
         "Conv1D, learned positions",
     ),
     Family(
