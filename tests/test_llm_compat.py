@@ -144,3 +144,25 @@ def test_the_report_json_names_versions_and_sizes():
     assert set(report["versions"]) >= {"transformers", "onnxruntime_genai", "torch"}
     assert report["prompt_length"] == llm_families.PROMPT_LENGTH
     json.dumps(report)
+
+
+def test_the_families_tokens_depend_on_what_they_exercise():
+    """The matrix finds a wrong window or LongRoPE only if transformers' own tokens change
+    with them: at transformers' default initializer range (0.02) a tiny model's attention is
+    nearly uniform and they did not."""
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
+
+    prompt = llm_compat.prompt_ids()
+
+    def tokens(family: llm_families.Family, **change) -> list[int]:
+        config = family.config()
+        for key, value in change.items():
+            setattr(config, key, value)
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(config).eval()
+        return llm_compat.reference_tokens(model, prompt)
+
+    (mistral, phi3, longrope) = llm_families.by_name(["mistral", "phi3", "phi3-longrope"])
+    assert tokens(mistral) != tokens(mistral, sliding_window=None)
+    assert tokens(phi3) != tokens(longrope)
