@@ -143,7 +143,8 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family("olmo", "olmo", {**DECODER, "clip_qkv": 8.0}, "clip_qkv"),
     Family("smollm3", "smollm3", {**DECODER, "no_rope_layer_interval": 2}, "NoPE on layer 1"),
-    Family("nemotron", "nemotron", {**DECODER, **HEAD_DIM}, "partial rotary, relu2"),
+    # head size 32: its half rotation has 8 cache columns, GroupQueryAttention's least
+    Family("nemotron", "nemotron", {**DECODER, "head_dim": 32}, "half rotary, relu2"),
     Family("mixtral", "mixtral", {**DECODER, **EXPERTS}, "4 experts, top 2"),
     Family(
         "phimoe",
