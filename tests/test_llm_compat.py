@@ -166,3 +166,26 @@ def test_the_families_tokens_depend_on_what_they_exercise():
     (mistral, phi3, longrope) = llm_families.by_name(["mistral", "phi3", "phi3-longrope"])
     assert tokens(mistral) != tokens(mistral, sliding_window=None)
     assert tokens(phi3) != tokens(longrope)
+
+
+def test_phimoe_exports_and_generates_transformers_tokens_on_both_sides_of_its_context(
+    tmp_path,
+):
+    """PhiMoE's rotary embedding picks its scale by a Python branch on the positions (DO104
+    before): traced with ``torch.where`` (a DO525 note at that line), its folder generates
+    transformers' tokens below and past the original context (32)."""
+    import dynamo_onnx  # noqa: PLC0415
+
+    (family,) = llm_families.by_name(["phimoe"])
+    model = llm_families.save_folder(family, tmp_path / "hf")
+    program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "out")
+    (note,) = program.diagnostics.by_rule("DO525")
+    assert note.level.name == "NOTE"
+    assert pathlib.Path(note.primary.path).name == "modeling_phimoe.py"
+    assert "seq_len >" in note.primary.snippet
+    assert "`model.rotary_emb` (PhimoeRotaryEmbedding)" in note.message
+    assert not program.diagnostics.by_rule("DO104")
+    for length in (20, llm_families.PROMPT_LENGTH):  # 20 + 8 tokens stay under 32
+        prompt = llm_compat.prompt_ids()[:length]
+        expected = llm_compat.reference_tokens(model, prompt)
+        assert llm_compat.genai_tokens(tmp_path / "out", prompt) == expected, length
