@@ -189,3 +189,31 @@ def test_phimoe_exports_and_generates_transformers_tokens_on_both_sides_of_its_c
         prompt = llm_compat.prompt_ids()[:length]
         expected = llm_compat.reference_tokens(model, prompt)
         assert llm_compat.genai_tokens(tmp_path / "out", prompt) == expected, length
+
+
+def test_phi3_longrope_exports_without_a_buffer_warning_or_torchs_on_the_terminal(tmp_path):
+    """transformers' LongRoPE rewrites its ``inv_freq`` buffer at every call (DO121 was a false
+    warning) and makes ``long_inv_freq`` on its first call (torch.export's 'tensor attribute
+    was assigned during export' reached the terminal): neither now, in a fresh ``export-llm``
+    process, and the folder generates transformers' tokens under and past the original
+    context (32)."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    (family,) = llm_families.by_name(["phi3-longrope"])
+    model = llm_families.save_folder(family, tmp_path / "hf")
+    proc = subprocess.run(
+        [sys.executable, "-m", "dynamo_onnx.cli", "export-llm", str(tmp_path / "hf")]
+        + ["-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "assigned during export" not in proc.stderr
+    assert "DO121" not in proc.stdout + proc.stderr
+    for length in (20, llm_families.PROMPT_LENGTH):
+        prompt = llm_compat.prompt_ids()[:length]
+        expected = llm_compat.reference_tokens(model, prompt)
+        assert llm_compat.genai_tokens(tmp_path / "out", prompt) == expected, length

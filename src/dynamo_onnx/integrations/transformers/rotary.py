@@ -1,5 +1,6 @@
-"""Rotary embeddings of transformers whose forward branches on a size read from a tensor,
-traced with the same computation as a tensor operation.
+"""Rotary embeddings of transformers made traceable: one whose forward branches on a size
+read from a tensor is traced with the same computation as a tensor operation, and LongRoPE's
+long frequencies are made before the capture rather than during it.
 
 PhiMoE's rotary embedding chooses its scale with ``if ... and seq_len`` and ``long_mscale if
 seq_len > original_max_position_embeddings else short_mscale`` on ``seq_len =
@@ -72,9 +73,48 @@ def _traced_forward(module: torch.nn.Module, parameters: dict[str, Any]) -> Any:
 
 
 @contextlib.contextmanager
+def _long_frequencies_made(module: torch.nn.Module) -> Iterator[None]:
+    """transformers' LongRoPE update (``dynamic_rope_update``) makes the long frequencies on
+    its first call and keeps them as a plain attribute, ``long_inv_freq``: made while
+    capturing, torch.export warns on the caller's terminal that a tensor attribute was
+    assigned. One call of the module before the capture makes them (a one-token position,
+    on the module's device); the attribute and the frequencies buffer the call rewrites are
+    put back afterwards, so the model is left as it was given."""
+    inv_freq = getattr(module, "inv_freq", None)
+    if (
+        getattr(module, "rope_type", None) != "longrope"
+        or "long_inv_freq" in vars(module)
+        or not isinstance(inv_freq, torch.Tensor)
+        or inv_freq.device.type == "meta"
+    ):
+        yield
+        return
+    kept = inv_freq.clone()
+    with torch.no_grad():
+        x = torch.zeros(1, 1, dtype=inv_freq.dtype, device=inv_freq.device)
+        module(x, torch.zeros(1, 1, dtype=torch.long, device=inv_freq.device))
+    try:
+        yield
+    finally:
+        vars(module).pop("long_inv_freq", None)
+        with torch.no_grad():
+            inv_freq.copy_(kept)
+
+
+@contextlib.contextmanager
 def traceable_rotary(ctx: DiagnosticContext, model: torch.nn.Module) -> Iterator[None]:
     """While the block runs, PhiMoE's rotary embeddings choose their scale by
-    ``torch.where`` (a DO525 note at the branch); their forwards are put back afterwards."""
+    ``torch.where`` (a DO525 note at the branch), their forwards put back afterwards; and
+    LongRoPE's long frequencies exist before the capture (:func:`_long_frequencies_made`)."""
+    with contextlib.ExitStack() as stack:
+        for module in model.modules():
+            stack.enter_context(_long_frequencies_made(module))
+        with _scaled_forwards(ctx, model):
+            yield
+
+
+@contextlib.contextmanager
+def _scaled_forwards(ctx: DiagnosticContext, model: torch.nn.Module) -> Iterator[None]:
     replaced = []
     for name, module in model.named_modules():
         parameters = _scaled_longrope(module)
