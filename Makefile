@@ -80,7 +80,7 @@ compat: $(STAMP)
 # Every causal LM family transformers ships and onnxruntime-genai has a type for, as a tiny
 # random folder: export-llm fp32 and int4 and the genai model builder on each, greedy tokens
 # from onnxruntime-genai against transformers' at a prompt past every window. Writes
-# benchmarks/results/llm_compat.json and the table in docs/llm.md; fails when a row of ours
+# docs/llm_compat.json and the table in docs/llm.md; fails when a row of ours
 # is a FAILURE (exit 0 without a working folder, or a crash without a rule id). ~1 min a
 # family on 2 idle cores. LLM_COMPAT_ARGS="--families llama gpt2 --precisions fp32".
 llm-compat: $(STAMP)
