@@ -18,6 +18,10 @@ WINDOW = 16
 PROMPT_LENGTH = 40
 #: LongRoPE's original context: under the prompt, so generation runs on the long factors.
 LONGROPE_ORIGINAL = 32
+#: The model's vocabulary (the tokenizer's 100 tokens are within it). At 128 the model
+#: builder's folders compute other logits than transformers from the first position on; at
+#: 1000 the same Llama's agree.
+VOCABULARY = 1000
 #: The context of every family.
 CONTEXT = 128
 #: The tokenizer's specials (trained in :func:`_tokenizer`): <unk> 0, <s> 1, </s> 2.
@@ -34,7 +38,7 @@ DECODER: dict[str, Any] = {
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "intermediate_size": 128,
-    "vocab_size": 128,
+    "vocab_size": VOCABULARY,
     "max_position_embeddings": CONTEXT,
     "initializer_range": INITIALIZER_RANGE,
     **SPECIALS,
@@ -125,7 +129,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "gpt2",
         "gpt2",
-        {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": CONTEXT, "vocab_size": 128}
+        {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": CONTEXT, "vocab_size": VOCABULARY}
         | {"bos_token_id": 1, "eos_token_id": 2, "initializer_range": INITIALIZER_RANGE},
         "Conv1D, learned positions",
     ),
@@ -180,7 +184,7 @@ def by_name(names: list[str] | None) -> list[Family]:
 
 def _tokenizer() -> Any:
     """A byte-level BPE tokenizer trained here (no download), 100 tokens: within the
-    vocabulary of 128 (onnxruntime-genai and the builder both need one)."""
+    model's vocabulary (onnxruntime-genai and the builder both need one)."""
     import tokenizers  # noqa: PLC0415
     import transformers  # noqa: PLC0415
     from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
