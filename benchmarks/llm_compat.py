@@ -16,7 +16,8 @@ crash does not stop the run. Verdicts of ours, per family and precision:
 
 int4 quantizes a random model whose top logits are close: its tokens may differ from fp32's
 by the quantization alone, so an int4 folder that generates is ``equal`` or ``generates``
-(the share of equal tokens is in the table); its FAILUREs are the others.
+(the share of equal tokens is in the table, and whether they are the builder's int4 folder's
+tokens); its FAILUREs are the others.
 
 The builder's cell says ``works`` (tokens equal or not) or ``fails`` with the first line of
 its error. Writes docs/llm_compat.json (every row) and the table in docs/llm.md (between
@@ -326,7 +327,13 @@ def _ours_cell(row: dict[str, Any], precision: str) -> str:
     warned = f"; warnings {', '.join(outcome['warnings'])}" if outcome.get("warnings") else ""
     if verdict in ("equal", "generates"):
         share = equal_share(outcome["tokens"], row["reference"])
-        return f"{verdict} ({share:.0%} of tokens), {outcome['export_s']:.1f} s{warned}"
+        theirs = (row.get(f"builder {precision}") or {}).get("tokens")
+        same = (
+            "; the builder's tokens"
+            if verdict == "generates" and theirs == outcome["tokens"]
+            else ""
+        )
+        return f"{verdict} ({share:.0%} of tokens{same}), {outcome['export_s']:.1f} s{warned}"
     why = _cell_text(outcome["detail"] or _tokens(row, outcome))
     return f"**FAILURE** {outcome['status']}: {why}{warned}"
 

@@ -124,6 +124,18 @@ def test_table_cells_and_the_docs_section_between_markers(tmp_path):
     assert text.count(llm_compat.BEGIN) == 1 and "3.0 s" in text and "2.0 s" not in text
 
 
+def test_an_int4_cell_says_when_its_tokens_are_the_builders():
+    mine = llm_compat.Outcome("generated", tokens=[5, 6, 9, 9], export_s=1.0)
+    theirs = llm_compat.Outcome("generated", tokens=[5, 6, 9, 9])
+    row = _row(ours_int4=(mine, "int4"), builder_int4=(theirs, "int4"))
+    assert (
+        llm_compat._ours_cell(row, "int4")
+        == "generates (50% of tokens; the builder's tokens), 1.0 s"
+    )
+    row = _row(ours_int4=(mine, "int4"))
+    assert llm_compat._ours_cell(row, "int4") == "generates (50% of tokens), 1.0 s"
+
+
 def test_a_worker_that_died_leaves_its_finished_cells_and_failures_for_the_rest():
     equal = llm_compat.Outcome("generated", tokens=REFERENCE, export_s=2.0)
     row = _row(ours_fp32=(equal, "fp32"))
