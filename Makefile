@@ -8,7 +8,7 @@ STAMP   = $(VENV)/.installed
 SARIF_NPM  = @microsoft/sarif-multitool@5.7.0 sarif-junit@1.1.4 @security-alert/sarif-to-markdown@1.11.1
 SARIF_TOOLS = .sarif-tools/.installed
 
-.PHONY: demo test test-fast venv clean docs sarif-tools bench bench-llm bench-whisper fuzz coverage compat
+.PHONY: demo test test-fast venv clean docs sarif-tools bench bench-llm bench-whisper fuzz coverage compat llm-compat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,10 +52,12 @@ bench: $(STAMP)
 	# Llama-2-7B sizes in fake mode, one decoding step with its KV cache: time and peak RSS.
 	$(PY) benchmarks/llama_fake.py --cache
 
-# Our LLM folders against onnxruntime-genai's model builder from the same random-weight Llama
-# (hidden 1024, 8 layers), both run by onnxruntime_genai.Generator in one run: export time,
-# nodes, prefill and decode ms at prompts 128 and 512, fp32 and int4, token agreement; and
-# GPT-2 124M's export against torch.export.export alone. ~15 min on 2 cores.
+# Our LLM folders against onnxruntime-genai's model builder from the same random weights
+# (hidden 1024, 8 layers) of Llama, Mistral (window 256) and Qwen3, both run by
+# onnxruntime_genai.Generator in one run: export time, nodes, prefill and decode ms at prompts
+# 128 and 512, fp32 and int4, token agreement (Mistral's at 512, past its window); a builder
+# folder that fails is a "builder failed" cell; and GPT-2 124M's export against
+# torch.export.export alone. ~15 min a model on 2 cores; BENCH_LLM_ARGS="--models llama".
 # Writes benchmarks/results/llm_genai.{json,md}; docs/performance.md shows the table.
 bench-llm: $(STAMP)
 	$(PY) benchmarks/llm_genai.py $(BENCH_LLM_ARGS)
@@ -78,6 +80,15 @@ coverage: $(STAMP)
 # same bugs, no agree/torch-only figures), about a sixth of that.
 compat: $(STAMP)
 	$(PY) benchmarks/compat.py $(COMPAT_ARGS)
+
+# Every causal LM family transformers ships and onnxruntime-genai has a type for, as a tiny
+# random folder: export-llm fp32 and int4 and the genai model builder on each, greedy tokens
+# from onnxruntime-genai against transformers' at a prompt past every window. Writes
+# docs/llm_compat.json and the table in docs/llm.md; fails when a row of ours
+# is a FAILURE (exit 0 without a working folder, or a crash without a rule id). ~1 min a
+# family on 2 idle cores. LLM_COMPAT_ARGS="--families llama gpt2 --precisions fp32".
+llm-compat: $(STAMP)
+	$(PY) benchmarks/llm_compat.py $(LLM_COMPAT_ARGS)
 
 # More property-based fuzzing than `make test` runs (random, not the fixed CI examples).
 FUZZ_EXAMPLES ?= 500

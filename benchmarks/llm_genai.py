@@ -1,9 +1,11 @@
 """Our LLM folders against onnxruntime-genai's model builder, generating with
 ``onnxruntime_genai.Generator`` in one run (``make bench-llm``).
 
-From one random-weight Llama saved with ``save_pretrained`` (hidden 1024, 8 layers, 16 heads,
-4 KV heads, vocab 32000, with a byte-level BPE tokenizer trained here: nothing is
-downloaded), the script builds
+For each model (``--models``; all three by default), random weights of one size (hidden
+1024, 8 layers, 16 heads, 4 KV heads, vocab 32000) saved with ``save_pretrained`` with a
+byte-level BPE tokenizer trained here (nothing is downloaded): Llama; Mistral with a sliding
+window of 256 (its tokens are compared at a prompt of 512, past the window); Qwen3 (q/k
+norms). From each, the script builds
 
 - the builder's folders: ``python -m onnxruntime_genai.models.builder -i HF_DIR -o OUT
   -p fp32|int4 -e cpu``;
@@ -12,7 +14,8 @@ downloaded), the script builds
   otherwise);
 
 each command in its own process, timed end to end (load, export, save: the export time of
-each). Then, in one process, every folder generates greedily with
+each). A builder folder that fails to build or to load is a "builder failed" row with its
+error, and ours are then shown without a ratio. Then, in one process, every folder generates greedily with
 ``onnxruntime_genai.Generator`` at prompts of 128 and 512 tokens, 32 new tokens, in
 alternating turns (folder order reversed every run, so both see the same machine load):
 prefill ms (``append_tokens``) and decode ms per token (``generate_next_token``), in wall
@@ -32,12 +35,14 @@ Only ratios within one run compare; the results go to benchmarks/results/llm_gen
 .md (docs/performance.md shows the table).
 
     python benchmarks/llm_genai.py [--workdir DIR] [--runs 3] [--gpt2-repeats 3]
+        [--models llama mistral qwen3] [--small]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import platform
@@ -76,20 +81,45 @@ SMALL = {
     "vocab_size": 1000,
     "intermediate_size": 128,
 }
+#: Mistral's window: under the longest prompt, so its tokens are compared past it.
+WINDOW = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchModel:
+    """One model of the bench: transformers' ``model_type``, what it adds to the size's
+    fields, and the prompt length its tokens are compared at."""
+
+    model_type: str
+    fields: dict[str, Any]
+    agreement_prompt: int = PROMPTS[0]
+
+    def config(self, size: dict[str, Any]) -> dict[str, Any]:
+        head_dim = size["hidden_size"] // size["num_attention_heads"]
+        fields = {k: head_dim if v == "head_dim" else v for k, v in self.fields.items()}
+        return {**size, **fields}
+
+
+MODELS = {
+    "llama": BenchModel("llama", {}),
+    "mistral": BenchModel("mistral", {"sliding_window": WINDOW}, agreement_prompt=PROMPTS[-1]),
+    "qwen3": BenchModel("qwen3", {"head_dim": "head_dim"}),
+}
 
 
 # -- the checkpoint -------------------------------------------------------------------------
 
 
-def save_checkpoint(path: Path, config: dict[str, Any]) -> None:
-    """The random-weight Llama and a tokenizer trained here (the builder needs one)."""
+def save_checkpoint(path: Path, config: dict[str, Any], model_type: str = "llama") -> None:
+    """The random-weight model and a tokenizer trained here (the builder needs one)."""
     import tokenizers  # noqa: PLC0415
     import torch  # noqa: PLC0415
     import transformers  # noqa: PLC0415
     from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
 
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
+    hf_config = transformers.AutoConfig.for_model(model_type, **config)
+    model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
     model.save_pretrained(path)
     bpe = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -136,6 +166,17 @@ def _output_dir(command: list[str]) -> Path:
     return Path(command[command.index("-o") + 1])
 
 
+def _load_problem(folder: Path) -> str | None:
+    """Why onnxruntime-genai cannot load ``folder``, or None when it can."""
+    import onnxruntime_genai as og  # noqa: PLC0415
+
+    try:
+        og.Model(str(folder))
+    except Exception as error:  # noqa: BLE001 - the reason is the cell's text
+        return f"onnxruntime-genai cannot load it: {str(error).strip().splitlines()[0][:200]}"
+    return None
+
+
 def build(hf: Path, work: Path, log: Any) -> dict[str, dict[str, Any]]:
     """Each folder by its command in a fresh process: the wall time, or why it was skipped."""
     built: dict[str, dict[str, Any]] = {}
@@ -151,6 +192,11 @@ def build(hf: Path, work: Path, log: Any) -> dict[str, dict[str, Any]]:
             tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
             print(f"{name}: FAILED ({proc.returncode})\n{tail}", file=log)
             built[name] = {"failed": tail}
+            continue
+        problem = _load_problem(_output_dir(command))
+        if problem:
+            print(f"{name}: FAILED: {problem}", file=log)
+            built[name] = {"failed": problem}
             continue
         print(f"{name}: built in {seconds:.1f} s", file=log)
         built[name] = {"export_s": seconds, "folder": str(_output_dir(command))}
@@ -220,12 +266,19 @@ def timings(folders: dict[str, Path], runs: int, log: Any) -> dict[str, Any]:
     import onnxruntime_genai as og  # noqa: PLC0415
 
     models = {name: og.Model(str(path)) for name, path in folders.items()}
-    names = list(models)
     result: dict[str, Any] = {}
     for length in PROMPTS:
         (prompt,) = _prompts(length, 1)
-        for name in names:  # a warm-up each: first-run allocations are not the figure
-            _generate(models[name], prompt)
+        names = []
+        for name in models:  # a warm-up each: first-run allocations are not the figure
+            try:
+                _generate(models[name], prompt)
+            except RuntimeError as error:  # the builder's Mistral past its window
+                why = str(error).strip().splitlines()[0][:300]
+                print(f"prompt {length}: {name}: FAILED: {why}", file=log)
+                result.setdefault(name, {})[str(length)] = {"failed": why}
+                continue
+            names.append(name)
         samples: dict[str, dict[str, list[float]]] = {n: {key: [] for key in _TIMES} for n in names}
         for run in range(runs):
             for name in names if run % 2 == 0 else names[::-1]:
@@ -244,18 +297,22 @@ def timings(folders: dict[str, Path], runs: int, log: Any) -> dict[str, Any]:
     return result
 
 
-def agreement(folders: dict[str, Path], hf: Path) -> dict[str, Any]:
-    """Greedy tokens at 128-token prompts: each fp32 folder against transformers, each int4
-    folder against its own fp32 folder (share equal; tokens before the first difference)."""
+def agreement(folders: dict[str, Path], hf: Path, length: int = PROMPTS[0]) -> dict[str, Any]:
+    """Greedy tokens at prompts of ``length``: each fp32 folder against transformers, each
+    int4 folder against its own fp32 folder (share equal; tokens before the first
+    difference)."""
     import onnxruntime_genai as og  # noqa: PLC0415
     import torch  # noqa: PLC0415
     import transformers  # noqa: PLC0415
 
-    prompts = _prompts(PROMPTS[0], AGREEMENT_PROMPTS)
-    tokens = {}
+    prompts = _prompts(length, AGREEMENT_PROMPTS)
+    tokens, result = {}, {}
     for name, path in folders.items():
         model = og.Model(str(path))
-        tokens[name] = [_generate(model, p)[2] for p in prompts]
+        try:
+            tokens[name] = [_generate(model, p)[2] for p in prompts]
+        except RuntimeError as error:  # as in timings(): the cell says why
+            result[name] = {"failed": str(error).strip().splitlines()[0][:300]}
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(hf, local_files_only=True)
     with torch.no_grad():
         eager = [
@@ -267,7 +324,6 @@ def agreement(folders: dict[str, Path], hf: Path) -> dict[str, Any]:
             )[0, len(p) :].tolist()
             for p in prompts
         ]
-    result = {}
     for name, got in tokens.items():
         family, precision = name.rsplit(" ", 1)
         reference = eager if precision == "fp32" else tokens.get(f"{family} fp32")
@@ -388,9 +444,42 @@ def _top(ops: dict[str, int], count: int = 4) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    folders = results["folders"]
-    times = results["timings"]
-    agree = results["agreement"]
+    """A table per model (its heading says where its tokens are compared), then GPT-2's line."""
+    lines = []
+    for name, result in results["models"].items():
+        lines += [
+            f"**{name}** ({_describe(result['config'])}; tokens at prompts of "
+            f"{result['agreement_prompt']}):",
+            "",
+            *model_table(result),
+            "",
+        ]
+    gpt2 = results.get("gpt2")
+    if gpt2:
+        lines += [gpt2_line(gpt2)]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _describe(config: dict[str, Any]) -> str:
+    text = f"hidden {config['hidden_size']}, {config['num_hidden_layers']} layers"
+    if config.get("sliding_window"):
+        text += f", window {config['sliding_window']}"
+    return text
+
+
+def _failed_cell(name: str, info: dict[str, Any]) -> str:
+    """A folder that was not built or does not load: the builder's says so, with the line
+    that says why (ours then generate alone, without a ratio)."""
+    if "skipped" in info:
+        return info["skipped"]
+    lines = [line.strip() for line in info["failed"].splitlines() if line.strip()]
+    return f"{_who_failed(name)}: {_escaped(lines[-1] if lines else '')}"
+
+
+def model_table(result: dict[str, Any]) -> list[str]:
+    folders = result["folders"]
+    times = result["timings"]
+    agree = result["agreement"]
     lines = [
         "| folder | export s | nodes | "
         + " | ".join(f"prefill {p} ms | decode {p} ms/token" for p in PROMPTS)
@@ -399,8 +488,7 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for name, info in folders.items():
         if "folder" not in info:
-            why = info.get("skipped") or "failed"
-            lines.append(f"| {name} | {why} |" + " |" * (2 + 2 * len(PROMPTS)))
+            lines.append(f"| {name} | {_failed_cell(name, info)} |" + " |" * (2 + 2 * len(PROMPTS)))
             continue
         precision = name.rsplit(" ", 1)[1]
         base = times.get(f"builder {precision}")
@@ -409,27 +497,24 @@ def markdown(results: dict[str, Any]) -> str:
         ops = info["ops"]
         cells.append(f"{sum(ops.values())} ({_top(ops)})")
         for length in map(str, PROMPTS):
-            mine = times[name][length]
-            theirs = base[length] if base else None
-            for key, form in (("prefill_ms", "{:.1f}"), ("decode_ms", "{:.2f}")):
-                cells.append(_with_ratio(mine[key], theirs[key] if theirs else None, form))
+            theirs = base.get(length) if base else None
+            cells += _time_cells(name, times[name][length], theirs, ("prefill_ms", "decode_ms"))
         a = agree.get(name)
-        text = (
-            f"greedy: {a['equal_share']:.0%} equal to {a['against']} (the first "
-            f"{a['mean_prefix']:.1f} of {NEW_TOKENS} on average)"
-            if a
-            else ""
-        )
-        top1 = results.get("top1", {}).get(name)
+        if a and "failed" in a:
+            text = f"{_who_failed(name)}: {_escaped(a['failed'])}"
+        elif a:
+            text = (
+                f"greedy: {a['equal_share']:.0%} equal to {a['against']} (the first "
+                f"{a['mean_prefix']:.1f} of {NEW_TOKENS} on average)"
+            )
+        else:
+            text = ""
+        top1 = result.get("top1", {}).get(name)
         if top1 is not None:
             text += f"; top-1 {top1:.1%} of fp32's (teacher-forced)"
         cells.append(text)
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", *_cpu_table(folders, times)]
-    gpt2 = results.get("gpt2")
-    if gpt2:
-        lines += ["", gpt2_line(gpt2)]
-    return "\n".join(lines) + "\n"
+    return [*lines, "", *_cpu_table(folders, times)]
 
 
 def gpt2_line(gpt2: dict[str, Any]) -> str:
@@ -455,16 +540,40 @@ def _cpu_table(folders: dict[str, Any], times: dict[str, Any]) -> list[str]:
         "| --- " * (1 + 2 * len(PROMPTS)) + "|",
     ]
     for name in folders:
-        if name not in times or "prefill_cpu_ms" not in times[name][str(PROMPTS[0])]:
+        if name not in times:
             continue
         base = times.get(f"builder {name.rsplit(' ', 1)[1]}")
         cells = [name]
         for length in map(str, PROMPTS):
-            mine, theirs = times[name][length], base[length] if base else None
-            for key, form in (("prefill_cpu_ms", "{:.1f}"), ("decode_cpu_ms", "{:.2f}")):
-                cells.append(_with_ratio(mine[key], theirs[key] if theirs else None, form))
+            theirs = base.get(length) if base else None
+            keys = ("prefill_cpu_ms", "decode_cpu_ms")
+            cells += _time_cells(name, times[name][length], theirs, keys)
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _who_failed(name: str) -> str:
+    return "builder failed" if name.startswith("builder") else "FAILED"
+
+
+def _escaped(text: str) -> str:
+    return text[:200].replace("|", "\\|")
+
+
+def _time_cells(
+    name: str, mine: dict[str, Any], theirs: dict[str, Any] | None, keys: tuple[str, str]
+) -> list[str]:
+    """A prefill and a decode cell, with the ratio to the builder's where its folder ran at
+    this length; a folder that failed at it says so (and ours then stand alone)."""
+    if "failed" in mine:
+        return [f"{_who_failed(name)}: {_escaped(mine['failed'])}", ""]
+    if theirs is not None and "failed" in theirs:
+        theirs = None
+    forms = ("{:.1f}", "{:.2f}")
+    return [
+        _with_ratio(mine[key], theirs[key] if theirs else None, form)
+        for key, form in zip(keys, forms)
+    ]
 
 
 def _with_ratio(value: float, base: float | None, form: str) -> str:
@@ -474,12 +583,37 @@ def _with_ratio(value: float, base: float | None, form: str) -> str:
     return text
 
 
+def bench_model(name: str, size: dict[str, Any], work: Path, runs: int, log: Any) -> dict[str, Any]:
+    """One model's folders, timings and token agreement."""
+    model = MODELS[name]
+    config = model.config(size)
+    hf = work / "hf"
+    if not (hf / "config.json").exists():
+        save_checkpoint(hf, config, model.model_type)
+    print(f"-- {name}", file=log)
+    folders = build(hf, work, log)
+    ready = {n: Path(i["folder"]) for n, i in folders.items() if "folder" in i}
+    for folder_name, path in ready.items():
+        folders[folder_name]["ops"] = op_counts(path)
+        one_thread(path)
+    head_size = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    return {
+        "config": config,
+        "agreement_prompt": model.agreement_prompt,
+        "folders": folders,
+        "timings": timings(ready, runs, log),
+        "agreement": agreement(ready, hf, model.agreement_prompt),
+        "top1": top1_agreement(ready, head_size),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", help="keep the folders here (default: a temporary one)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--gpt2-repeats", type=int, default=3)
-    parser.add_argument("--small", action="store_true", help="a tiny Llama: checks the script")
+    parser.add_argument("--small", action="store_true", help="tiny models: checks the script")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--gpt2-worker", help=argparse.SUPPRESS)
     parser.add_argument("--json", default=str(RESULTS / "llm_genai.json"))
     parser.add_argument("--markdown", default=str(RESULTS / "llm_genai.md"))
@@ -488,28 +622,18 @@ def main() -> None:
         print(json.dumps(gpt2_worker(args.gpt2_worker)))
         return
     log = sys.stderr
+    size = SMALL if args.small else LLAMA
     with tempfile.TemporaryDirectory() as tmp:
-        config = SMALL if args.small else LLAMA
         work = Path(args.workdir or tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        hf = work / "hf"
-        if not (hf / "config.json").exists():
-            save_checkpoint(hf, config)
-        folders = build(hf, work, log)
-        ready = {n: Path(i["folder"]) for n, i in folders.items() if "folder" in i}
-        for name, path in ready.items():
-            folders[name]["ops"] = op_counts(path)
-            one_thread(path)
+        models = {
+            name: bench_model(name, size, work / name, args.runs, log) for name in args.models
+        }
         results = {
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-            "llama": config,
             "prompts": list(PROMPTS),
             "new_tokens": NEW_TOKENS,
             "runs": args.runs,
-            "folders": folders,
-            "timings": timings(ready, args.runs, log),
-            "agreement": agreement(ready, hf),
-            "top1": top1_agreement(ready, config["hidden_size"] // config["num_attention_heads"]),
+            "models": models,
             "gpt2": gpt2_overhead(args.gpt2_repeats, log) if args.gpt2_repeats else None,
         }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -246,3 +246,47 @@ def test_batchnorm_in_training_is_training_mode_not_a_buffer_update():
     program = dynamo_onnx.export(model, (torch.randn(8, 4),))
     assert program.diagnostics.by_rule("training-mode")
     assert not _mutations(program)
+
+
+class ChosenFrequencies(torch.nn.Module):
+    """transformers' LongRoPE update (``dynamic_rope_update``): the frequencies are chosen
+    from the positions and copied into the buffer at every call, then read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", torch.ones(4))
+        self.register_buffer("short", torch.ones(4))
+        self.long = torch.full((4,), 0.5)  # a plain attribute, as transformers keeps it
+
+    def forward(self, x, position_ids):
+        chosen = torch.where(position_ids.max() + 1 > 8, self.long, self.short)
+        self.inv_freq.copy_(chosen)  # marker: write
+        return x * self.inv_freq
+
+
+class ChosenThenUpdated(ChosenFrequencies):
+    def forward(self, x, position_ids):
+        out = super().forward(x, position_ids)
+        self.inv_freq.mul_(2)  # marker: second
+        return out
+
+
+@pytest.mark.parametrize("spelling", ["module", "exported-program"])
+def test_a_buffer_rewritten_whole_then_read_at_every_call_is_no_finding(spelling):
+    """The ONNX model computes the buffer again at every run, so not keeping the update
+    changes no output (DO121 would be a false warning); a model that hands the written value
+    back (WholeCopy) or updates it after reading is still DO121."""
+    model = ChosenFrequencies().eval()
+    args = (torch.randn(2, 4), torch.arange(12)[None])
+    shapes = (None, {1: torch.export.Dim("n", min=2, max=64)})
+    if spelling == "module":
+        program = dynamo_onnx.export(model, args, dynamic_shapes=shapes)
+    else:
+        program = dynamo_onnx.export(torch.export.export(model, args, dynamic_shapes=shapes))
+    assert _mutations(program) == []
+    for length in (4, 12):  # both branches, at every call
+        feeds = (torch.randn(2, 4), torch.arange(length)[None])
+        torch.testing.assert_close(program(*feeds)[0], ChosenFrequencies()(*feeds))
+    program = dynamo_onnx.export(ChosenThenUpdated().eval(), args)
+    (finding,) = _mutations(program)
+    assert finding.rule.id == "DO121" and "buffer `inv_freq`" in finding.message

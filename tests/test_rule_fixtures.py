@@ -637,6 +637,7 @@ NOT_FROM_A_FIXTURE = {
     "DO305": "needs two registered functions: test_dispatch",
     "DO306": "needs a registered function that fails: test_fallback_and_coverage",
     "DO130": "needs a transformers mixture-of-experts model: test_llm_cache (Mixtral)",
+    "DO525": "needs transformers' PhiMoE rotary embedding: test_llm_compat (PhiMoE)",
     "DO415": "needs a transformers sliding-window model: test_llm_cache (Gemma 2, Mistral)",
     "DO510": "needs a transformers sliding-window model fused: test_ort_fusions (Mistral, Gemma 2)",
     "DO511": "needs a transformers attention fused into MultiHeadAttention: test_ort_fusions (GPT-2, a Llama of head size 8)",

@@ -5,7 +5,8 @@ Its KV caches as inputs and outputs (``caches.py``: a cache taken as its tensors
 the forms a cache's spec takes (``spec_forms.py``) and its default dim names
 (``dynamic_shapes.py``, home of the public ``cache_dynamic_shapes``), the names of a program
 captured with the cache registered as a pytree node (``spec_names.py``), mixture-of-experts
-layers traced with an implementation that exports (``experts.py``), and the
+layers traced with an implementation that exports (``experts.py``), rotary embeddings
+that branch on the positions traced with ``torch.where`` (``rotary.py``), and the
 ``genai_config.json`` written beside a causal LM (``genai.py``). Nothing here imports
 transformers: its objects are recognized by duck typing.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dynamo_onnx.integrations.transformers import genai, spec_names
@@ -31,6 +32,7 @@ from dynamo_onnx.integrations.transformers.dynamic_shapes import (
 )
 from dynamo_onnx.integrations.transformers.experts import traceable_experts
 from dynamo_onnx.integrations.transformers.ort_steps import onnxruntime_steps
+from dynamo_onnx.integrations.transformers.rotary import traceable_rotary
 from dynamo_onnx.integrations.transformers.shared_buffer import genai_search_options
 from dynamo_onnx.integrations.transformers.spec_forms import CACHE_EXAMPLE, cache_specs
 from dynamo_onnx.onnx_tools.attention import windowed_present
@@ -63,6 +65,15 @@ def _config(model: Any) -> Any:
     """The transformers configuration of ``model`` (a ``PretrainedConfig``), or None."""
     config = getattr(model, "config", None)
     return config if getattr(config, "model_type", None) is not None else None
+
+
+@contextlib.contextmanager
+def _capturing(
+    ctx: DiagnosticContext, module: torch.nn.Module, registry: OnnxRegistry | None
+) -> Iterator[None]:
+    """Experts and rotary embeddings traced with implementations that export."""
+    with traceable_experts(ctx, module, registry), traceable_rotary(ctx, module):
+        yield
 
 
 class TransformersFamily:
@@ -108,7 +119,7 @@ class TransformersFamily:
     def capturing(
         self, ctx: DiagnosticContext, module: torch.nn.Module, registry: OnnxRegistry | None
     ) -> contextlib.AbstractContextManager[None]:
-        return traceable_experts(ctx, module, registry)
+        return _capturing(ctx, module, registry)
 
     def input_names(self, paths: Sequence[tuple[str, ...]]) -> list[str | None] | None:
         return spec_names.input_names(paths)

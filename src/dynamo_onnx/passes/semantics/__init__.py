@@ -21,7 +21,7 @@ from dynamo_onnx.errors import OnnxExporterError
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.fx import draws_random
 from dynamo_onnx.passes.metadata import node_source
-from dynamo_onnx.passes.semantics.mutations import mutation_sites
+from dynamo_onnx.passes.semantics.mutations import mutation_sites, scratch_buffers
 from dynamo_onnx.registry import target_name
 
 __all__ = ["TRAINING_BEHAVIOR", "SemanticsPass"]
@@ -102,6 +102,7 @@ def _mutations(ctx: DiagnosticContext, state: ExportState, training: frozenset[s
     program = state.exported_program
     assert program is not None
     sites = mutation_sites(state.captured_program or program, program)
+    scratch = scratch_buffers(state.captured_program or program, program)
     for spec in program.graph_signature.output_specs:
         if spec.kind not in _WRITTEN or spec.target is None:
             continue
@@ -110,6 +111,8 @@ def _mutations(ctx: DiagnosticContext, state: ExportState, training: frozenset[s
             owner = target.rpartition(".")[0]
             if owner and _in_modules(owner, training):
                 continue  # a training-mode module's statistics: DO122 says it
+            if target in scratch:
+                continue  # rewritten whole, then read: every run computes it again
         writes = sites.get(target, [])
         sources = [node_source(ctx, node) for node, _ in writes]
         located = [s.primary for s in sources if s.primary is not None]

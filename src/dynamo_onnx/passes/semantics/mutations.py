@@ -23,7 +23,7 @@ from torch.export import graph_signature as gs
 
 from dynamo_onnx.registry import target_name
 
-__all__ = ["mutation_sites"]
+__all__ = ["mutation_sites", "scratch_buffers"]
 
 #: (the FX node that writes, the operator's name as the messages give it).
 Write = tuple[torch.fx.Node, str]
@@ -167,3 +167,38 @@ def mutation_sites(
             writes = _functional_writes(value) if value is not None else []
         sites[spec.target] = writes
     return sites
+
+
+def _read_in(ep: torch.export.ExportedProgram) -> set[str]:
+    """The inputs (keyed as in :func:`_input_keys`) that a node reads: an argument based on
+    them (through views) of a node that neither writes it nor is itself a view."""
+    keys = _input_keys(ep)
+    read: set[str] = set()
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or _aliased_input(node) is not None:
+            continue
+        written = {id(a) for a in _written_arguments(node)}
+        for argument in node.all_input_nodes:
+            base = _base(argument)
+            if base is not None and base.name in keys and id(argument) not in written:
+                read.add(keys[base.name])
+    return read
+
+
+def scratch_buffers(
+    captured: torch.export.ExportedProgram, functional: torch.export.ExportedProgram
+) -> frozenset[str]:
+    """The written buffers that forward rewrites whole and then reads, never reading the
+    value it was given: transformers' LongRoPE ``inv_freq``, chosen from the positions by
+    ``torch.where`` and copied in at every call. In the functional program every read after
+    the write takes the new value, so the buffer's placeholder has no user; in the captured
+    one, a node reads the buffer after the write. Not keeping the update changes no output:
+    the next run computes it again. A buffer only written (state for the caller to read,
+    ``self.last.copy_(y)``) is none of them."""
+    buffers = functional.graph_signature.inputs_to_buffers
+    unread = {
+        buffers[node.name]
+        for node in functional.graph.nodes
+        if node.op == "placeholder" and node.name in buffers and not node.users
+    }
+    return frozenset(unread & _read_in(captured)) if unread else frozenset()
