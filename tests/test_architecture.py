@@ -37,6 +37,7 @@ LAYERS = {
     "program": 7,
     "exporter": 7,
     "llm_folder": 7,
+    "llm_stream": 7,
     "cli": 8,
     "__init__": 8,
 }
@@ -45,6 +46,7 @@ SAME_LAYER_EDGES = {
     ("cli", "__init__"),
     ("runtimes", "passes"),  # a runtime's passes are passes (PassName, logs)
     ("llm_folder", "exporter"),  # export_llm is export, then quantize and save
+    ("llm_folder", "llm_stream"),  # export_llm's weights read as they are written
 }
 #: Packages that must know nothing of torch, ONNX or the passes.
 PURE = {"diagnostics", "reports"}

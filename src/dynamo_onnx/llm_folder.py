@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from dynamo_onnx.errors import InvalidOptionValueError, WarningsAsErrorsError
 from dynamo_onnx.exporter import export, warnings_gate
 from dynamo_onnx.files import atomic_write_bytes
-from dynamo_onnx.integrations import load_folder
+from dynamo_onnx.integrations import load_folder, load_streamed_folder
+from dynamo_onnx.llm_stream import check_checkpoint, give_weights, report_streamed
 from dynamo_onnx.options import DiagnosticOptions, optimize_problem
 from dynamo_onnx.reports import ReportingContext
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
@@ -79,14 +80,19 @@ def export_llm(
         ctx.fail(
             "invalid-option", InvalidOptionValueError, option=option, problem=what, allowed=allowed
         )
-    folder = load_folder(ctx, hf_dir)
+    # a safetensors checkpoint is read a tensor at a time as the weights are written
+    # (llm_stream); other folders are loaded in memory
+    streamed = load_streamed_folder(ctx, hf_dir)
+    if streamed is not None:
+        check_checkpoint(ctx, streamed)
+    folder = streamed if streamed is not None else load_folder(ctx, hf_dir)
     gate: WarningsAsErrorsError | None = None
     try:
         program = export(
             folder.model,
             (),
             kwargs=folder.inputs,
-            optimize=optimize,
+            optimize=optimize if streamed is None else False,
             progress=progress,
             diagnostic_options=diagnostic_options,
             source_root=source_root,
@@ -94,12 +100,17 @@ def export_llm(
         )
     except WarningsAsErrorsError as error:  # the folder is still made, then this is raised
         gate, program = error, error.program  # type: ignore[assignment]
+    stream = give_weights(program, streamed) if streamed is not None else None
+    if stream is not None and optimize:  # optimized once the weights can be read
+        program.optimize(optimize if isinstance(optimize, str) else None)
     program.quantize(
         precision, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
     )
     out = pathlib.Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     program.save(out / MODEL_FILENAME, external_data=True)
+    if stream is not None:
+        report_streamed(program, stream, out / f"{MODEL_FILENAME}.data")
     for source in folder.files_to_copy:
         atomic_write_bytes(out / source.name, source.read_bytes())
     if gate is None:  # a warning of the quantization or the save

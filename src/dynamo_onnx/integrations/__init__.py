@@ -17,8 +17,10 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dynamo_onnx.integrations.base import FamilyInputs, ModelFamily
-from dynamo_onnx.integrations.transformers import TransformersFamily, hf_folder
+from dynamo_onnx.integrations.transformers import TransformersFamily, hf_folder, streamed
 from dynamo_onnx.integrations.transformers.hf_folder import HFFolder as SavedModel
+from dynamo_onnx.integrations.transformers.streamed import StreamedFolder
+from dynamo_onnx.integrations.transformers.streamed import attach_weights as attach_folder_weights
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -32,6 +34,8 @@ __all__ = [
     "FamilyInputs",
     "ModelFamily",
     "SavedModel",
+    "StreamedFolder",
+    "attach_folder_weights",
     "capturing",
     "copy_family_values",
     "facts",
@@ -41,6 +45,7 @@ __all__ = [
     "files_not_beside",
     "input_family",
     "load_folder",
+    "load_streamed_folder",
     "output_leaves",
     "runtime_passes",
 ]
@@ -59,6 +64,15 @@ def load_folder(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> SavedMo
     saved on disk a family reads today), with the inputs to export it with and the files
     to copy beside the exported model; a folder no family can load fails with its rule."""
     return hf_folder.load(ctx, path)
+
+
+def load_streamed_folder(
+    ctx: DiagnosticContext, path: str | os.PathLike[str]
+) -> StreamedFolder | None:
+    """The model saved in the folder ``path`` built without its weights, with where each
+    weight is in its checkpoint (read one at a time when the ONNX weights are written);
+    None when the folder's weights cannot be read that way (then :func:`load_folder`)."""
+    return streamed.load_streamed(ctx, path)
 
 
 def family_of(value: Any) -> ModelFamily | None:

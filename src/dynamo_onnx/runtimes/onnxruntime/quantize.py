@@ -30,6 +30,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, OptimizationError
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import dropped
+from dynamo_onnx.runtimes.onnxruntime.blockwise import lazily_quantized, quantize_lazily
 
 __all__ = [
     "PRECISIONS",
@@ -250,8 +251,40 @@ def _quantizer_classes() -> tuple[Any, Any]:
     return MatMulNBitsQuantizer, QuantFormat
 
 
+def _weight_quantizer(quantization: Quantization) -> Any:
+    """ONNX Runtime's per-weight quantizer (``DefaultWeightOnlyQuantizer``) with the
+    settings ``MatMulNBitsQuantizer`` would give it."""
+    with _root_logger_kept():
+        from onnxruntime.quantization import QuantFormat  # noqa: PLC0415
+        from onnxruntime.quantization.matmul_nbits_quantizer import (  # noqa: PLC0415
+            DefaultWeightOnlyQuantConfig,
+            DefaultWeightOnlyQuantizer,
+        )
+    config = DefaultWeightOnlyQuantConfig(
+        block_size=quantization.block_size,
+        is_symmetric=quantization.symmetric,
+        accuracy_level=quantization.accuracy_level,
+        quant_format=QuantFormat.QOperator,
+        op_types_to_quantize=("MatMul",),
+        bits=quantization.bits,
+    )
+    return DefaultWeightOnlyQuantizer(config)
+
+
 def _quantized(model: ir.Model, quantization: Quantization) -> ir.Model:
-    """ONNX Runtime's quantizer on the model (as a ModelProto, what it takes)."""
+    """ONNX Runtime's quantizer on the model (as a ModelProto, what it takes); a model
+    whose weights are read when saved (``export_llm``'s) is quantized weight by weight
+    when saved instead (``blockwise``), with the same per-weight code and result."""
+    if lazily_quantized(model):
+        quantize_lazily(
+            model,
+            _weight_quantizer(quantization),
+            bits=quantization.bits,
+            block_size=quantization.block_size,
+            symmetric=quantization.symmetric,
+            accuracy_level=quantization.accuracy_level,
+        )
+        return model
     MatMulNBitsQuantizer, QuantFormat = _quantizer_classes()  # noqa: N806 (classes)
     quantizer = MatMulNBitsQuantizer(
         ir.to_proto(model),

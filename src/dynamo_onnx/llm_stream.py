@@ -1,0 +1,109 @@
+"""``export_llm``'s weights streamed from the checkpoint: the steps between the export of a
+model built without weights and the save that reads them.
+
+The export captures the model with meta parameters (``integrations.transformers.streamed``);
+:func:`give_weights` then makes each ONNX weight a lazy read of its checkpoint tensor, so
+that the optimizer, the fusions (packing q/k/v) and the quantizer compose lazy tensors and
+the save evaluates them one at a time. :func:`report_streamed` records what the values
+said (non-finite weights, DO401) and what the save cost (DO532), from the save itself.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from typing import TYPE_CHECKING
+
+from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.errors import InvalidOptionValueError
+from dynamo_onnx.integrations import StreamedFolder, attach_folder_weights
+from dynamo_onnx.io.streamed_weights import WeightStream
+
+if TYPE_CHECKING:
+    from dynamo_onnx.program import ONNXProgram
+
+__all__ = ["check_checkpoint", "give_weights", "peak_rss_bytes", "report_streamed"]
+
+#: Names listed in a finding's message; the rest are counted.
+_LISTED = 5
+
+
+def _names(names: tuple[str, ...] | list[str]) -> str:
+    shown = ", ".join(f"`{n}`" for n in names[:_LISTED])
+    return shown + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident memory so far (Linux counts KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def check_checkpoint(ctx: DiagnosticContext, folder: StreamedFolder) -> None:
+    """DO530 when the checkpoint lacks a weight of the model (before the export)."""
+    if folder.missing:
+        ctx.fail(
+            "checkpoint-weights-missing",
+            InvalidOptionValueError,
+            path=os.fspath(folder.path),
+            count=len(folder.missing),
+            names=_names(folder.missing),
+        )
+
+
+def give_weights(program: ONNXProgram, folder: StreamedFolder) -> WeightStream:
+    """The program's fake weights as lazy reads of the checkpoint (DO531 for checkpoint
+    tensors the model does not use; DO530 for a weight with no value)."""
+    ctx = program._context()
+    if folder.unexpected:
+        ctx.record(
+            "checkpoint-tensors-unexpected",
+            locations=[program.model_location],
+            path=os.fspath(folder.path),
+            count=len(folder.unexpected),
+            names=_names(folder.unexpected),
+        )
+    stream = WeightStream()
+    unknown = attach_folder_weights(program.model, folder, stream)
+    if unknown:
+        ctx.fail(
+            "checkpoint-weights-missing",
+            InvalidOptionValueError,
+            program.model_location,
+            path=os.fspath(folder.path),
+            count=len(unknown),
+            names=_names(unknown),
+        )
+    return stream
+
+
+def report_streamed(
+    program: ONNXProgram, stream: WeightStream, data_path: os.PathLike[str] | str
+) -> None:
+    """After the save: DO401 for each weight read with NaN or inf, and DO532 with the
+    tensors and bytes written and the peak memory."""
+    ctx = program._context()
+    for name, (bad, total) in sorted(stream.non_finite.items()):
+        ctx.record(
+            "non-finite-weights",
+            locations=[program.model_location],
+            name=name,
+            count=bad,
+            total=total,
+        )
+    written = os.path.getsize(data_path) if os.path.exists(data_path) else 0
+    tensors = sum(
+        1
+        for v in program.model.graph.initializers.values()
+        if v.const_value is not None and v.const_value.nbytes > 0
+    )
+    ctx.record(
+        "weights-streamed",
+        locations=[program.model_location],
+        tensors=tensors,
+        written=f"{written / 1e9:.2f}",
+        path=os.fspath(data_path),
+        read=len(stream.read),
+        peak=f"{peak_rss_bytes() / 1e9:.2f}",
+    )
