@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["lazily_quantized", "quantize_lazily"]
+__all__ = ["quantizable_here", "quantize_lazily"]
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 _MS_DOMAIN = "com.microsoft"
@@ -147,6 +147,12 @@ def quantize_lazily(
     return count
 
 
-def lazily_quantized(model: ir.Model) -> bool:
-    """Whether any weight of ``model`` is lazy (read when saved): quantize it lazily too."""
-    return any(isinstance(v.const_value, ir.LazyTensor) for v in model.graph.initializers.values())
+def quantizable_here(model: ir.Model) -> bool:
+    """Whether :func:`quantize_lazily` quantizes what ``MatMulNBitsQuantizer`` would: the
+    main graph has no subgraph (an ``If``'s or a ``Loop``'s body, which the quantizer
+    also walks)."""
+    return not any(
+        attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+        for node in model.graph
+        for attr in node.attributes.values()
+    )

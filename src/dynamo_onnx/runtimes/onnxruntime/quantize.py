@@ -30,7 +30,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, OptimizationError
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import dropped
-from dynamo_onnx.runtimes.onnxruntime.blockwise import lazily_quantized, quantize_lazily
+from dynamo_onnx.runtimes.onnxruntime.blockwise import quantizable_here, quantize_lazily
 
 __all__ = [
     "PRECISIONS",
@@ -163,6 +163,17 @@ def _as_matmuls(model: ir.Model) -> None:
         graph.remove(node, safe=True)
 
 
+def _transposed(tensor: ir.TensorProtocol, name: str) -> ir.LazyTensor:
+    """``tensor`` transposed, computed when read: the quantizer reads each weight once,
+    and a weight streamed from a checkpoint is in memory only while it is written."""
+    rows, cols = (int(d) for d in tensor.shape)
+
+    def evaluate() -> ir.TensorProtocol:
+        return ir.tensor(np.ascontiguousarray(tensor.numpy().T), name=name)
+
+    return ir.LazyTensor(evaluate, dtype=tensor.dtype, shape=ir.Shape([cols, rows]), name=name)
+
+
 def store_transposed_weights(model: ir.Model) -> int:
     """Store ``W^T`` for every ``MatMul(x, Transpose(W))``, in place; returns how many.
 
@@ -178,16 +189,16 @@ def store_transposed_weights(model: ir.Model) -> int:
             continue
         weight = node.inputs[0]
         assert weight is not None and weight.const_value is not None and weight.name
-        data = np.ascontiguousarray(weight.const_value.numpy().T)
         shared = len(weight.uses()) > 1
         name = f"{weight.name}.T" if shared else weight.name
         if not shared:
             graph.initializers.pop(weight.name)
+        tensor = _transposed(weight.const_value, name)
         transposed = ir.Value(
             name=name,
-            shape=ir.Shape(data.shape),
+            shape=ir.Shape(tensor.shape),
             type=ir.TensorType(weight.dtype),
-            const_value=ir.tensor(data, name=name),
+            const_value=tensor,
         )
         graph.register_initializer(transposed)
         ir.convenience.replace_all_uses_with(node.outputs[0], transposed)
@@ -272,10 +283,11 @@ def _weight_quantizer(quantization: Quantization) -> Any:
 
 
 def _quantized(model: ir.Model, quantization: Quantization) -> ir.Model:
-    """ONNX Runtime's quantizer on the model (as a ModelProto, what it takes); a model
-    whose weights are read when saved (``export_llm``'s) is quantized weight by weight
-    when saved instead (``blockwise``), with the same per-weight code and result."""
-    if lazily_quantized(model):
+    """The MatMul weights quantized by ONNX Runtime's code, one weight at a time when the
+    model is saved (``blockwise``: the bytes ``MatMulNBitsQuantizer`` writes, without a
+    copy of the whole model); a model with subgraphs goes through the quantizer whole
+    (as a ModelProto, what it takes), which walks them."""
+    if quantizable_here(model):
         quantize_lazily(
             model,
             _weight_quantizer(quantization),
