@@ -18,13 +18,17 @@ from typing import TYPE_CHECKING
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.integrations import StreamedFolder, attach_folder_weights
+from dynamo_onnx.io import onnx_file
 from dynamo_onnx.io.streamed_weights import WeightStream
 
 if TYPE_CHECKING:
     from dynamo_onnx.program import ONNXProgram
 
-__all__ = ["check_checkpoint", "give_weights", "peak_rss_bytes", "report_streamed"]
+__all__ = ["MEASUREMENT", "check_checkpoint", "give_weights", "peak_rss_bytes", "report_streamed"]
 
+#: The key of the streamed save's figures in ``ctx.measurements`` (the SARIF invocation's
+#: properties): tensors and bytes written, checkpoint tensors read, peak memory.
+MEASUREMENT = "weights"
 #: Names listed in a finding's message; the rest are counted.
 _LISTED = 5
 
@@ -93,11 +97,14 @@ def report_streamed(
             total=total,
         )
     written = os.path.getsize(data_path) if os.path.exists(data_path) else 0
-    tensors = sum(
-        1
-        for v in program.model.graph.initializers.values()
-        if v.const_value is not None and v.const_value.nbytes > 0
-    )
+    tensors = len(onnx_file.external_nbytes(program.model))
+    peak = peak_rss_bytes()
+    ctx.measurements[MEASUREMENT] = {
+        "tensors": tensors,
+        "bytesWritten": written,
+        "checkpointTensorsRead": len(stream.read),
+        "peakRssBytes": peak,
+    }
     ctx.record(
         "weights-streamed",
         locations=[program.model_location],
@@ -105,5 +112,5 @@ def report_streamed(
         written=f"{written / 1e9:.2f}",
         path=os.fspath(data_path),
         read=len(stream.read),
-        peak=f"{peak_rss_bytes() / 1e9:.2f}",
+        peak=f"{peak / 1e9:.2f}",
     )
