@@ -595,6 +595,9 @@ NOT_FROM_A_FIXTURE = {
     "DO902": "a command-line write failure: test_cli::test_exit_code_table",
     "DO903": "a command-line unreadable log: test_cli::test_exit_code_table",
     "DO414": "a report written after the export: test_files (no finding is recorded)",
+    "DO530": "needs a Hugging Face folder whose checkpoint lacks a weight: test_streamed_export_llm",
+    "DO531": "needs a Hugging Face folder with an extra checkpoint tensor: test_streamed_export_llm",
+    "DO532": "needs export_llm of a safetensors folder: test_streamed_export_llm",
 }
 
 

@@ -158,3 +158,51 @@ def test_a_checkpoint_tensor_the_model_does_not_use_is_a_do531_warning(bf16_llam
     assert warning.level.name == "WARNING"
     assert "`model.layers.2.mlp.up_proj.weight`" in warning.message
     assert (tmp_path / "onnx" / "model.onnx.data").is_file()
+
+
+def _mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+
+@pytest.mark.parametrize("spelling", ["file", "folder", "str"])
+def test_apply_weights_reads_a_safetensors_checkpoint_after_a_fake_mode_export(tmp_path, spelling):
+    """The seed API's fake mode, completed from a checkpoint on disk: the weights are read
+    (and converted from bfloat16) when the model is saved, never all held."""
+    torch.manual_seed(0)
+    real = _mlp().eval()
+    state = {name: t.to(torch.bfloat16) for name, t in real.state_dict().items()}
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    safetensors.torch.save_file(state, folder / "model.safetensors")
+    path = {"file": folder / "model.safetensors", "folder": folder, "str": str(folder)}[spelling]
+    with dynamo_onnx.enable_fake_mode() as fake_context:
+        model, example = _mlp(), torch.randn(2, 8)
+    options = dynamo_onnx.ExportOptions(fake_context=fake_context)
+    program = dynamo_onnx.dynamo_export(model, example, export_options=options)
+    program.apply_weights(path)
+    assert not program.fake_weights()
+    program.save(tmp_path / "model.onnx")
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.randn(2, 8)
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    real.load_state_dict({name: t.float() for name, t in state.items()})
+    torch.testing.assert_close(torch.from_numpy(got), real(x).detach())
+
+
+def test_apply_weights_of_a_checkpoint_of_other_shapes_is_do404(tmp_path):
+    torch.manual_seed(0)
+    state = {n: t for n, t in _mlp().state_dict().items()}
+    state["2.weight"] = torch.zeros(5, 16)
+    safetensors.torch.save_file(state, tmp_path / "model.safetensors")
+    with dynamo_onnx.enable_fake_mode() as fake_context:
+        model, example = _mlp(), torch.randn(2, 8)
+    options = dynamo_onnx.ExportOptions(fake_context=fake_context)
+    program = dynamo_onnx.dynamo_export(model, example, export_options=options)
+    with pytest.raises(
+        dynamo_onnx.OnnxExporterError, match=r"DO404.*2\.weight has shape \[5, 16\]"
+    ):
+        program.apply_weights(tmp_path)
+    with pytest.raises(dynamo_onnx.OnnxExporterError, match="holds no safetensors checkpoint"):
+        program.apply_weights(tmp_path / "nothing")

@@ -34,7 +34,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.integrations.transformers import hf_folder
-from dynamo_onnx.integrations.transformers.checkpoint import Checkpoint, open_checkpoint
+from dynamo_onnx.io.checkpoint import Checkpoint, open_checkpoint
 from dynamo_onnx.io.streamed_weights import WeightStream
 
 __all__ = ["StreamedFolder", "attach_weights", "load_streamed", "parameters_on_meta"]

@@ -1,4 +1,4 @@
-"""The weights of a Hugging Face folder read one tensor at a time from its safetensors files.
+"""The weights of a safetensors checkpoint (a folder's, or one file) read a tensor at a time.
 
 ``save_pretrained`` writes ``model.safetensors``, or shards with ``model.safetensors.index.json``
 mapping each tensor's name to its shard. A safetensors file is an 8-byte header length, a
@@ -18,10 +18,18 @@ import os
 import pathlib
 import struct
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 
-__all__ = ["INDEX_FILE", "SINGLE_FILE", "Checkpoint", "StoredTensor", "open_checkpoint"]
+__all__ = [
+    "INDEX_FILE",
+    "SINGLE_FILE",
+    "Checkpoint",
+    "StoredTensor",
+    "lazy_tensor",
+    "open_checkpoint",
+]
 
 #: The single file ``save_pretrained`` writes for a model that fits in one shard.
 SINGLE_FILE = "model.safetensors"
@@ -127,10 +135,12 @@ class Checkpoint:
 
 
 def open_checkpoint(folder: str | os.PathLike[str]) -> Checkpoint | None:
-    """The safetensors checkpoint of ``folder`` (one file, or shards with their index);
-    None when the folder has none (a ``pytorch_model.bin`` cannot be read a tensor at a
-    time)."""
+    """The safetensors checkpoint of ``folder`` (one file, or shards with their index), or
+    the ``.safetensors`` file ``folder``; None when there is none (a ``pytorch_model.bin``
+    cannot be read a tensor at a time)."""
     folder = pathlib.Path(folder)
+    if folder.is_file() and folder.suffix == ".safetensors":
+        return Checkpoint(_header(folder))
     index = folder / INDEX_FILE
     if index.is_file():
         weight_map = json.loads(index.read_text())["weight_map"]
@@ -144,3 +154,20 @@ def open_checkpoint(folder: str | os.PathLike[str]) -> Checkpoint | None:
     if single.is_file():
         return Checkpoint(_header(single))
     return None
+
+
+def lazy_tensor(checkpoint: Checkpoint, name: str, dtype: torch.dtype) -> Any:
+    """The checkpoint's tensor ``name`` as an ``ir.LazyTensor`` of ``dtype``: read and
+    converted each time it is serialized, held by nobody in between."""
+    import onnx_ir as ir  # noqa: PLC0415
+
+    from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE  # noqa: PLC0415
+
+    stored = checkpoint.stored(name)
+
+    def evaluate() -> ir.TensorProtocol:
+        return ir.tensor(checkpoint.read(name, dtype).numpy(), name=name)
+
+    return ir.LazyTensor(
+        evaluate, dtype=TORCH_TO_ONNX_DTYPE[dtype], shape=ir.Shape(stored.shape), name=name
+    )
