@@ -98,6 +98,9 @@ def quantize_lazily(
     graph = model.graph
     kpack = 8 // bits
     count = 0
+    # a weight read by several MatMuls is quantized once (the quantizer would add its
+    # initializers again under the same names, once per MatMul)
+    done: dict[str, list[ir.Value]] = {}
     for node in list(graph):
         b = _weight(node)
         if b is None:
@@ -106,18 +109,20 @@ def quantize_lazily(
         rows, cols = (int(d) for d in b.const_value.shape)
         k_blocks = (rows + block_size - 1) // block_size
         blob = (block_size + kpack - 1) // kpack
-        quantized = _Quantized(b.const_value, quantizer.qbits_block_quant)
-        scale_type = b.const_value.dtype
-        inputs = [
-            node.inputs[0],
-            _lazy(f"{b.name}_Q{bits}", ir.DataType.UINT8, (cols, k_blocks, blob), quantized, 0),
-            _lazy(f"{b.name}_scales", scale_type, (cols, k_blocks), quantized, 1),
-        ]
-        if not symmetric:
-            zp = (cols, (k_blocks + kpack - 1) // kpack)
-            inputs.append(_lazy(f"{b.name}_zero_points", ir.DataType.UINT8, zp, quantized, 2))
-        for value in inputs[1:]:
-            graph.register_initializer(value)
+        if b.name not in done:
+            quantized = _Quantized(b.const_value, quantizer.qbits_block_quant)
+            scale_type = b.const_value.dtype
+            parts = [
+                _lazy(f"{b.name}_Q{bits}", ir.DataType.UINT8, (cols, k_blocks, blob), quantized, 0),
+                _lazy(f"{b.name}_scales", scale_type, (cols, k_blocks), quantized, 1),
+            ]
+            if not symmetric:
+                zp = (cols, (k_blocks + kpack - 1) // kpack)
+                parts.append(_lazy(f"{b.name}_zero_points", ir.DataType.UINT8, zp, quantized, 2))
+            for value in parts:
+                graph.register_initializer(value)
+            done[b.name] = parts
+        inputs = [node.inputs[0], *done[b.name]]
         attributes: dict[str, int] = {"K": rows, "N": cols, "bits": bits, "block_size": block_size}
         if accuracy_level:
             attributes["accuracy_level"] = accuracy_level
