@@ -61,6 +61,10 @@ def test_the_streamed_export_writes_the_bytes_of_the_in_memory_export(
     data = (tmp_path / "out" / "model.onnx.data").read_bytes()
     assert data == _in_memory(bf16_llama, tmp_path / "memory", precision)
     assert f"{len(data) / 1e9:.2f}" == note.properties["written"]
+    invocation = program.diagnostics.to_sarif()["runs"][0]["invocations"][0]
+    figures = invocation["properties"]["weights"]  # beside the timings: they vary too
+    assert figures["bytesWritten"] == len(data) and figures["checkpointTensorsRead"] == 21
+    assert 0 < figures["peakRssBytes"] < 8e9
     ops = [n.op_type for n in program.model.graph]
     # per layer q/k/v packed, o, gate/up packed, down; and the LM head
     assert ops.count("MatMulNBits") == (0 if precision == "fp32" else 2 * 4 + 1)
