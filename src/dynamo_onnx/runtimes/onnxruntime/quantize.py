@@ -23,7 +23,6 @@ import logging
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-import numpy as np
 import onnx_ir as ir
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
@@ -31,6 +30,7 @@ from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, Optim
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import dropped
 from dynamo_onnx.runtimes.onnxruntime.blockwise import quantizable_here, quantize_lazily
+from dynamo_onnx.tensors import transposed
 
 __all__ = [
     "PRECISIONS",
@@ -169,7 +169,7 @@ def _transposed(tensor: ir.TensorProtocol, name: str) -> ir.LazyTensor:
     rows, cols = (int(d) for d in tensor.shape)
 
     def evaluate() -> ir.TensorProtocol:
-        return ir.tensor(np.ascontiguousarray(tensor.numpy().T), name=name)
+        return ir.tensor(transposed(tensor.numpy()), name=name)
 
     return ir.LazyTensor(evaluate, dtype=tensor.dtype, shape=ir.Shape([cols, rows]), name=name)
 
