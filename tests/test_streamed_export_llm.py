@@ -16,9 +16,9 @@ import transformers
 import dynamo_onnx
 import hf_models
 from dynamo_onnx.integrations.transformers.hf_folder import example_inputs
-from test_export_llm_cli import _generate, _tokenizer
+from test_export_llm_cli import _generate, _ops, _tokenizer
 
-pytest.importorskip("onnxruntime_genai")
+og = pytest.importorskip("onnxruntime_genai")
 
 #: A decoder with a GroupQueryAttention head size (16) onnxruntime-genai runs on the CPU.
 SMALL = {**hf_models.DECODER, "hidden_size": 64}
@@ -120,6 +120,11 @@ def test_tied_and_computed_weights_generate_transformers_tokens(build, tmp_path)
     prompt = tokenizer(text, return_tensors="pt")["input_ids"]
     expected = eager.generate(prompt, max_new_tokens=8, do_sample=False)[0, prompt.shape[1] :]
     assert _generate(tmp_path / "onnx", text, prompt) == expected.tolist()
+    # int4 as today: per layer q/k/v packed, o, gate/up packed, down; and the LM head (a
+    # tied one reads the embedding transposed), each one MatMulNBits
+    dynamo_onnx.export_llm(saved, tmp_path / "int4", precision="int4")
+    assert _ops(tmp_path / "int4")["MatMulNBits"] == 2 * 4 + 1
+    og.Model(str(tmp_path / "int4"))  # onnxruntime-genai loads it
 
 
 def _edited(source, target, edit) -> None:
