@@ -189,6 +189,7 @@ def main() -> None:
     parser.add_argument("--workdir", help="keep the checkpoints here (default: a temporary one)")
     parser.add_argument("--small", action="store_true", help="tiny checkpoints: checks the script")
     parser.add_argument("--precisions", default="fp32,int4")
+    parser.add_argument("--layers", default=",".join(map(str, LAYERS)), help="checkpoints to run")
     parser.add_argument("--json", default=str(RESULTS / "llm_memory.json"))
     parser.add_argument("--markdown", default=str(RESULTS / "llm_memory.md"))
     args = parser.parse_args()
@@ -196,7 +197,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.workdir or tmp)
-        for layers in LAYERS:
+        for layers in (int(n) for n in args.layers.split(",")):
             hf = work / f"llama-{layers}"
             info_file = hf / "checkpoint.json"
             if not info_file.exists():
