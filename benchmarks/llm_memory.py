@@ -101,19 +101,36 @@ def _save_tokenizer(path: Path) -> None:
     ).save_pretrained(path)
 
 
+#: Runs the command given and prints its own peak RSS (KiB) last. A child of this process
+#: would report this process's resident memory at the fork as its peak (Linux keeps the
+#: high-water mark across fork and exec), and this one holds the checkpoint it just built:
+#: the command measured is the child of this launcher, which holds almost nothing.
+LAUNCHER = (
+    "import os, subprocess, sys\n"
+    "proc = subprocess.Popen(sys.argv[1:])\n"
+    "_, status, usage = os.wait4(proc.pid, 0)\n"
+    "print(f'peak-kib {usage.ru_maxrss}', flush=True)\n"
+    "code = os.waitstatus_to_exitcode(status)\n"
+    "sys.exit(code if code >= 0 else 128 - code)\n"
+)
+
+
 def measured(command: list[str]) -> dict[str, Any]:
     """Run ``command``; its wall time and its own peak RSS (Linux reports KiB)."""
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc = subprocess.run(
+            [sys.executable, "-c", LAUNCHER, *command], stdout=out, stderr=subprocess.STDOUT
+        )
         seconds = time.perf_counter() - start
         out.seek(0)
-        tail = out.read().decode(errors="replace").strip().splitlines()[-5:]
-    result: dict[str, Any] = {"wall_s": round(seconds, 1), "peak_rss_gb": usage.ru_maxrss / 1e6}
+        lines = out.read().decode(errors="replace").strip().splitlines()
+    peak = next(
+        (int(line.split()[1]) for line in reversed(lines) if line.startswith("peak-kib ")), 0
+    )
+    result: dict[str, Any] = {"wall_s": round(seconds, 1), "peak_rss_gb": peak / 1e6}
     if proc.returncode:
-        result["failed"] = "\n".join(tail)
+        result["failed"] = "\n".join(lines[-5:])
     return result
 
 
