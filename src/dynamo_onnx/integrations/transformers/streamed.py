@@ -214,10 +214,11 @@ def load_streamed(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> Strea
     """The causal LM saved in ``path`` with its parameters on the meta device (float32),
     built offline from its ``config.json``; None when its weights are not safetensors (the
     caller loads the model in memory then), or when their names are not the model's and
-    transformers converts them (:func:`renames_keys`: then too). The load is checked as ``hf_folder.load``
-    checks it, from the checkpoint's headers: a folder that is no causal decoder fails
-    with DO507 and the reason; weights that are not the model's (missing, unexpected, of
-    another shape) with DO513, naming them. Nothing is read but the headers."""
+    transformers converts them (:func:`renames_keys`: then too). The load is checked as
+    ``hf_folder.load`` checks it, from the checkpoint's headers: a folder that is no causal
+    decoder fails with DO507 and the reason; weights that are not the model's (missing,
+    unexpected, of another shape) with DO513, naming them. Nothing is read but the
+    headers."""
     folder = pathlib.Path(path)
     problem = folder_problem(folder)
     checkpoint = open_checkpoint(folder) if problem is None else None
