@@ -167,12 +167,12 @@ def match_checkpoint(model: Any, checkpoint: Checkpoint) -> tuple[dict[str, str]
     ignore_missing = _ignored(getattr(model, "_keys_to_ignore_on_load_missing", None))
     ignore_unexpected = _ignored(unexpected_patterns)
     used = set(sources.values()) | {stored_name(n) for n in state}
+    # a buffer not in the state_dict (non-persistent) is unexpected too, as transformers
+    # matches the checkpoint against the state_dict: only its patterns above are ignored
     unexpected = [
         name
         for name in checkpoint
-        if name not in used
-        and name not in buffers
-        and not (ignore_unexpected and ignore_unexpected.search(name))
+        if name not in used and not (ignore_unexpected and ignore_unexpected.search(name))
     ]
     missing = [n for n in missing if not (ignore_missing and ignore_missing.search(n))]
     return sources, key_report(missing, unexpected, mismatched, tied)
