@@ -61,6 +61,10 @@ bench: $(STAMP)
 # Writes benchmarks/results/llm_genai.{json,md}; docs/performance.md shows the table.
 bench-llm: $(STAMP)
 	$(PY) benchmarks/llm_genai.py $(BENCH_LLM_ARGS)
+	# Peak RSS and wall time of export-llm and the builder on bf16 Llama checkpoints of 0.49B
+	# and 1.21B parameters, fp32 and int4, one fresh process at a time (issue 44). ~25 min.
+	# Writes benchmarks/results/llm_memory.{json,md}; docs/performance.md shows the table.
+	$(PY) benchmarks/llm_memory.py $(BENCH_MEMORY_ARGS)
 
 # Whisper folders, ours against the builder's, transcribing in onnxruntime-genai (docs/performance.md)
 bench-whisper: $(STAMP)

@@ -20,8 +20,10 @@ import dynamo_onnx
 import hf_models
 from cli_runner import run_cli
 from dynamo_onnx.diagnostics import Level
-from dynamo_onnx.integrations.transformers import genai, genai_types, hf_folder
+from dynamo_onnx.integrations.transformers import genai, genai_types, hf_folder, streamed
 from dynamo_onnx.integrations.transformers.checkpoint import key_report
+from dynamo_onnx.io.checkpoint import open_checkpoint
+from dynamo_onnx.reports import ReportingContext
 
 og = pytest.importorskip("onnxruntime_genai")
 
@@ -159,6 +161,50 @@ def test_a_folder_that_is_not_a_whole_decoder_is_do507_before_anything_is_writte
         dynamo_onnx.export_llm(path, out)
     assert info.value.rule_id == "DO507" and cause in str(info.value)
     assert not out.exists()
+
+
+def _edit_checkpoint(path, edit) -> None:
+    weights = safetensors.torch.load_file(path / "model.safetensors")
+    edit(weights)
+    safetensors.torch.save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+
+
+def _without_a_tensor(path):
+    _save(_llama(), path)
+    _edit_checkpoint(path, lambda w: w.pop("model.layers.1.mlp.down_proj.weight"))
+
+
+def _with_another_shape(path):
+    _save(_llama(), path)
+    _edit_checkpoint(path, lambda w: w.update({"model.norm.weight": torch.ones(32)}))
+
+
+def _with_an_extra_layer(path):
+    _save(_llama(), path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+
+
+def _refusal(load, path) -> tuple[str, str]:
+    with pytest.raises(dynamo_onnx.OnnxExporterError) as info:
+        load(ReportingContext(None, subject=str(path)), path)
+    return info.value.rule_id, str(info.value)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_without_a_tensor, _with_another_shape, _with_an_extra_layer, _bert, _headless_llama, _t5],
+)
+def test_the_streamed_load_refuses_a_folder_as_the_in_memory_load_does(make, tmp_path):
+    """export-llm streams a safetensors checkpoint (issue 44) and loads other folders in
+    memory: both refuse a folder with the same rule and the same words, the streamed one
+    from the checkpoint's headers and the meta model alone."""
+    path = tmp_path / "hf"
+    make(path)
+    assert open_checkpoint(path) is not None  # export_llm streams this folder
+    streamed_refusal = _refusal(streamed.load_streamed, path)
+    assert streamed_refusal == _refusal(hf_folder.load, path)
+    assert streamed_refusal[0] in {"DO507", "DO513"}
 
 
 def test_key_report_counts_a_tied_weight_only_when_its_source_is_missing_too():

@@ -165,3 +165,54 @@ def test_a_decorated_forwards_code_is_found_where_the_function_is_written():
     assert where.line == inspect.getsourcelines(forward)[1]
     returned = return_location(model)
     assert returned is not None and returned.path == where.path and returned.line > where.line
+
+
+def _save_events(total_bytes: int) -> list:
+    from dynamo_onnx.diagnostics.context import ProgressEvent
+
+    events = [ProgressEvent("start", "save")]
+    for done in range(1, 5):
+        events.append(
+            ProgressEvent(
+                "progress",
+                "save",
+                done=done,
+                total=4,
+                unit="tensors",
+                done_bytes=done * total_bytes // 4,
+                total_bytes=total_bytes,
+            )
+        )
+    return [*events, ProgressEvent("end", "save", 1.5, "ok")]
+
+
+def test_the_save_progress_is_a_bar_on_a_terminal_and_plain_lines_in_a_log():
+    """Issue 44: a bar over the tensors and bytes written, rewritten in place on a
+    terminal; into a file or CI log a plain line at each tenth, no control characters."""
+    import io
+
+    from dynamo_onnx.reports.terminal import ProgressPrinter
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    log = io.StringIO()
+    printer = ProgressPrinter(log)
+    for event in _save_events(4_000_000_000):
+        printer(event)
+    assert log.getvalue().splitlines() == [
+        "  save: 20% (1/4 tensors, 1.00/4.00 GB)",
+        "  save: 50% (2/4 tensors, 2.00/4.00 GB)",
+        "  save: 70% (3/4 tensors, 3.00/4.00 GB)",
+        "  save: 100% (4/4 tensors, 4.00/4.00 GB)",
+        "  save: done in 1.50 s",
+    ]
+    assert "\r" not in log.getvalue() and "\033" not in log.getvalue()
+    terminal = Terminal()
+    printer = ProgressPrinter(terminal)
+    for event in _save_events(8_000_000):
+        printer(event)
+    text = terminal.getvalue()
+    assert f"\r  save [{'#' * 15}{'.' * 15}] 2/4 tensors, 4.00/8.00 MB\033[K" in text
+    assert text.endswith("\r  save: done in 1.50 s\033[K\n")

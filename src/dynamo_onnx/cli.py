@@ -405,6 +405,19 @@ def _bounded(text: str) -> str:
     return "\n".join([*lines[:_MAX_FAILURE_LINES], f"... ({rest} more lines in the reports)"])
 
 
+def _weights_figures(ctx: Any) -> str:
+    """`` (4.85 GB of weights, peak memory 1.07 GB)`` after a streamed save, else nothing."""
+    from dynamo_onnx.llm_stream import MEASUREMENT  # noqa: PLC0415
+
+    figures = ctx.measurements.get(MEASUREMENT) if ctx is not None else None
+    if not figures:
+        return ""
+    return (
+        f" ({figures['bytesWritten'] / 1e9:.2f} GB of weights, "
+        f"peak memory {figures['peakRssBytes'] / 1e9:.2f} GB)"
+    )
+
+
 def _summary(ctx: Any) -> str:
     levels = {"ERROR": 0, "WARNING": 0}
     for finding in ctx.findings:
@@ -609,7 +622,9 @@ def _cmd_export_llm(args: argparse.Namespace) -> int:
     options = dynamo_onnx.DiagnosticOptions(
         verbosity_level=_VERBOSITY[args.verbosity], warnings_as_errors=args.warnings_as_errors
     )
-    show_progress = not args.quiet and sys.stderr.isatty()
+    # minutes of work: the passes and the bar of the weights written, on a terminal; plain
+    # lines in a file or a CI log
+    show_progress = not args.quiet
     start = time.perf_counter()
     code, failure, ctx = EXIT_OK, "", None
     try:
@@ -646,7 +661,7 @@ def _cmd_export_llm(args: argparse.Namespace) -> int:
     summary = _summary(ctx) if ctx is not None else "no diagnostics"
     out = pathlib.Path(args.output)
     folder = (
-        f"wrote {out}: " + ", ".join(sorted(p.name for p in out.iterdir()))
+        f"wrote {out}: " + ", ".join(sorted(p.name for p in out.iterdir())) + _weights_figures(ctx)
         if code in (EXIT_OK, EXIT_WARNINGS) and out.is_dir()
         else None
     )

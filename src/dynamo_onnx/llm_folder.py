@@ -31,7 +31,9 @@ from dynamo_onnx.integrations import (
     is_speech_folder,
     load_folder,
     load_speech_folder,
+    load_streamed_folder,
 )
+from dynamo_onnx.llm_stream import give_weights, report_streamed
 from dynamo_onnx.options import DiagnosticOptions, optimize_problem
 from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
@@ -171,14 +173,18 @@ def export_llm(
             source_root=source_root,
             verbose=verbose,
         )
-    folder = load_folder(ctx, hf_dir)
+    # a safetensors checkpoint is read a tensor at a time as the weights are written
+    # (llm_stream), checked as the in-memory load is (DO507, DO513); other folders are
+    # loaded in memory
+    streamed = load_streamed_folder(ctx, hf_dir)
+    folder = streamed if streamed is not None else load_folder(ctx, hf_dir)
     gate: WarningsAsErrorsError | None = None
     try:
         program = export(
             folder.model,
             (),
             kwargs=folder.inputs,
-            optimize=optimize,
+            optimize=optimize if streamed is None else False,
             progress=progress,
             diagnostic_options=diagnostic_options,
             source_root=source_root,
@@ -186,12 +192,17 @@ def export_llm(
         )
     except WarningsAsErrorsError as error:  # the folder is still made, then this is raised
         gate, program = error, error.program  # type: ignore[assignment]
+    stream = give_weights(program, streamed) if streamed is not None else None
+    if stream is not None and optimize:  # optimized once the weights can be read
+        program.optimize(optimize if isinstance(optimize, str) else None)
     program.quantize(
         precision, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
     )
     out = pathlib.Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     program.save(out / MODEL_FILENAME, external_data=True)
+    if stream is not None:
+        report_streamed(program, stream, out / f"{MODEL_FILENAME}.data")
     for source in folder.files_to_copy:
         atomic_write_bytes(out / source.name, source.read_bytes())
     not_written = files_not_beside(program.model, program.reference, program.inputs, MODEL_FILENAME)

@@ -116,8 +116,16 @@ class ONNXProgram:
         """Names of the initializers that are fake (meta tensors, no data)."""
         return onnx_file.fake_weight_names(self.model)
 
-    def apply_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+    def apply_weights(
+        self, state_dict: Mapping[str, torch.Tensor] | str | os.PathLike[str]
+    ) -> None:
         """Replace the model's initializers with the tensors of ``state_dict``, by name.
+
+        ``state_dict`` may also be the path of a safetensors checkpoint (a folder that
+        ``save_pretrained`` wrote, with one file or shards and their index, or one
+        ``.safetensors`` file): its tensors are then read one at a time when the model is
+        saved (or run), converted to each initializer's dtype, so a model exported in fake
+        mode is saved with its weights without ever holding them all.
 
         Use it to replace fake weights or other weights. Every name must be an initializer,
         every fake initializer must be given, and shapes and dtypes must match: otherwise a

@@ -17,6 +17,7 @@ __all__ = [
     "onnx_dtype",
     "onnx_shape",
     "torch_tensor_to_ir",
+    "transposed",
 ]
 
 TORCH_TO_ONNX_DTYPE: dict[torch.dtype, ir.DataType] = {
@@ -151,3 +152,15 @@ def torch_tensor_to_ir(tensor: torch.Tensor, name: str) -> ir.TensorProtocol:
     if tensor.is_complex():
         tensor = torch.view_as_real(tensor)
     return _TorchTensor(tensor.detach(), name=name)
+
+
+def transposed(array: np.ndarray) -> np.ndarray:
+    """A 2-D array's transpose, contiguous. torch copies it in cache-sized blocks, several
+    times faster than NumPy's strided copy (``np.ascontiguousarray(a.T)``) on an LM head's
+    size (docs/performance.md); dtypes torch has no NumPy view of (bfloat16 from
+    ml_dtypes) are copied by NumPy."""
+    try:
+        source = torch.from_numpy(array)
+    except TypeError:
+        return np.ascontiguousarray(array.T)
+    return source.T.contiguous().numpy()

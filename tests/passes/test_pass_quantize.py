@@ -155,3 +155,86 @@ def test_quantizing_leaves_the_root_logger_as_it_was():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["0", str(logging.WARNING)], done.stderr
+
+
+def _two_layers(seed: int = 2) -> ir.Model:
+    """Two MatMuls of stored weights (K not a multiple of the block: padded), a weight
+    read by both, and a MatMul of computed values."""
+    rng = np.random.default_rng(seed)
+    x = ir.Value(name="x", shape=ir.Shape(["b", 40]), type=ir.TensorType(ir.DataType.FLOAT))
+    weights = {
+        name: ir.Value(
+            name=name,
+            shape=ir.Shape(shape),
+            type=ir.TensorType(ir.DataType.FLOAT),
+            const_value=ir.tensor(rng.standard_normal(shape).astype(np.float32), name=name),
+        )
+        for name, shape in (("a.weight", [40, 24]), ("b.weight", [24, 24]))
+    }
+    first = ir.node("MatMul", [x, weights["a.weight"]], name="first")
+    second = ir.node("MatMul", [first.outputs[0], weights["b.weight"]], name="second")
+    third = ir.node("MatMul", [second.outputs[0], weights["b.weight"]], name="third")
+    square = ir.node("MatMul", [third.outputs[0], third.outputs[0]], name="square")
+    square.outputs[0].name = "y"
+    graph = ir.Graph(
+        [x],
+        [square.outputs[0]],
+        nodes=[first, second, third, square],
+        initializers=list(weights.values()),
+        opset_imports={"": 20},
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("bits", [4, 8])
+def test_weights_quantized_one_at_a_time_are_the_quantizers_bytes(bits, symmetric):
+    """blockwise writes the graph MatMulNBitsQuantizer writes, with lazy weights whose bytes
+    are its own: same nodes, attributes, initializer names, order and bytes (issue 44)."""
+    from onnxruntime.quantization import QuantFormat
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    from dynamo_onnx.runtimes.onnxruntime.blockwise import quantize_lazily
+    from dynamo_onnx.runtimes.onnxruntime.quantize import _weight_quantizer
+
+    whole = MatMulNBitsQuantizer(
+        ir.to_proto(_two_layers()),
+        bits=bits,
+        block_size=32,
+        is_symmetric=symmetric,
+        accuracy_level=4,
+        quant_format=QuantFormat.QOperator,
+        op_types_to_quantize=("MatMul",),
+    )
+    whole.process()
+    expected = whole.model.model
+    model = _two_layers()
+    quantization = Quantization("int8" if bits == 8 else "int4", 32, symmetric, 4)
+    assert (
+        quantize_lazily(
+            model,
+            _weight_quantizer(quantization),
+            bits=bits,
+            block_size=32,
+            symmetric=symmetric,
+            accuracy_level=4,
+        )
+        == 3
+    )
+    assert all(isinstance(v.const_value, ir.LazyTensor) for v in model.graph.initializers.values())
+    got = ir.to_proto(model)
+    assert [(n.op_type, n.name, list(n.input), list(n.output)) for n in got.graph.node] == [
+        (n.op_type, n.name, list(n.input), list(n.output)) for n in expected.graph.node
+    ]
+    for mine, theirs in zip(got.graph.node, expected.graph.node):
+        assert {a.name: a for a in mine.attribute} == {a.name: a for a in theirs.attribute}
+    # the quantizer adds a weight's tensors again for each MatMul that reads it: once here
+    theirs = {}
+    for t in expected.graph.initializer:
+        theirs.setdefault(t.name, (t.name, t.data_type, list(t.dims), ir.from_proto(t).tobytes()))
+    assert [(t.name, t.data_type, list(t.dims), t.raw_data) for t in got.graph.initializer] == list(
+        theirs.values()
+    )
+    assert {o.domain: o.version for o in got.opset_import} == {
+        o.domain: o.version for o in expected.opset_import
+    }

@@ -58,6 +58,11 @@ class ProgressEvent:
     outcome: str = ""
     done: int = 0
     total: int = 0
+    #: What ``done`` and ``total`` count: translated nodes, or the tensors a save wrote.
+    unit: str = "nodes"
+    #: Bytes written so far and in all (a save's progress; 0 otherwise).
+    done_bytes: int = 0
+    total_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +166,9 @@ class DiagnosticContext:
         self.passes: list[PassRecord] = []
         #: What the export produced, for the reports.
         self.summary = ExportSummary()
+        #: Figures measured while exporting (a streamed save's tensors, bytes and peak
+        #: memory), by name: the SARIF invocation's properties. Like timings, they vary.
+        self.measurements: dict[str, Any] = {}
         self.started = _now()
         self.finished: datetime.datetime | None = None
         self.success: bool | None = None
@@ -328,10 +336,28 @@ class DiagnosticContext:
         if self._current_record is not None:
             self._current_record.steps.append(StepRecord(name, modified))
 
-    def progress(self, done: int, total: int) -> None:
-        """Report progress within the current pass (translation reports nodes)."""
+    def progress(
+        self,
+        done: int,
+        total: int,
+        *,
+        unit: str = "nodes",
+        done_bytes: int = 0,
+        total_bytes: int = 0,
+    ) -> None:
+        """Report progress within the current pass (translation reports nodes, the save
+        the tensors and bytes it has written)."""
         if self.listener is not None:
-            self._notify(ProgressEvent("progress", self._current_pass, done=done, total=total))
+            event = ProgressEvent(
+                "progress",
+                self._current_pass,
+                done=done,
+                total=total,
+                unit=unit,
+                done_bytes=done_bytes,
+                total_bytes=total_bytes,
+            )
+            self._notify(event)
 
     def _notify(self, event: ProgressEvent) -> None:
         if self.listener is not None:

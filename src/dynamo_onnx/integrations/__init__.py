@@ -17,8 +17,15 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dynamo_onnx.integrations.base import FamilyInputs, ModelFamily, RuntimeStep
-from dynamo_onnx.integrations.transformers import TransformersFamily, hf_folder, whisper_folder
+from dynamo_onnx.integrations.transformers import (
+    TransformersFamily,
+    hf_folder,
+    streamed,
+    whisper_folder,
+)
 from dynamo_onnx.integrations.transformers.hf_folder import HFFolder as SavedModel
+from dynamo_onnx.integrations.transformers.streamed import StreamedFolder
+from dynamo_onnx.integrations.transformers.streamed import attach_weights as attach_folder_weights
 from dynamo_onnx.integrations.transformers.whisper_folder import WhisperFolder as SpeechFolder
 
 if TYPE_CHECKING:
@@ -35,6 +42,8 @@ __all__ = [
     "RuntimeStep",
     "SavedModel",
     "SpeechFolder",
+    "StreamedFolder",
+    "attach_folder_weights",
     "capturing",
     "copy_family_values",
     "facts",
@@ -46,6 +55,7 @@ __all__ = [
     "is_speech_folder",
     "load_folder",
     "load_speech_folder",
+    "load_streamed_folder",
     "output_leaves",
     "runtime_steps",
 ]
@@ -76,6 +86,15 @@ def load_speech_folder(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> 
     """The speech model saved in ``path`` with its feature extractor (DO507 when it cannot
     be loaded)."""
     return whisper_folder.load(ctx, path)
+
+
+def load_streamed_folder(
+    ctx: DiagnosticContext, path: str | os.PathLike[str]
+) -> StreamedFolder | None:
+    """The model saved in the folder ``path`` built without its weights, with where each
+    weight is in its checkpoint (read one at a time when the ONNX weights are written);
+    None when the folder's weights cannot be read that way (then :func:`load_folder`)."""
+    return streamed.load_streamed(ctx, path)
 
 
 def family_of(value: Any) -> ModelFamily | None:

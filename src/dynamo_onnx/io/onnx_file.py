@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -18,7 +19,9 @@ from dynamo_onnx.io import protowriter
 from dynamo_onnx.io.direct_file import open_direct
 
 __all__ = [
+    "EXTERNAL_THRESHOLD",
     "TWO_GB",
+    "external_nbytes",
     "initializers_layout",
     "is_file_object",
     "save",
@@ -30,6 +33,9 @@ __all__ = [
 
 #: Protobuf cannot hold more than this; larger models must use external data.
 TWO_GB = 2**31
+#: Tensors of more bytes than this go to the external data file (onnx_ir's default);
+#: smaller ones stay inline in the model.
+EXTERNAL_THRESHOLD = 256
 #: Inline weights from this size up are written past the page cache (``direct_file``):
 #: below it the cache is cheap, and a small model's file is likely read again at once.
 DIRECT_BYTES = 64 * 2**20
@@ -41,6 +47,12 @@ def is_file_object(destination: object) -> bool:
     return not isinstance(destination, (str, os.PathLike)) and callable(
         getattr(destination, "write", None)
     )
+
+
+def external_nbytes(model: ir.Model) -> list[int]:
+    """The size of each tensor a save with external data writes to the ``.data`` file."""
+    sizes = (v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value)
+    return [n for n in sizes if n > EXTERNAL_THRESHOLD]
 
 
 def weights_nbytes(model: ir.Model) -> int:
@@ -88,11 +100,14 @@ def save(
     include_initializers: bool = True,
     keep_initializers_as_inputs: bool = False,
     external_data: bool | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Write the model to ``destination`` atomically (``dynamo_onnx.files``).
 
     With external data (asked for, or automatic above 2 GB of weights) the weights go to
-    ``<destination>.data`` beside it, written and renamed the same way, before the model.
+    ``<destination>.data`` beside it, written and renamed the same way, before the model,
+    one tensor at a time (a lazy tensor is evaluated as it is written): ``progress`` is
+    called before each with the tensors and bytes written so far and in all.
     A model with no weights to write has no ``.data`` file. Raises ``OSError`` as the file
     system does; check :func:`unwritable` first for a clear cause.
     """
@@ -110,7 +125,13 @@ def save(
         staged = stage.path(destination.name)
         if external_data and model.graph.initializers:
             data_name = f"{destination.name}.data"
-            ir.save(model, staged, external_data=data_name)
+            ir.save(
+                model,
+                staged,
+                external_data=data_name,
+                size_threshold_bytes=EXTERNAL_THRESHOLD,
+                callback=_callback(model, progress),
+            )
             data = stage.path(data_name)
             # Tensors under ir.save's threshold stay inline: no weights outside, no file.
             if data.exists() and data.stat().st_size:
@@ -124,6 +145,25 @@ def save(
         else:
             ir.save(model, staged)
         stage.commit(destination.name)
+
+
+#: ``progress(tensors written, tensors, bytes written, bytes)``.
+Progress = Callable[[int, int, int, int], None]
+
+
+def _callback(model: ir.Model, progress: Progress | None) -> Callable[..., None] | None:
+    """onnx_ir's per-tensor callback as ``progress`` calls, the last one at the end."""
+    if progress is None:
+        return None
+    total_bytes = sum(external_nbytes(model))
+    written = {"tensors": 0, "bytes": 0}
+
+    def callback(tensor: ir.TensorProtocol, info: Any) -> None:
+        written["tensors"] += 1
+        written["bytes"] += tensor.nbytes
+        progress(written["tensors"], info.total, written["bytes"], total_bytes)
+
+    return callback
 
 
 def write(

@@ -10,6 +10,7 @@ and what loads it (DO411).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -42,6 +43,12 @@ class SaveRequest:
     #: Files the family would write beside a model of this kind but cannot for this one
     #: (name -> why not): a note each (DO511).
     not_beside: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _tensors_written(
+    ctx: DiagnosticContext, done: int, total: int, done_bytes: int, total_bytes: int
+) -> None:
+    ctx.progress(done, total, unit="tensors", done_bytes=done_bytes, total_bytes=total_bytes)
 
 
 def _describe(destination: Any) -> str:
@@ -133,6 +140,7 @@ class SavePass:
                     include_initializers=request.include_initializers,
                     keep_initializers_as_inputs=request.keep_initializers_as_inputs,
                     external_data=request.external_data,
+                    progress=functools.partial(_tensors_written, ctx),
                 )
                 directory = os.path.dirname(os.path.abspath(path))
                 for name, content in request.beside.items():

@@ -461,6 +461,8 @@ class _Builder:
         if ctx.options.verbosity_level <= Level.NOTE:
             # Timings belong to the invocation: everything else in the log is deterministic.
             invocation.properties["passes"] = [_pass_entry(p) for p in ctx.passes]
+        # measured figures vary from run to run like timings: the invocation's too
+        invocation.properties.update(ctx.measurements)
         if ctx.exception is not None:
             exc = ctx.exception
             rule_id = getattr(exc, "rule_id", None)

@@ -11,13 +11,10 @@ refused before anything is written.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
-import logging
 import os
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 from dynamo_onnx.diagnostics import DiagnosticContext
@@ -28,8 +25,17 @@ from dynamo_onnx.integrations.transformers.checkpoint import (
     config_problem,
     key_report,
 )
+from dynamo_onnx.integrations.transformers.loading import first_line, folder_problem, quiet_loading
 
-__all__ = ["TOKENIZER_FILES", "HFFolder", "example_inputs", "example_new_tokens", "load"]
+__all__ = [
+    "TOKENIZER_FILES",
+    "HFFolder",
+    "example_inputs",
+    "example_new_tokens",
+    "fill_ids_from_tokenizer",
+    "files_to_copy",
+    "load",
+]
 
 #: The files a tokenizer is saved as (``tokenizer.save_pretrained``) and onnxruntime-genai
 #: reads; those present in the folder are copied beside the model.
@@ -69,8 +75,11 @@ class HFFolder:
         example prompt's first :data:`NEW` tokens (None when it generates, or is not
         installed): a sliding-window model's example crosses its window, which may be
         longer than the context the runtime allows."""
-        prompt = [int(t) for t in self.inputs["input_ids"][0][:NEW]]
-        return genai_check.generation_problem(folder, prompt)
+        return genai_check.generation_problem(folder, self.prompt())
+
+    def prompt(self) -> list[int]:
+        """The runtime check's prompt: the example's first :data:`NEW` token ids."""
+        return [int(t) for t in self.inputs["input_ids"][0][:NEW]]
 
 
 def _cache_parameter(model: Any) -> str:
@@ -134,48 +143,13 @@ def example_new_tokens(cache: Any, past: int = PAST) -> int:
     return new
 
 
-def _problem(path: pathlib.Path) -> str | None:
-    """Why ``path`` cannot be a saved model, before transformers is asked."""
-    if not path.exists():
-        return "it does not exist"
-    if not path.is_dir():
-        return "it is a file, not a folder"
-    if not (path / "config.json").is_file():
-        found = sorted(p.name for p in path.iterdir())[:6]
-        return "it has no config.json (it holds " + (", ".join(found) or "nothing") + ")"
-    return None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0].rstrip(".:")
-
-
-@contextlib.contextmanager
-def _quiet_loading(transformers: Any) -> Iterator[None]:
-    """transformers' "Loading weights" bar and its warnings ("Model config: eos_token_id must
-    be ... within the vocabulary") off while loading: what a library prints is not the
-    exporter's output, and it says it again whenever the user loads the model. Its
-    verbosity and bar are as the caller had them afterwards."""
-    utils = transformers.utils.logging
-    enabled, verbosity = utils.is_progress_bar_enabled(), utils.get_verbosity()
-    utils.disable_progress_bar()
-    utils.set_verbosity(logging.ERROR)
-    try:
-        yield
-    finally:
-        utils.set_verbosity(verbosity)
-        if enabled:
-            utils.enable_progress_bar()
-
-
 def _load(folder: pathlib.Path) -> tuple[Any, str | None, str | None]:
     """The model transformers builds from ``folder`` (or None), why it is not the
     checkpoint's causal decoder (DO507), and what its weights lack or hold beyond it."""
     import torch  # noqa: PLC0415
     import transformers  # noqa: PLC0415
 
-    with _quiet_loading(transformers):
+    with quiet_loading(transformers):
         config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
         refused = config_problem(config)
         if refused is not None:
@@ -206,7 +180,7 @@ def _load(folder: pathlib.Path) -> tuple[Any, str | None, str | None]:
 TOKENIZER_IDS = ("bos_token_id", "pad_token_id")
 
 
-def _fill_ids_from_tokenizer(model: Any, folder: pathlib.Path) -> None:
+def fill_ids_from_tokenizer(model: Any, folder: pathlib.Path) -> None:
     """Give ``model.generation_config`` the bos and pad ids of the tokenizer saved in
     ``folder`` where neither config gives one (onnxruntime-genai pads a batch with the
     pad id), so the runtime's configuration is the checkpoint's."""
@@ -223,7 +197,7 @@ def _fill_ids_from_tokenizer(model: Any, folder: pathlib.Path) -> None:
     import transformers  # noqa: PLC0415
 
     try:
-        with _quiet_loading(transformers):
+        with quiet_loading(transformers):
             tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError, KeyError, ImportError):  # no usable tokenizer: config ids only
         return
@@ -239,20 +213,25 @@ def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> HFFolder:
     the reason; weights that are not the model's (missing, unexpected, of another shape)
     with DO513, naming them."""
     folder = pathlib.Path(path)
-    problem, mismatch = _problem(folder), None
+    problem, mismatch = folder_problem(folder), None
     if problem is None:
         try:
             model, problem, mismatch = _load(folder)
         except (OSError, ValueError, KeyError, ImportError, RuntimeError) as exc:
-            problem = _first_line(exc)
+            problem = first_line(exc)
     if problem is not None:
         ctx.fail("hf-folder-unusable", InvalidOptionValueError, path=os.fspath(path), cause=problem)
     if mismatch is not None:
         ctx.fail(
             "checkpoint-mismatch", WeightsMismatchError, path=os.fspath(path), tensors=mismatch
         )
-    names = (*TOKENIZER_FILES, GENERATION_CONFIG)
-    files = tuple(folder / name for name in names if (folder / name).is_file())
     model = model.eval()
-    _fill_ids_from_tokenizer(model, folder)
-    return HFFolder(folder, model, example_inputs(model), files)
+    fill_ids_from_tokenizer(model, folder)
+    return HFFolder(folder, model, example_inputs(model), files_to_copy(folder))
+
+
+def files_to_copy(folder: pathlib.Path) -> tuple[pathlib.Path, ...]:
+    """The tokenizer's files and the generation config found in ``folder``, to copy beside
+    the exported model."""
+    names = (*TOKENIZER_FILES, GENERATION_CONFIG)
+    return tuple(folder / name for name in names if (folder / name).is_file())

@@ -21,12 +21,8 @@ from typing import Any
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.integrations.transformers.genai import FILENAME as GENAI_FILENAME
-from dynamo_onnx.integrations.transformers.hf_folder import (
-    TOKENIZER_FILES,
-    _first_line,
-    _problem,
-    _quiet_loading,
-)
+from dynamo_onnx.integrations.transformers.hf_folder import TOKENIZER_FILES
+from dynamo_onnx.integrations.transformers.loading import first_line, folder_problem, quiet_loading
 from dynamo_onnx.integrations.transformers.whisper import (
     DECODER_FILENAME,
     ENCODER_FILENAME,
@@ -134,13 +130,13 @@ def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> WhisperFolder:
     cannot load, one without a feature extractor or one whose extractor does not sample
     at genai's rate fails with DO507 and the reason."""
     folder = pathlib.Path(path)
-    problem = _problem(folder)
+    problem = folder_problem(folder)
     if problem is None:
         import torch  # noqa: PLC0415 (the CLI's parser imports this module)
         import transformers  # noqa: PLC0415
 
         try:
-            with _quiet_loading(transformers):
+            with quiet_loading(transformers):
                 model = transformers.WhisperForConditionalGeneration.from_pretrained(
                     folder, local_files_only=True, dtype=torch.float32
                 )
@@ -150,7 +146,7 @@ def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> WhisperFolder:
                         folder, local_files_only=True
                     )
         except (OSError, ValueError, KeyError, ImportError) as exc:
-            problem = _first_line(exc)
+            problem = first_line(exc)
         else:
             if extractor.sampling_rate != SAMPLING_RATE:
                 problem = (

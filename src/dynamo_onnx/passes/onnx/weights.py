@@ -8,6 +8,7 @@ place the weights are seen as a whole. Fake (meta) weights hold no values and ar
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -18,10 +19,17 @@ import torch
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, SerializationError, WeightsMismatchError
 from dynamo_onnx.io import onnx_file
+from dynamo_onnx.io.checkpoint import lazy_tensor, open_checkpoint
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE, onnx_shape, torch_tensor_to_ir
 
-__all__ = ["ApplyWeightsPass", "WeightCheckPass", "WeightsRequest", "weight_problems"]
+__all__ = [
+    "ApplyWeightsPass",
+    "WeightCheckPass",
+    "WeightsRequest",
+    "checkpoint_state",
+    "weight_problems",
+]
 
 
 class WeightCheckPass:
@@ -94,7 +102,7 @@ class WeightsRequest:
     """``ONNXProgram.apply_weights``'s arguments: the model and the tensors by name."""
 
     model: ir.Model
-    state_dict: Mapping[str, Any]
+    state_dict: Mapping[str, Any] | str | os.PathLike[str]  # tensors, or a checkpoint's path
     model_location: Location | None = None
 
 
@@ -110,7 +118,17 @@ class ApplyWeightsPass:
     changes_input: ClassVar[bool] = True
 
     def __call__(self, ctx: DiagnosticContext, request: WeightsRequest) -> WeightsRequest:
-        problems = weight_problems(request.model, request.state_dict)
+        state_dict = request.state_dict
+        if isinstance(state_dict, (str, os.PathLike)):
+            found = checkpoint_state(request.model, state_dict)
+            problems = (
+                [f"{os.fspath(state_dict)} holds no safetensors checkpoint"]
+                if found is None
+                else weight_problems(request.model, found)
+            )
+            state_dict = found or {}
+        else:
+            problems = weight_problems(request.model, state_dict)
         if problems:
             ctx.fail(
                 "weights-mismatch",
@@ -119,9 +137,27 @@ class ApplyWeightsPass:
                 problems="; ".join(problems),
             )
         initializers = request.model.graph.initializers
-        for name, tensor in request.state_dict.items():
-            initializers[name].const_value = torch_tensor_to_ir(tensor, name)
+        for name, tensor in state_dict.items():
+            initializers[name].const_value = (
+                tensor if isinstance(tensor, ir.LazyTensor) else torch_tensor_to_ir(tensor, name)
+            )
         return request
+
+
+def checkpoint_state(model: ir.Model, path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The tensors of the safetensors checkpoint at ``path`` (a folder, shards with their
+    index, or one file) as lazy tensors of their initializer's dtype, read when the model
+    is saved or run; None when there is no checkpoint there."""
+    checkpoint = open_checkpoint(path)
+    if checkpoint is None:
+        return None
+    torch_dtypes = {onnx: dtype for dtype, onnx in TORCH_TO_ONNX_DTYPE.items()}
+    state = {}
+    for name in checkpoint:
+        value = model.graph.initializers.get(name)
+        dtype = torch_dtypes.get(value.dtype) if value is not None and value.dtype else None
+        state[name] = lazy_tensor(checkpoint, name, dtype or checkpoint.stored(name).dtype)
+    return state
 
 
 def weight_problems(model: ir.Model, state_dict: Mapping[str, Any]) -> list[str]:
@@ -137,6 +173,14 @@ def weight_problems(model: ir.Model, state_dict: Mapping[str, Any]) -> list[str]
     for name, tensor in state_dict.items():
         value = initializers.get(name)
         if value is None:
+            continue
+        if isinstance(tensor, ir.LazyTensor):  # a checkpoint's, of the initializer's dtype
+            held = value.const_value
+            dims = value.shape if value.shape is not None else (held.shape if held else [])
+            expected = [int(d) if isinstance(d, int) else str(d) for d in dims]
+            if [int(d) for d in tensor.shape] != expected:
+                shape = [int(d) for d in tensor.shape]
+                problems.append(f"{name} has shape {shape}, the model's is {expected}")
             continue
         if not isinstance(tensor, torch.Tensor):
             problems.append(f"{name} is a {type(tensor).__name__}, not a tensor")

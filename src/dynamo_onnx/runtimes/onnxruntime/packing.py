@@ -37,6 +37,7 @@ from dynamo_onnx.passes.metadata import (
     NAMESPACE,
     PACKED,
 )
+from dynamo_onnx.tensors import transposed
 
 __all__ = [
     "PackProjectionsPass",
@@ -196,7 +197,7 @@ def _concatenated(
     shape[axis] = sum(s[axis] for s in shapes)
 
     def evaluate() -> ir.TensorProtocol:
-        arrays = [t.numpy().T if flip else t.numpy() for t, flip in parts]
+        arrays = [transposed(t.numpy()) if flip else t.numpy() for t, flip in parts]
         return ir.tensor(np.ascontiguousarray(np.concatenate(arrays, axis=axis)), name=name)
 
     return ir.LazyTensor(evaluate, dtype=dtype, shape=ir.Shape(shape), name=name)

@@ -23,13 +23,14 @@ import logging
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-import numpy as np
 import onnx_ir as ir
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, OptimizationError
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import dropped
+from dynamo_onnx.runtimes.onnxruntime.blockwise import quantizable_here, quantize_lazily
+from dynamo_onnx.tensors import transposed
 
 __all__ = [
     "PRECISIONS",
@@ -162,6 +163,17 @@ def _as_matmuls(model: ir.Model) -> None:
         graph.remove(node, safe=True)
 
 
+def _transposed(tensor: ir.TensorProtocol, name: str) -> ir.LazyTensor:
+    """``tensor`` transposed, computed when read: the quantizer reads each weight once,
+    and a weight streamed from a checkpoint is in memory only while it is written."""
+    rows, cols = (int(d) for d in tensor.shape)
+
+    def evaluate() -> ir.TensorProtocol:
+        return ir.tensor(transposed(tensor.numpy()), name=name)
+
+    return ir.LazyTensor(evaluate, dtype=tensor.dtype, shape=ir.Shape([cols, rows]), name=name)
+
+
 def store_transposed_weights(model: ir.Model) -> int:
     """Store ``W^T`` for every ``MatMul(x, Transpose(W))``, in place; returns how many.
 
@@ -177,16 +189,16 @@ def store_transposed_weights(model: ir.Model) -> int:
             continue
         weight = node.inputs[0]
         assert weight is not None and weight.const_value is not None and weight.name
-        data = np.ascontiguousarray(weight.const_value.numpy().T)
         shared = len(weight.uses()) > 1
         name = f"{weight.name}.T" if shared else weight.name
         if not shared:
             graph.initializers.pop(weight.name)
+        tensor = _transposed(weight.const_value, name)
         transposed = ir.Value(
             name=name,
-            shape=ir.Shape(data.shape),
+            shape=ir.Shape(tensor.shape),
             type=ir.TensorType(weight.dtype),
-            const_value=ir.tensor(data, name=name),
+            const_value=tensor,
         )
         graph.register_initializer(transposed)
         ir.convenience.replace_all_uses_with(node.outputs[0], transposed)
@@ -250,8 +262,41 @@ def _quantizer_classes() -> tuple[Any, Any]:
     return MatMulNBitsQuantizer, QuantFormat
 
 
+def _weight_quantizer(quantization: Quantization) -> Any:
+    """ONNX Runtime's per-weight quantizer (``DefaultWeightOnlyQuantizer``) with the
+    settings ``MatMulNBitsQuantizer`` would give it."""
+    with _root_logger_kept():
+        from onnxruntime.quantization import QuantFormat  # noqa: PLC0415
+        from onnxruntime.quantization.matmul_nbits_quantizer import (  # noqa: PLC0415
+            DefaultWeightOnlyQuantConfig,
+            DefaultWeightOnlyQuantizer,
+        )
+    config = DefaultWeightOnlyQuantConfig(
+        block_size=quantization.block_size,
+        is_symmetric=quantization.symmetric,
+        accuracy_level=quantization.accuracy_level,
+        quant_format=QuantFormat.QOperator,
+        op_types_to_quantize=("MatMul",),
+        bits=quantization.bits,
+    )
+    return DefaultWeightOnlyQuantizer(config)
+
+
 def _quantized(model: ir.Model, quantization: Quantization) -> ir.Model:
-    """ONNX Runtime's quantizer on the model (as a ModelProto, what it takes)."""
+    """The MatMul weights quantized by ONNX Runtime's code, one weight at a time when the
+    model is saved (``blockwise``: the bytes ``MatMulNBitsQuantizer`` writes, without a
+    copy of the whole model); a model with subgraphs goes through the quantizer whole
+    (as a ModelProto, what it takes), which walks them."""
+    if quantizable_here(model):
+        quantize_lazily(
+            model,
+            _weight_quantizer(quantization),
+            bits=quantization.bits,
+            block_size=quantization.block_size,
+            symmetric=quantization.symmetric,
+            accuracy_level=quantization.accuracy_level,
+        )
+        return model
     MatMulNBitsQuantizer, QuantFormat = _quantizer_classes()  # noqa: N806 (classes)
     quantizer = MatMulNBitsQuantizer(
         ir.to_proto(model),
