@@ -23,7 +23,7 @@ import torch
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 
-__all__ = ["traceable_rotary"]
+__all__ = ["long_frequencies_as_buffers", "traceable_rotary"]
 
 #: The keys of ``rope_parameters`` that make a rotary embedding PhiMoE's scaled LongRoPE.
 _SCALED = ("long_mscale", "short_mscale", "original_max_position_embeddings")
@@ -72,33 +72,58 @@ def _traced_forward(module: torch.nn.Module, parameters: dict[str, Any]) -> Any:
     return forward
 
 
+def _needs_long_frequencies(module: torch.nn.Module) -> bool:
+    """A LongRoPE rotary embedding with real frequencies that has not made its long ones."""
+    inv_freq = getattr(module, "inv_freq", None)
+    return (
+        getattr(module, "rope_type", None) == "longrope"
+        and "long_inv_freq" not in vars(module)
+        and isinstance(inv_freq, torch.Tensor)
+        and inv_freq.device.type != "meta"
+    )
+
+
+def _make_long_frequencies(module: torch.nn.Module) -> None:
+    """One call of the module (a one-token position, on its device) makes LongRoPE's
+    ``long_inv_freq``; the frequencies buffer the call rewrites is put back."""
+    inv_freq = module.inv_freq
+    kept = inv_freq.clone()
+    with torch.no_grad():
+        x = torch.zeros(1, 1, dtype=inv_freq.dtype, device=inv_freq.device)
+        module(x, torch.zeros(1, 1, dtype=torch.long, device=inv_freq.device))
+        inv_freq.copy_(kept)
+
+
+def long_frequencies_as_buffers(model: torch.nn.Module) -> None:
+    """LongRoPE's long frequencies made now and kept as a non-persistent buffer, for a
+    model whose buffers are about to go to the meta device and be streamed (export-llm's
+    streamed load): the update then finds ``long_inv_freq`` on the capture's device and
+    sets the buffer to itself, so the capture reads a buffer whose value was computed here
+    instead of a tensor assigned during export (lifted without a value, and torch's
+    warning on the caller's terminal)."""
+    for module in model.modules():
+        if _needs_long_frequencies(module):
+            _make_long_frequencies(module)
+            long_inv_freq = vars(module).pop("long_inv_freq")
+            module.register_buffer("long_inv_freq", long_inv_freq, persistent=False)
+
+
 @contextlib.contextmanager
 def _long_frequencies_made(module: torch.nn.Module) -> Iterator[None]:
     """transformers' LongRoPE update (``dynamic_rope_update``) makes the long frequencies on
     its first call and keeps them as a plain attribute, ``long_inv_freq``: made while
     capturing, torch.export warns on the caller's terminal that a tensor attribute was
-    assigned. One call of the module before the capture makes them (a one-token position,
-    on the module's device); the attribute and the frequencies buffer the call rewrites are
-    put back afterwards, so the model is left as it was given."""
-    inv_freq = getattr(module, "inv_freq", None)
-    if (
-        getattr(module, "rope_type", None) != "longrope"
-        or "long_inv_freq" in vars(module)
-        or not isinstance(inv_freq, torch.Tensor)
-        or inv_freq.device.type == "meta"
-    ):
+    assigned. One call of the module before the capture makes them
+    (:func:`_make_long_frequencies`); the attribute is removed afterwards, so the model is
+    left as it was given."""
+    if not _needs_long_frequencies(module):
         yield
         return
-    kept = inv_freq.clone()
-    with torch.no_grad():
-        x = torch.zeros(1, 1, dtype=inv_freq.dtype, device=inv_freq.device)
-        module(x, torch.zeros(1, 1, dtype=torch.long, device=inv_freq.device))
+    _make_long_frequencies(module)
     try:
         yield
     finally:
         vars(module).pop("long_inv_freq", None)
-        with torch.no_grad():
-            inv_freq.copy_(kept)
 
 
 @contextlib.contextmanager

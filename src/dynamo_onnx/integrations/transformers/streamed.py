@@ -53,6 +53,7 @@ from dynamo_onnx.integrations.transformers.hf_folder import (
     fill_ids_from_tokenizer,
 )
 from dynamo_onnx.integrations.transformers.loading import first_line, folder_problem, quiet_loading
+from dynamo_onnx.integrations.transformers.rotary import long_frequencies_as_buffers
 from dynamo_onnx.io.checkpoint import Checkpoint, open_checkpoint
 from dynamo_onnx.io.streamed_weights import WeightStream
 
@@ -246,6 +247,7 @@ def load_streamed(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> Strea
 
     model = model.eval()
     fill_ids_from_tokenizer(model, folder)
+    long_frequencies_as_buffers(model)  # LongRoPE's, computed here like the other buffers
     buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
     model.to("meta")
     with torch.device("meta"):
