@@ -32,7 +32,7 @@ from dynamo_onnx.integrations import (
     load_folder,
     load_speech_folder,
 )
-from dynamo_onnx.options import DiagnosticOptions, optimize_problem
+from dynamo_onnx.options import OPTIMIZE_RUNTIMES, DiagnosticOptions, optimize_problem
 from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
@@ -99,6 +99,25 @@ class FolderCheckPass:
                 **fields,
             )
         return request
+
+
+def _export_folder(
+    folder: SavedModel, options: dict[str, Any]
+) -> tuple[ONNXProgram, WarningsAsErrorsError | None]:
+    """:func:`export` of the folder's model with its example inputs: the program, and the
+    gate error that ``warnings_as_errors`` raised (the folder is still made, then it is
+    raised)."""
+    try:
+        return export(folder.model, (), kwargs=folder.inputs, **options), None
+    except WarningsAsErrorsError as error:
+        return error.program, error  # type: ignore[return-value]
+
+
+def _unfused_sliding(program: ONNXProgram, folder: SavedModel) -> bool:
+    """Whether the runtime's file is not written beside ``program``'s model because a
+    sliding layer hands back its window (:meth:`SavedModel.with_whole_windows` fixes it)."""
+    reasons = files_not_beside(program.model, program.reference, program.inputs, MODEL_FILENAME)
+    return folder.runtime_file in reasons
 
 
 def export_llm(
@@ -172,20 +191,23 @@ def export_llm(
             verbose=verbose,
         )
     folder = load_folder(ctx, hf_dir)
-    gate: WarningsAsErrorsError | None = None
-    try:
-        program = export(
-            folder.model,
-            (),
-            kwargs=folder.inputs,
-            optimize=optimize,
-            progress=progress,
-            diagnostic_options=diagnostic_options,
-            source_root=source_root,
-            verbose=verbose,
-        )
-    except WarningsAsErrorsError as error:  # the folder is still made, then this is raised
-        gate, program = error, error.program  # type: ignore[assignment]
+    options = {
+        "optimize": optimize,
+        "progress": progress,
+        "diagnostic_options": diagnostic_options,
+        "source_root": source_root,
+        "verbose": verbose,
+    }
+    whole = folder.with_whole_windows()
+    if whole is not None and optimize not in OPTIMIZE_RUNTIMES:
+        # no fusion can make a sliding layer's cache whole: export the plain fallback
+        folder = whole
+    program, gate = _export_folder(folder, options)
+    if whole is not None and folder is not whole and _unfused_sliding(program, folder):
+        # a sliding attention did not fuse (its DO503/DO511 says why, and says it again
+        # in this export): the plain model, whose every layer keeps its whole cache
+        folder = whole
+        program, gate = _export_folder(folder, options)
     program.quantize(
         precision, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
     )
