@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import warnings
 
 import numpy as np
 import onnx
@@ -218,8 +219,13 @@ def test_gpt_oss_sinks_unfused_still_make_a_folder_genai_runs_past_its_window(ho
         assert "DO503" in proc.stderr and "DO515" not in proc.stderr, proc.stderr
         assert "modeling_gpt_oss.py" in proc.stderr
     else:
-        program = dynamo_onnx.export_llm(source, out)
+        with warnings.catch_warnings(record=True) as issued:
+            warnings.simplefilter("always")
+            program = dynamo_onnx.export_llm(source, out)
         _unfused_at_their_lines(program, "modeling_gpt_oss.py", "is not fused")
+        # the Python warnings are those of the folder's model, not also the fused try's
+        shown = [str(w.message) for w in issued if "DO503" in str(w.message)]
+        assert len(shown) == len(program.diagnostics.by_rule("DO503")) == 2, shown
     config = _genai_config(out)
     assert config["model"]["type"] == "decoder"
     assert config["search"]["past_present_share_buffer"] is False

@@ -14,10 +14,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dynamo_onnx.errors import (
+    DynamoOnnxWarning,
     InvalidOptionValueError,
     OnnxExporterError,
     VerificationError,
@@ -202,12 +204,21 @@ def export_llm(
     if whole is not None and optimize not in OPTIMIZE_RUNTIMES:
         # no fusion can make a sliding layer's cache whole: export the plain fallback
         folder = whole
-    program, gate = _export_folder(folder, options)
-    if whole is not None and folder is not whole and _unfused_sliding(program, folder):
-        # a sliding attention did not fuse (its DO503/DO511 says why, and says it again
-        # in this export): the plain model, whose every layer keeps its whole cache
-        folder = whole
+    if whole is None or folder is whole:
         program, gate = _export_folder(folder, options)
+    else:
+        with warnings.catch_warnings(record=True) as issued:
+            warnings.simplefilter("always", DynamoOnnxWarning)
+            program, gate = _export_folder(folder, options)
+        if _unfused_sliding(program, folder):
+            # a sliding attention did not fuse (its DO503/DO511 says why, and the second
+            # export says it again): the plain model, whose every layer keeps its whole
+            # cache; the warnings of the model not kept are not the user's
+            folder = whole
+            issued = [w for w in issued if not issubclass(w.category, DynamoOnnxWarning)]
+            program, gate = _export_folder(folder, options)
+        for w in issued:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     program.quantize(
         precision, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
     )
