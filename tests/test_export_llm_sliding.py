@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import warnings
 
 import numpy as np
 import onnx
@@ -44,6 +45,16 @@ def _model(name: str, window: int = WINDOW) -> transformers.PreTrainedModel:
             **DECODER, head_dim=16, sliding_window=window, layer_types=layers
         )
         return transformers.Gemma3ForCausalLM(config).eval()
+    if name == "gpt_oss":  # attention sinks (which GroupQueryAttention does not take here)
+        config = transformers.GptOssConfig(
+            **DECODER,
+            head_dim=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=window,
+            layer_types=["sliding_attention", "full_attention"],
+        )
+        return transformers.GptOssForCausalLM(config).eval()
     assert name == "qwen2", name
     config = transformers.Qwen2Config(
         **DECODER, use_sliding_window=True, sliding_window=window, max_window_layers=0
@@ -156,10 +167,27 @@ def test_an_int4_sliding_folder_loads_and_generates(name, how, tmp_path):
     assert len(_genai(out, _prompt())) == PROMPT + NEW
 
 
-def test_sliding_layers_gqa_cannot_take_say_so_at_their_lines_and_why_no_genai_config(tmp_path):
+def _genai_config(folder) -> dict:
+    return json.loads((folder / "genai_config.json").read_text())
+
+
+def _unfused_at_their_lines(program, module_file: str, reason: str) -> None:
+    """Each unfused attention a DO503/DO511 at its line in ``module_file``, saying
+    ``reason``; no DO415/DO515 (the folder is one genai runs)."""
+    ids = [f.rule.id for f in program.diagnostics.findings]
+    assert "DO415" not in ids and "DO515" not in ids, ids
+    unfused = [f for f in program.diagnostics.findings if f.rule.id in ("DO503", "DO511")]
+    assert unfused
+    for finding in unfused:
+        assert reason in finding.message, finding.message
+        assert finding.locations[0].path.endswith(module_file)
+
+
+def test_sliding_layers_gqa_cannot_take_still_make_a_folder_genai_runs(tmp_path):
     """A head size of 8 (GroupQueryAttention takes multiples of 16): the sliding attentions
-    stay unfused, each a finding at its line with the reason, and DO415 says that the folder
-    was optimized and which layers did not fuse, not to pass the optimization it had."""
+    stay unfused, each a finding at its line with the reason, and the folder is the plain
+    fallback, every layer's cache whole and the window the mask's: onnxruntime-genai runs
+    it and generates transformers' tokens past the window."""
     torch.manual_seed(0)
     config = transformers.MistralConfig(
         **{**hf_models.DECODER, "use_cache": True}, sliding_window=WINDOW
@@ -167,17 +195,49 @@ def test_sliding_layers_gqa_cannot_take_say_so_at_their_lines_and_why_no_genai_c
     model = transformers.MistralForCausalLM(config).eval()
     model.save_pretrained(tmp_path / "hf")
     program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "onnx")
-    assert not (tmp_path / "onnx" / "genai_config.json").exists()
-    (note,) = program.diagnostics.by_rule("DO415")
-    assert "optimized for ONNX Runtime, but its sliding-window layer(s) 0, 1 did not fuse" in (
-        note.message
-    )
-    assert 'optimize="onnxruntime"' not in note.message
-    unfused = [f for f in program.diagnostics.findings if f.rule.id in ("DO503", "DO511")]
-    assert len(unfused) == 2
-    for finding in unfused:
-        assert "The head size is 8" in finding.message
-        assert finding.locations[0].path.endswith("modeling_mistral.py")
+    _unfused_at_their_lines(program, "modeling_mistral.py", "The head size is 8")
+    assert len(program.diagnostics.by_rule("DO503") + program.diagnostics.by_rule("DO511")) == 2
+    out = tmp_path / "onnx"
+    assert _genai_config(out)["search"]["past_present_share_buffer"] is False
+    assert _ops(out)["GroupQueryAttention"] == 0
+    prompt = _prompt()
+    np.testing.assert_array_equal(_genai(out, prompt), _greedy(model, prompt))
+
+
+@pytest.mark.parametrize("how", ["cli", "api"])
+def test_gpt_oss_sinks_unfused_still_make_a_folder_genai_runs_past_its_window(how, tmp_path):
+    """GPT-OSS: its attention sinks keep GroupQueryAttention out (DO503 at the attention's
+    line), and its sliding layer (window 16, layer 0) keeps its whole cache in the plain
+    model: genai_config.json is written (the ``decoder`` type, no shared buffer) and
+    onnxruntime-genai generates transformers' greedy tokens after a 40-token prompt."""
+    model = _model("gpt_oss")
+    source, out = tmp_path / "hf", tmp_path / "onnx"
+    model.save_pretrained(source)
+    if how == "cli":
+        proc = run_cli(tmp_path, "export-llm", str(source), "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        assert "DO503" in proc.stderr and "DO515" not in proc.stderr, proc.stderr
+        assert "modeling_gpt_oss.py" in proc.stderr
+    else:
+        with warnings.catch_warnings(record=True) as issued:
+            warnings.simplefilter("always")
+            program = dynamo_onnx.export_llm(source, out)
+        _unfused_at_their_lines(program, "modeling_gpt_oss.py", "is not fused")
+        # the Python warnings are those of the folder's model, not also the fused try's
+        shown = [str(w.message) for w in issued if "DO503" in str(w.message)]
+        assert len(shown) == len(program.diagnostics.by_rule("DO503")) == 2, shown
+    config = _genai_config(out)
+    assert config["model"]["type"] == "decoder"
+    assert config["search"]["past_present_share_buffer"] is False
+    inputs = onnx.load(out / "model.onnx", load_external_data=False).graph.input
+    lengths = {
+        i.name: i.type.tensor_type.shape.dim[2].dim_param for i in inputs if "past" in i.name
+    }
+    assert len(set(lengths.values())) == 1, lengths  # the sliding layer's past is whole
+    prompt = _prompt()
+    eager = _greedy(model, prompt)
+    assert eager.shape[0] == PROMPT + NEW > 2 * WINDOW
+    np.testing.assert_array_equal(_genai(out, prompt), eager)
 
 
 def test_a_window_longer_than_the_context_still_makes_a_folder_genai_runs(tmp_path):

@@ -13,6 +13,7 @@ import transformers
 import dynamo_onnx
 from dynamo_onnx import integrations
 from dynamo_onnx.integrations.transformers import TransformersFamily, genai
+from dynamo_onnx.integrations.transformers.caches import with_full_layers
 
 LAYERS, HEADS, PAST, HEAD_DIM = 2, 2, 3, 4
 
@@ -278,3 +279,33 @@ def test_the_example_step_crosses_every_window_with_no_length_near_one(window):
         return
     assert past + new > window
     assert not {new, past + new} & {window - 1, window, window + 1}
+
+
+def test_a_caches_sliding_layers_as_full_layers_keep_their_tensors_and_grow_whole():
+    """The plain fallback's example cache: Gemma 3's sliding layer 0 becomes a full layer
+    holding the same tensors (an update then keeps every token, past the window of 4), its
+    full layer 1 is the same object; a cache with no sliding layer has no fallback."""
+    layers = ["sliding_attention", "full_attention"]
+    config = transformers.Gemma3TextConfig(
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        hidden_size=32,
+        head_dim=16,
+        sliding_window=4,
+        layer_types=layers,
+    )
+    cache = transformers.DynamicCache(config=config)
+    past = torch.randn(1, 1, 3, 16)
+    for layer in range(2):
+        cache.update(past, past + 1, layer)
+    full = with_full_layers(cache)
+    assert [getattr(layer, "is_sliding", False) for layer in full.layers] == [False, False]
+    assert full.layers[0].keys is cache.layers[0].keys and torch.equal(full.layers[0].keys, past)
+    assert full.layers[1] is cache.layers[1]
+    assert cache.layers[0].is_sliding  # the given cache is not changed
+    keys, _ = full.layers[0].update(torch.randn(1, 1, 5, 16), torch.randn(1, 1, 5, 16))
+    assert keys.shape[2] == 8 and full.get_seq_length(0) == 8
+    plain = transformers.DynamicCache(config=transformers.LlamaConfig(num_hidden_layers=1))
+    plain.update(past, past, 0)
+    assert with_full_layers(plain) is None

@@ -2,8 +2,8 @@
 tensor (DO513), an encoder or an encoder-decoder (DO507) are refused before anything is
 written; genai_config.json keeps every end-of-sequence id and the generation config's
 search; GPT-2 and Mixtral get the onnxruntime-genai type that runs them; the written folder
-is checked by generating with onnxruntime-genai (DO514), and a folder it cannot run is a
-warning (DO515)."""
+is checked by generating with onnxruntime-genai (DO514); a sliding-window model that is not
+fused still makes a folder it runs, and a folder without its file is a warning (DO515)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from dynamo_onnx.diagnostics import Level
 from dynamo_onnx.integrations.transformers import genai, genai_types, hf_folder, streamed
 from dynamo_onnx.integrations.transformers.checkpoint import key_report
 from dynamo_onnx.io.checkpoint import open_checkpoint
+from dynamo_onnx.llm_folder import FolderCheck, FolderCheckPass
+from dynamo_onnx.passes.base import run_pipeline
 from dynamo_onnx.reports import ReportingContext
 
 og = pytest.importorskip("onnxruntime_genai")
@@ -451,14 +453,35 @@ def mistral(tmp_path_factory):
     return path
 
 
-def test_a_sliding_window_model_exported_unfused_is_a_do515_warning(mistral, tmp_path):
+def test_a_sliding_window_model_exported_unfused_is_a_folder_genai_runs(mistral, tmp_path):
+    """Unfused (``--optimize-for none``), a sliding layer keeps its whole cache in the
+    plain model and the window is the mask's: genai_config.json is written, no warning,
+    and onnxruntime-genai generates transformers' tokens past the window of 4."""
     out = tmp_path / "out"
     proc = run_cli(tmp_path, "export-llm", str(mistral), "-o", str(out), "--optimize-for", "none")
     assert proc.returncode == 0, proc.stderr
-    assert "0 error(s), 1 warning(s)" in proc.stdout
-    assert "DO515" in proc.stderr and "is not a folder onnxruntime-genai runs" in proc.stderr
-    assert "--optimize-for onnxruntime" in proc.stderr  # what to do instead
-    assert not (out / "genai_config.json").exists()
-    program = dynamo_onnx.export_llm(mistral, tmp_path / "api", optimize=True)
+    assert "0 error(s), 0 warning(s)" in proc.stdout, proc.stdout + proc.stderr
+    config = json.loads((out / genai.FILENAME).read_text())
+    assert config["search"]["past_present_share_buffer"] is False
+    model = transformers.MistralForCausalLM.from_pretrained(mistral).eval()
+    new = 12  # 5 + 12 tokens: three times the window
+    assert _genai_greedy(out, new) == _greedy(model, new)
+
+
+def test_a_folder_without_the_runtimes_file_is_a_do515_warning(mistral, tmp_path):
+    """What the folder check says when a family could not write the runtime's file (no
+    transformers model reaches it today: a sliding layer has the plain fallback): a
+    warning naming the folder and the family's reason."""
+    out = tmp_path / "out"
+    program = dynamo_onnx.export_llm(mistral, out, optimize=True)  # unfused, from the API
+    assert not program.diagnostics.by_rule("DO515")
+    (out / genai.FILENAME).unlink()
+    saved = hf_folder.load(program.diagnostics, mistral)
+    reasons = {genai.FILENAME: "the reason it was not written."}
+    run_pipeline(program.diagnostics, [FolderCheckPass()], FolderCheck(out, saved, reasons))
     (finding,) = program.diagnostics.by_rule("DO515")
     assert finding.level == Level.WARNING
+    assert "is not a folder onnxruntime-genai runs" in finding.message
+    assert "genai_config.json is not written): the reason it was not written. The ONNX" in (
+        finding.message
+    )

@@ -643,7 +643,7 @@ NOT_FROM_A_FIXTURE = {
     "DO511": "needs a transformers attention fused into MultiHeadAttention: test_ort_fusions (GPT-2, a Llama of head size 8)",
     "DO513": "needs a saved transformers checkpoint missing a tensor: test_llm_folder_checks",
     "DO514": "needs a folder onnxruntime-genai refuses: test_llm_folder_checks (an eos id outside the vocabulary)",
-    "DO515": "needs a sliding-window LM exported unfused by export-llm: test_llm_folder_checks (Mistral)",
+    "DO515": "no transformers LM reaches it since the plain fallback of sliding layers: test_llm_folder_checks runs the folder check on a folder without genai_config.json",
     "DO400": "a finalize crash; the pass's failure rule",
     "DO600": "ONNX Runtime failing to run a valid model; the pass's failure rule",
     "DO603": "needs a wrong registered function: test_verification",

@@ -14,10 +14,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dynamo_onnx.errors import (
+    DynamoOnnxWarning,
     InvalidOptionValueError,
     OnnxExporterError,
     VerificationError,
@@ -34,13 +36,14 @@ from dynamo_onnx.integrations import (
     load_streamed_folder,
 )
 from dynamo_onnx.llm_stream import give_weights, report_streamed
-from dynamo_onnx.options import DiagnosticOptions, optimize_problem
+from dynamo_onnx.options import OPTIMIZE_RUNTIMES, DiagnosticOptions, optimize_problem
 from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
 
 if TYPE_CHECKING:
     from dynamo_onnx.diagnostics import DiagnosticContext, Location
+    from dynamo_onnx.io.streamed_weights import WeightStream
     from dynamo_onnx.program import ONNXProgram
 
 __all__ = ["MODEL_FILENAME", "FolderCheck", "FolderCheckPass", "export_llm"]
@@ -101,6 +104,37 @@ class FolderCheckPass:
                 **fields,
             )
         return request
+
+
+def _export_folder(
+    folder: SavedModel, streamed: bool, options: dict[str, Any]
+) -> tuple[ONNXProgram, WarningsAsErrorsError | None, WeightStream | None]:
+    """:func:`export` of the folder's model with its example inputs: the program, the
+    gate error that ``warnings_as_errors`` raised (the folder is still made, then it is
+    raised), and, for a ``streamed`` folder (meta weights), the stream of its checkpoint's
+    tensors: such a program is optimized once its weights can be read."""
+    optimize = options["optimize"]
+    gate: WarningsAsErrorsError | None = None
+    try:
+        program = export(
+            folder.model,
+            (),
+            kwargs=folder.inputs,
+            **{**options, "optimize": False if streamed else optimize},
+        )
+    except WarningsAsErrorsError as error:
+        gate, program = error, error.program  # type: ignore[assignment]
+    stream = give_weights(program, folder) if streamed else None  # type: ignore[arg-type]
+    if stream is not None and optimize:
+        program.optimize(optimize if isinstance(optimize, str) else None)
+    return program, gate, stream
+
+
+def _unfused_sliding(program: ONNXProgram, folder: SavedModel) -> bool:
+    """Whether the runtime's file is not written beside ``program``'s model because a
+    sliding layer hands back its window (:meth:`SavedModel.with_whole_windows` fixes it)."""
+    reasons = files_not_beside(program.model, program.reference, program.inputs, MODEL_FILENAME)
+    return folder.runtime_file in reasons
 
 
 def export_llm(
@@ -178,23 +212,32 @@ def export_llm(
     # loaded in memory
     streamed = load_streamed_folder(ctx, hf_dir)
     folder = streamed if streamed is not None else load_folder(ctx, hf_dir)
-    gate: WarningsAsErrorsError | None = None
-    try:
-        program = export(
-            folder.model,
-            (),
-            kwargs=folder.inputs,
-            optimize=optimize if streamed is None else False,
-            progress=progress,
-            diagnostic_options=diagnostic_options,
-            source_root=source_root,
-            verbose=verbose,
-        )
-    except WarningsAsErrorsError as error:  # the folder is still made, then this is raised
-        gate, program = error, error.program  # type: ignore[assignment]
-    stream = give_weights(program, streamed) if streamed is not None else None
-    if stream is not None and optimize:  # optimized once the weights can be read
-        program.optimize(optimize if isinstance(optimize, str) else None)
+    options = {
+        "optimize": optimize,
+        "progress": progress,
+        "diagnostic_options": diagnostic_options,
+        "source_root": source_root,
+        "verbose": verbose,
+    }
+    whole = folder.with_whole_windows()
+    if whole is not None and optimize not in OPTIMIZE_RUNTIMES:
+        # no fusion can make a sliding layer's cache whole: export the plain fallback
+        folder = whole
+    if whole is None or folder is whole:
+        program, gate, stream = _export_folder(folder, streamed is not None, options)
+    else:
+        with warnings.catch_warnings(record=True) as issued:
+            warnings.simplefilter("always", DynamoOnnxWarning)
+            program, gate, stream = _export_folder(folder, streamed is not None, options)
+        if _unfused_sliding(program, folder):
+            # a sliding attention did not fuse (its DO503/DO511 says why, and the second
+            # export says it again): the plain model, whose every layer keeps its whole
+            # cache; the warnings of the model not kept are not the user's
+            folder = whole
+            issued = [w for w in issued if not issubclass(w.category, DynamoOnnxWarning)]
+            program, gate, stream = _export_folder(folder, streamed is not None, options)
+        for w in issued:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     program.quantize(
         precision, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
     )

@@ -185,7 +185,8 @@ class TransformersFamily:
             "with their window (the optimization's DO503/DO511 at each attention's line say "
             "why): they hand back their last window - 1 tokens as their present, and "
             "onnxruntime-genai gives every layer's present the whole sequence (it refuses "
-            "the folder)"
+            "the folder); `export-llm` exports such a model as the plain model whose every "
+            "layer keeps its whole cache, which it runs"
         }
 
     def runtime_steps(self, reference: Any, runtime: str) -> list[RuntimeStep]:

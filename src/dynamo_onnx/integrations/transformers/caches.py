@@ -30,6 +30,7 @@ __all__ = [
     "is_cache",
     "output_parts",
     "rebuild_cache",
+    "with_full_layers",
 ]
 
 
@@ -333,6 +334,35 @@ def _sliding_layers(cache: Any) -> list[tuple[int, Any]]:
         for i, layer in enumerate(getattr(cache, "layers", ()))
         if getattr(layer, "is_sliding", False) and hasattr(layer, "sliding_window")
     ]
+
+
+def _full_layer_class(layer: Any) -> type | None:
+    """transformers' ``DynamicLayer`` among the classes of a sliding ``layer`` (its
+    ``DynamicSlidingWindowLayer`` derives from it), or None."""
+    return next((c for c in type(layer).__mro__ if c.__name__ == "DynamicLayer"), None)
+
+
+def with_full_layers(cache: Any) -> Any | None:
+    """A copy of ``cache`` whose sliding-window layers are full layers holding the same
+    tensors, or None when it has no sliding layer that can be one.
+
+    Traced with it, a sliding layer keeps its whole cache (its present is its past and the
+    new tokens, as onnxruntime-genai feeds every layer) and the window is applied by the
+    mask alone: transformers builds the sliding mask from the config's window whatever the
+    layer, so the attention's values are those of the layer that cut its cache (the tokens
+    it cut are the ones the mask hides)."""
+    sliding = _sliding_layers(cache)
+    if not sliding or any(_full_layer_class(layer) is None for _, layer in sliding):
+        return None
+    copied = copy.copy(cache)
+    copied.layers = list(cache.layers)
+    for index, layer in sliding:
+        full = _full_layer_class(layer)()  # type: ignore[misc]
+        full.keys, full.values = layer.keys, layer.values
+        full.dtype, full.device = layer.keys.dtype, layer.keys.device
+        full.is_initialized = True
+        copied.layers[index] = full
+    return copied
 
 
 def _whole_windows(cache: Any, prefix: str) -> dict[str, torch.Tensor]:

@@ -20,6 +20,7 @@ from typing import Any
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError, WeightsMismatchError
 from dynamo_onnx.integrations.transformers import genai, genai_check
+from dynamo_onnx.integrations.transformers.caches import with_full_layers
 from dynamo_onnx.integrations.transformers.checkpoint import (
     architecture_problem,
     config_problem,
@@ -80,6 +81,22 @@ class HFFolder:
     def prompt(self) -> list[int]:
         """The runtime check's prompt: the example's first :data:`NEW` token ids."""
         return [int(t) for t in self.inputs["input_ids"][0][:NEW]]
+
+    def with_whole_windows(self) -> HFFolder | None:
+        """This folder with an example cache whose sliding-window layers are full layers
+        (:func:`~dynamo_onnx.integrations.transformers.caches.with_full_layers`), or None
+        when the model has no sliding layer.
+
+        The plain fallback for onnxruntime-genai: exported with it, every layer's present
+        is its past and the new tokens (genai's contract) and the window is the mask's,
+        where a sliding layer traced as transformers runs it hands back only its last
+        ``window - 1`` tokens until the fusion into GroupQueryAttention makes it whole."""
+        parameter = _cache_parameter(self.model)
+        cache = self.inputs.get(parameter)
+        full = with_full_layers(cache) if cache is not None else None
+        if full is None:
+            return None
+        return dataclasses.replace(self, inputs={**self.inputs, parameter: full})
 
 
 def _cache_parameter(model: Any) -> str:
