@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dynamo_onnx.diagnostics import Level
 from dynamo_onnx.errors import (
     DynamoOnnxWarning,
     InvalidOptionValueError,
@@ -39,6 +40,7 @@ from dynamo_onnx.llm_stream import give_weights, report_streamed
 from dynamo_onnx.options import OPTIMIZE_RUNTIMES, DiagnosticOptions, optimize_problem
 from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
+from dynamo_onnx.reports.terminal import issue_warnings
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
 
 if TYPE_CHECKING:
@@ -126,7 +128,12 @@ def _export_folder(
         gate, program = error, error.program  # type: ignore[assignment]
     stream = give_weights(program, folder) if streamed else None  # type: ignore[arg-type]
     if stream is not None and optimize:
+        # optimized after export() returned: its warnings reach the terminal as export()'s do
+        known = len(program.diagnostics.findings)
         program.optimize(optimize if isinstance(optimize, str) else None)
+        warned = [f for f in program.diagnostics.findings[known:] if f.level == Level.WARNING]
+        if warned:
+            issue_warnings(warned, program.model_location, "program.diagnostics.findings")
     return program, gate, stream
 
 
