@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import collections
 import json
+import pathlib
 import re
+import sys
 import wave
 
 import numpy as np
@@ -22,21 +24,12 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 import dynamo_onnx
 from cli_runner import run_cli
 
+# the checkpoint's special tokens, prompt and rate are those make bench-whisper uses
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+from whisper_genai import PROMPT, RATE, SPECIAL  # noqa: E402
+
 og = pytest.importorskip("onnxruntime_genai")
 
-SPECIAL = [
-    "<|endoftext|>",
-    "<|startoftranscript|>",
-    "<|en|>",
-    "<|translate|>",
-    "<|transcribe|>",
-    "<|startoflm|>",
-    "<|startofprev|>",
-    "<|nocaptions|>",
-    "<|notimestamps|>",
-]
-PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
-RATE = 16000
 #: samples of silence at each end: half an FFT window, where genai's STFT pads the clip
 #: otherwise than WhisperFeatureExtractor (docs/llm.md, "Whisper")
 SILENT_EDGE = 200
