@@ -186,6 +186,25 @@ def workdir(tmp_path):
     return tmp_path
 
 
+def test_a_factory_failing_inside_dynamo_onnx_shows_only_the_users_frames(workdir):
+    """The user's factory calls into dynamo_onnx, which raises: DO140 names the factory's
+    line, and the traceback printed keeps the user's frames only, none of the package (of
+    any of its modules, not only the command's own)."""
+    (workdir / "options_factory.py").write_text(
+        "from dynamo_onnx.rules import catalog\n"
+        "\n"
+        "\n"
+        "def build():\n"
+        "    return catalog().get('no-such-rule')  # marker: raises in dynamo_onnx\n"
+    )
+    proc = run(workdir, "export", "options_factory.py:build")
+    assert proc.returncode == 2
+    assert "[DO140 user-code-raised]" in proc.stderr
+    assert "raised KeyError" in proc.stderr
+    assert "options_factory.py:5" in proc.stderr and "in build" in proc.stderr
+    assert "dynamo_onnx/" not in proc.stderr
+
+
 def run(workdir, *args, env=None):
     """The command in this process (tests/cli_runner.py)."""
     return run_cli(workdir, *args, env=env)
@@ -259,7 +278,7 @@ def test_exit_1_when_the_export_fails(workdir):
     assert proc.returncode == 2  # the user's factory failed: a usage error, not an export one
     assert "`models.py:broken` raised RuntimeError: the factory itself fails" in proc.stderr
     assert 'models.py", line' in proc.stderr and "in broken" in proc.stderr  # the user's frame
-    assert "cli.py" not in proc.stderr  # never ours
+    assert "dynamo_onnx/" not in proc.stderr  # never ours (the command's own frames)
     assert "Traceback" not in proc.stderr
 
 
