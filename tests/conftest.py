@@ -107,16 +107,16 @@ def caller_logging(request):
 # -- the two layers -------------------------------------------------------------------------
 #
 # `make test-fast` runs the unit layer (`-m unit`): the tests of tests/passes/ (each pass on
-# hand-built input) and of the modules below (rules, reports, parsers, the architecture, the
+# hand-built input), tests/runtimes/ (each rewrite rule), tests/foreign_text/ (each reader on
+# its recorded text) and of the modules below (rules, reports, parsers, the architecture, the
 # diagnostics context). A test there that runs a full export fails (``_no_full_export``), so
 # the lane cannot silently grow slow: such a test is marked ``e2e`` or moved. A new module
 # not listed is in the end-to-end layer only, which `make test` runs along with this one.
-UNIT_DIRECTORIES = ("passes", "runtimes")
+UNIT_DIRECTORIES = ("foreign_text", "passes", "runtimes")
 UNIT_MODULES = frozenset(
     {
         "test_architecture.py",
         "test_diagnostic_context.py",
-        "test_foreign_text.py",
         "test_hygiene.py",
         "test_integrations.py",
         "test_transformers_ort_steps.py",

@@ -275,7 +275,8 @@ def _reads_text_itself(module: str, path: pathlib.Path | None = None) -> list[st
 
 def test_foreign_text_is_read_in_one_module():
     """torch's and ONNX Runtime's words are read into typed records by
-    ``dynamo_onnx/foreign_text.py`` (tested on recorded text, tests/test_foreign_text.py);
+    ``dynamo_onnx/foreign_text/`` (a reader a module, tested on recorded text in
+    tests/foreign_text/);
     no pass imports ``re`` or evaluates text, so a reworded message cannot hide in a pass."""
     offenders = [
         offender

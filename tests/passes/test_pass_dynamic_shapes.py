@@ -83,10 +83,10 @@ def _do106(messages: list[str]) -> str:
 
 def test_a_reworded_torch_log_makes_the_finding_quote_it_not_go_quiet():
     """DO106 on a dimension torch specialized, fed torch 2.13's recorded log of the same
-    model (tests/fixtures/foreign_text): the finding names the guard. The same log reworded
+    model (tests/foreign_text): the finding names the guard. The same log reworded
     gives a finding that says it could not read torch's message and quotes it, so a torch
     release that rewords its log does not silently make the finding vaguer."""
-    fixtures = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "foreign_text"
+    fixtures = pathlib.Path(__file__).resolve().parents[1] / "foreign_text"
     recorded = json.loads((fixtures / "torch-2.13" / "shape_log.json").read_text())
     messages = recorded["cases"]["specialized"]
     message = _do106(messages)
