@@ -19,18 +19,17 @@ import torch.fx
 from torch.export import graph_signature as gs
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
-from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.foreign_text import fx_node_target, read_ort_error
 from dynamo_onnx.integrations import copy_family_values, family_of, output_leaves
-from dynamo_onnx.io.inputs import onnx_input_tensors, user_input_leaves
+from dynamo_onnx.io.inputs import user_input_leaves
 from dynamo_onnx.io.runner import Runner
-from dynamo_onnx.io.sessions import inference_session
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.fx import random_outputs, range_bounds
 from dynamo_onnx.passes.metadata import FX_NODE, STACK_TRACE, stack_frames
 from dynamo_onnx.passes.model import buffers_restored
-from dynamo_onnx.registry import target_name
+from dynamo_onnx.passes.verify.comparison import Comparison, compare
+from dynamo_onnx.passes.verify.divergence import first_divergence
 from dynamo_onnx.tensors import is_wrapper_subclass
 
 __all__ = ["Comparison", "VerifyPass", "VerifyRequest", "compare"]
@@ -38,20 +37,6 @@ __all__ = ["Comparison", "VerifyPass", "VerifyRequest", "compare"]
 #: Tolerances of verify() unless given: tight enough to catch a wrong translation of fp32.
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-3
-
-
-@dataclasses.dataclass(frozen=True)
-class Comparison:
-    """One output compared: its figures and whether it is within the tolerances."""
-
-    index: int
-    name: str
-    max_abs: float
-    max_rel: float
-    ok: bool
-    detail: str = ""
-    #: False for an output that depends on random numbers: compared on shape only.
-    on_values: bool = True
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -68,29 +53,6 @@ def _leaves(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return [leaf for v in value for leaf in _leaves(v)]
     return []
-
-
-def compare(
-    index: int, name: str, actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float
-) -> Comparison:
-    """Compare two tensors the way ``torch.allclose`` does, with the figures."""
-    if expected.is_complex():
-        expected = torch.view_as_real(expected)
-    expected = expected.detach().cpu()
-    if tuple(actual.shape) != tuple(expected.shape):
-        detail = f"; shapes differ: {list(actual.shape)} vs {list(expected.shape)}"
-        return Comparison(index, name, float("inf"), float("inf"), False, detail)
-    if actual.numel() == 0:
-        return Comparison(index, name, 0.0, 0.0, True)
-    a, e = actual.to(torch.float64), expected.to(torch.float64)
-    diff = (a - e).abs()
-    nan_mismatch = bool((a.isnan() != e.isnan()).any())
-    diff = torch.where(a.isnan() & e.isnan(), torch.zeros_like(diff), diff)
-    max_abs = float(diff.max())
-    max_rel = float((diff / e.abs().clamp_min(1e-12)).max())
-    ok = not nan_mismatch and bool((diff <= atol + rtol * e.abs()).all())
-    detail = "; NaN where eager has none (or the reverse)" if nan_mismatch else ""
-    return Comparison(index, name, max_abs, max_rel, ok, detail)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +174,7 @@ def _verify(ctx: DiagnosticContext, request: VerifyRequest) -> list[Comparison]:
             max_abs=max((r.max_abs for r in results + at_second if r.on_values), default=0.0),
         )
     elif request.find_divergence:
-        _first_divergence(ctx, request, kwargs)
+        first_divergence(ctx, request, kwargs)
     return results
 
 
@@ -440,91 +402,3 @@ def _second_inputs(
     new_args = tuple(resize(a) for a in args)
     new_kwargs = {k: resize(v) for k, v in kwargs.items()}
     return new_args, new_kwargs, ", ".join(f"input shapes {list(s)}" for s in changed)
-
-
-class _Recorder(torch.fx.Interpreter):
-    """Runs the FX graph eagerly and keeps every node's value."""
-
-    def __init__(self, module: torch.fx.GraphModule) -> None:
-        super().__init__(module)
-        self.values: dict[str, Any] = {}
-
-    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
-        # Symbolic sizes are plain numbers when run eagerly; the graph may cast one
-        # (type promotion of ``x * x.shape[1]``), which prims takes only for tensors.
-        if target is torch.ops.prims.convert_element_type.default and isinstance(
-            args[0], (int, float, bool)
-        ):
-            dtype = args[1]
-            if dtype.is_floating_point:
-                return float(args[0])
-            return bool(args[0]) if dtype == torch.bool else int(args[0])
-        return super().call_function(target, args, kwargs)
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        result = super().run_node(n)
-        self.values[n.name] = result
-        return result
-
-
-def _graph_inputs(ep: torch.export.ExportedProgram, user_inputs: list[Any]) -> list[Any]:
-    """The flat inputs of the program's graph: weights where the signature says, user inputs."""
-    state = {**ep.state_dict, **ep.constants}
-    supply = iter(user_inputs)
-    flat = []
-    for spec in ep.graph_signature.input_specs:
-        if spec.kind == gs.InputKind.USER_INPUT:
-            flat.append(next(supply))
-        else:
-            flat.append(state[spec.target])
-    return flat
-
-
-def _first_divergence(
-    ctx: DiagnosticContext, request: VerifyRequest, kwargs: Mapping[str, Any]
-) -> None:
-    ep, args, atol, rtol = request.exported_program, request.args, request.atol, request.rtol
-    if ep is None:
-        return
-    leaves = user_input_leaves(ep, args, kwargs)
-    recorder = _Recorder(ep.graph_module)
-    with torch.no_grad():
-        recorder.run(*_graph_inputs(ep, leaves))
-    # Expose the ONNX value of every FX node that kept its name.
-    probe = ir.from_proto(ir.to_proto(request.model))
-    by_name = {v.name: v for node in probe.graph for v in node.outputs if v.name}
-    nodes = [
-        n
-        for n in ep.graph.nodes
-        if n.op == "call_function"
-        and n.name in by_name
-        and isinstance(recorder.values.get(n.name), torch.Tensor)
-    ]
-    for n in nodes:
-        value = by_name[n.name]
-        if not value.is_graph_output():
-            probe.graph.outputs.append(value)
-    session = inference_session(ir.to_proto(probe).SerializeToString())
-    feed_names = [i.name for i in session.get_inputs()]
-    feed = {
-        name: t.detach().cpu().numpy()
-        for name, t in zip(feed_names, onnx_input_tensors(ep, args, kwargs))
-    }
-    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
-    for n in nodes:
-        got = torch.from_numpy(outputs[n.name])
-        result = compare(0, n.name, got, recorder.values[n.name], atol, rtol)
-        if result.ok:
-            continue
-        frames = parse_stack_trace(n.meta.get("stack_trace") or "")
-        primary = ctx.user_frame(frames)
-        ctx.record(
-            "first-divergence",
-            locations=[primary],
-            stack=frames,
-            fx_node=n.name,
-            op=target_name(n.target),
-            source=ctx.display(primary),
-            max_abs=result.max_abs,
-        )
-        return
