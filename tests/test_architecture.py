@@ -418,6 +418,14 @@ def test_the_transformers_concepts_check_can_fail(tmp_path):
     ]
     inside = "dynamo_onnx.integrations.transformers.offender"
     assert _family_concepts(inside, _FAMILY_OFFENDER) == []
+    for generic in ("dynamo_onnx.cli.export_llm", "dynamo_onnx.runtimes.onnxruntime.offender"):
+        # the command line and the runtimes are generic code too
+        assert _family_concepts(generic, "names = ['past_key_values']") == [
+            f"{generic}:1 names the cache parameter `past_key_values`"
+        ]
+        assert _family_imports(generic, _imports(generic, path)) == [
+            f"{generic}:5 imports dynamo_onnx.integrations.transformers.caches"
+        ]
     assert _family_imports(inside, _imports(inside, path)) == []
 
 
@@ -431,8 +439,9 @@ RUNTIME_CONCEPTS = {
     ),
     "a family's soft-capping (`attn_logit_softcapping`)": re.compile(r"softcapping"),
 }
-#: The packages that know no family.
-FAMILY_FREE = ("dynamo_onnx.runtimes", "dynamo_onnx.onnx_tools")
+#: The packages that know no family: the runtimes, the ONNX helpers below them, and the
+#: command line (export-llm hands a folder to export_llm; the family is found there).
+FAMILY_FREE = ("dynamo_onnx.runtimes", "dynamo_onnx.onnx_tools", "dynamo_onnx.cli")
 
 
 def _runtime_concepts(module: str, text: str) -> list[str]:
@@ -477,6 +486,12 @@ def test_the_runtime_family_check_can_fail():
     assert _runtime_concepts("dynamo_onnx.integrations.transformers.x", _RUNTIME_OFFENDER) == []
     assert _runtime_concepts("dynamo_onnx.onnx_tools.x", "a Whisper encoder") == [
         "dynamo_onnx.onnx_tools.x:1 names a model family"
+    ]
+    assert _runtime_concepts("dynamo_onnx.cli.export_llm", "help='a Llama folder'") == [
+        "dynamo_onnx.cli.export_llm:1 names a model family"
+    ]
+    assert _runtime_concepts("dynamo_onnx.cli", "import transformers") == [
+        "dynamo_onnx.cli:1 names the library `transformers`"
     ]
 
 
@@ -763,6 +778,72 @@ def test_the_frame_local_check_can_fail():
         "m:3 reads f_locals",
         "m:5 keeps an unused local (noqa: F841)",
         "m:5 sets the frame local __where__",
+    ]
+
+
+#: A module longer than this says at its top why it is not split: a line ``# size: <reason>``
+#: among the comments between its docstring and its first statement (issue 47).
+MAX_MODULE_LINES = 500
+_SIZE_REASON = re.compile(r"^# size: (?P<reason>\S.{19,})$")
+
+
+def _size_reason(text: str) -> str | None:
+    """The reason written at the top of a module (``# size: ...``), or None."""
+    body = ast.parse(text).body
+    first = body[0] if body else None
+    has_docstring = (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    )
+    statements = body[1:] if has_docstring else body
+    lines = text.splitlines()
+    top = lines[: statements[0].lineno - 1] if statements else lines
+    found = (_SIZE_REASON.match(line) for line in top)
+    return next((m["reason"] for m in found if m), None)
+
+
+def _oversized(module: str, text: str) -> list[str]:
+    """``module: N lines`` when ``module`` is over MAX_MODULE_LINES with no reason at its top."""
+    count = len(text.splitlines())
+    if count <= MAX_MODULE_LINES or _size_reason(text) is not None:
+        return []
+    return [f"{module}: {count} lines, and no '# size: <reason>' at its top"]
+
+
+def test_no_module_is_over_500_lines_without_a_reason_at_its_top():
+    offenders = [
+        o for module, path in MODULES.items() for o in _oversized(module, path.read_text())
+    ]
+    assert not offenders, offenders
+
+
+def test_the_module_size_check_can_fail(tmp_path):
+    """The check above on made-up modules: a long one without a reason, with one below its
+    first statement or too short to say anything is found; a reason at its top, or a
+    module of 500 lines, is not."""
+    filler = "".join(f"x{i} = {i}\n" for i in range(MAX_MODULE_LINES))
+    docstring = '"""A module that grew."""\n\n'
+    reason = "# size: one table of 500 constants, read top to bottom\n\n"
+    cases = {
+        "no_reason": docstring + "from __future__ import annotations\n" + filler,
+        "reason_below": docstring + "import os\n" + reason + filler,
+        "empty_reason": docstring + "# size: long\n" + filler,
+        "reason": docstring + reason + "from __future__ import annotations\n" + filler,
+        "reason_without_docstring": reason + filler,
+        "at_the_limit": filler,
+    }
+    found = {}
+    for name, text in cases.items():
+        (tmp_path / f"{name}.py").write_text(text)
+        found[name] = _oversized(name, (tmp_path / f"{name}.py").read_text())
+    assert {name for name, offenders in found.items() if offenders} == {
+        "no_reason",
+        "reason_below",
+        "empty_reason",
+    }
+    assert found["no_reason"] == [
+        f"no_reason: {MAX_MODULE_LINES + 3} lines, and no '# size: <reason>' at its top"
     ]
 
 

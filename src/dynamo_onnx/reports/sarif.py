@@ -14,6 +14,10 @@ that must not leak (``level="warning"``, ``ruleIndex=-1``, offsets of -1): :func
 drops values equal to their default except the few emitted on purpose.
 """
 
+# size: one _Builder writes every part of a run (results, rules, artifacts, stacks,
+# fingerprints, the invocation) and each part must agree with the others for the three
+# consumers above (ruleIndex with rules, uris with originalUriBaseIds): kept in one place.
+
 from __future__ import annotations
 
 import functools
