@@ -205,6 +205,67 @@ def test_a_factory_failing_inside_dynamo_onnx_shows_only_the_users_frames(workdi
     assert "dynamo_onnx/" not in proc.stderr
 
 
+_GENERATED_CODE_FACTORIES = """\
+import dataclasses
+
+import torch
+
+import dynamo_onnx
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    size: int = 2
+
+
+def with_options():
+    return dynamo_onnx.ExportOptions(dynamic_shapes="yes")  # marker: options
+
+
+def frozen():
+    settings = Settings()
+    settings.size = 3  # marker: frozen
+    return torch.nn.Linear(2, 2), (torch.randn(1, 2),)
+
+
+def model():
+    return torch.nn.Linear(2, 2)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "marker", "name", "cause"),
+    [
+        (["generated.py:with_options"], "options", "with_options", "InvalidOptionTypeError"),
+        (["generated.py:frozen"], "frozen", "frozen", "FrozenInstanceError"),
+        (["generated.py:model", "--inputs", "generated.py:with_options"], "options", "with_options", "InvalidOptionTypeError"),
+    ],
+)  # fmt: skip
+def test_a_raise_inside_generated_code_is_located_at_the_users_line(
+    workdir, args, marker, name, cause
+):
+    """A dataclass's generated ``__init__`` (dynamo_onnx's ExportOptions checking its
+    values) or ``__setattr__`` (a frozen dataclass of the user's) has no file of its own
+    (``<string>``): DO140 points at the user's line that called it, in the message and the
+    SARIF log, and the traceback shown holds no such frame."""
+    (workdir / "generated.py").write_text(_GENERATED_CODE_FACTORIES)
+    line = next(
+        number
+        for number, text in enumerate(_GENERATED_CODE_FACTORIES.splitlines(), 1)
+        if f"marker: {marker}" in text
+    )
+    proc = run(workdir, "export", *args, "--sarif", "g.sarif")
+    assert proc.returncode == 2
+    assert f"raised {cause}" in proc.stderr
+    assert f"at generated.py:{line}." in proc.stderr
+    assert f"in {name}" in proc.stderr
+    assert "<string>" not in proc.stderr and "dynamo_onnx/" not in proc.stderr
+    (result,) = json.loads((workdir / "g.sarif").read_text())["runs"][0]["results"]
+    location = result["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"].endswith("generated.py")
+    assert location["region"]["startLine"] == line
+
+
 def run(workdir, *args, env=None):
     """The command in this process (tests/cli_runner.py)."""
     return run_cli(workdir, *args, env=env)

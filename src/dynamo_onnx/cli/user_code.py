@@ -130,6 +130,14 @@ def _shown_path(location: Any) -> str:
     return f"{location.path if path.startswith('..') else path}:{location.line}"
 
 
+def _is_users(filename: str) -> bool:
+    """Whether a frame of ``filename`` is the user's: a file of their own, neither the
+    package's nor code without a file (a dataclass's generated ``__init__`` or
+    ``__setattr__`` is ``<string>``, importlib's frames ``<frozen ...>``), whose line no one
+    can open."""
+    return os.path.isfile(filename) and not os.path.abspath(filename).startswith(_PACKAGE)
+
+
 def call_user(function: Any, what: str) -> Any:
     """Call the user's ``function``; its exception becomes a :class:`UserCodeError`."""
     from dynamo_onnx.diagnostics import Location
@@ -137,11 +145,7 @@ def call_user(function: Any, what: str) -> Any:
     try:
         return function()
     except Exception as exc:  # noqa: BLE001 - reported as the user's error
-        frames = [
-            f
-            for f in traceback.extract_tb(exc.__traceback__)
-            if not os.path.abspath(f.filename).startswith(_PACKAGE)
-        ]
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_users(f.filename)]
         lines = "".join(traceback.format_list(frames)).rstrip()
         cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
         raised = frames[-1] if frames else None
