@@ -118,7 +118,7 @@ def draws_random(node: torch.fx.Node) -> bool:
 
     A seeded nondeterministic operator draws, except where its arguments turn that off:
     ``train=False`` (``dropout`` in eval mode is the identity), or a dropout probability
-    of 0 on a dropout or attention operator (transformers calls
+    of 0 on a dropout or attention operator (a model library's attention calls
     ``scaled_dot_product_attention`` with ``dropout_p=0.0`` in eval mode). The decision is
     made on the graph's constant arguments; a probability computed in the graph counts as
     random.

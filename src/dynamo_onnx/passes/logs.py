@@ -60,7 +60,7 @@ def dropped(*names: str) -> Iterator[None]:
 def deprecations_ignored() -> Iterator[None]:
     """Deprecation warnings (``FutureWarning``, ``DeprecationWarning``) ignored while the
     passes run: the passes call the model and the libraries as the user's inputs ask
-    (transformers' warning that a parameter was renamed, on every eager call of a capture
+    (a model library's warning that a parameter was renamed, on every eager call of a capture
     and a verification), which the user sees when they call the model themselves;
     repeated by an export, they are noise. The caller's filters are put back afterwards."""
     with warnings.catch_warnings():

@@ -120,7 +120,7 @@ def forward_signature(model: Any) -> inspect.Signature | None:
 
 def code_location(model: Any) -> Location | None:
     """Where the model's code starts: its class's ``forward``, or the function itself. A
-    decorated ``forward`` (transformers wraps many in ``deprecate_kwarg``) is unwrapped:
+    decorated ``forward`` (a library's decorator renaming a deprecated keyword) is unwrapped:
     ``getsourcefile`` would name the decorator's file, ``getsourcelines`` the function's line."""
     try:
         code_owner = type(model).forward if isinstance(model, torch.nn.Module) else model

@@ -1,10 +1,10 @@
 """A spec of the export's flat inputs written back the way the caller spells it: by
 ``forward``'s parameters, a family value's tensors as one entry of its parameter.
 
-The export captures a model that takes a family value (a transformers cache) through flat
-keyword inputs (``past_key_values_0_key``...), so a spec torch.export refined is keyed by
-those. Quoted to the caller as it is (DO125's "the export used ..."), the same call would
-reject it: no parameter is called ``past_key_values_0_key`` (DO132).
+The export captures a model that takes a family value (a KV cache) through flat keyword
+inputs (``cache_0_key``...), so a spec torch.export refined is keyed by those. Quoted to the
+caller as it is (DO125's "the export used ..."), the same call would reject it: no parameter
+is called ``cache_0_key`` (DO132).
 """
 
 from __future__ import annotations

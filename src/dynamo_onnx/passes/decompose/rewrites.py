@@ -3,7 +3,7 @@
 * ``aten.view`` becomes ``aten.reshape`` before decomposing. torch 2.13 re-traces the graph
   with fake tensors; some decompositions (attention) yield other strides than at capture,
   and a ``view`` that was valid then fails ("Cannot view a tensor with shape ... and strides
-  ..."), which breaks GPT-2 and T5. ONNX has no strides: both become ``Reshape``.
+  ..."), which breaks the export of whole language models. ONNX has no strides: both become ``Reshape``.
 * ``aten.to`` overloads (in the captured graph, not in the decomposed one) become
   ``prims.convert_element_type`` or disappear when they change nothing ONNX can see (device,
   layout); ``__and__``/``__or__``/``__xor__`` become their ``bitwise_*`` operators.
@@ -13,7 +13,7 @@
   operator (``x * x.shape[0]``) is cast to the dtype the operator computes in: in ONNX it is
   a 0-d int64, float or bool tensor, and ``Mul`` will not take a float and an int64.
 * A lifted constant's fresh copy and its ``detach_`` (``torch.tensor([])`` in a forward:
-  transformers starts each cache layer so) become the constant itself. Re-tracing would
+  a KV cache may start each layer so) become the constant itself. Re-tracing would
   functionalize the in-place ``detach_`` into a new constant that
   ``ExportedProgram.run_decompositions`` does not register ("Constant tensor
   lifted_tensor_4 is not in the constants dictionary"); for inference neither op does
@@ -21,15 +21,15 @@
 * ``squeeze`` of a dimension the graph does not have at size 1 (a dynamic one) squeezes
   nothing in torch but fails in ONNX: it becomes an ``alias``, or squeezes only the
   dimensions of size 1.
-* An in-place operator on a tensor the graph itself made (``position_bias += mask`` in T5,
+* An in-place operator on a tensor the graph itself made (an attention's ``bias += mask``,
   ``nn.ReLU(inplace=True)`` after a convolution) becomes its out-of-place form, and the
   later readers of that tensor read the new node: the graph is then functional and needs
-  no re-trace, which would cost a second trace of the whole model (T5: half its export).
+  no re-trace, which would cost a second trace of the whole model.
   Only where nothing else can see the write: the tensor is no input, weight or view, no
   view is taken of it, it is not returned, and the out-of-place result has its dtype.
 * Reshapes to a statically known shape get that shape instead of one with ``-1`` in it
   (``view(x, [1, -1, 128, 64])``): the ONNX optimizer can then see that a reshape to the
-  shape its input already has is an ``Identity`` and remove it (12 nodes in GPT-2).
+  shape its input already has is an ``Identity`` and remove it.
 
 Each rewrite works in place on graph modules the pass owns (never the caller's program)
 and returns how many nodes it changed.

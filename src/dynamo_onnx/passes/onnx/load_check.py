@@ -62,10 +62,9 @@ class LoadCheckPass:
             return state
         try:
             # Loading is what is checked (types, shapes, a kernel for every node); ONNX
-            # Runtime's graph optimizations would only cost time (a third of the check on
-            # GPT-2; the weights are inputs here, so there is nothing to fold anyway), and
-            # so would a pool of threads for a session that never runs (half of the
-            # session's 0.18 s on GPT-2, on a 2-core machine).
+            # Runtime's graph optimizations would only cost time (the weights are inputs here,
+            # so there is nothing to fold anyway), and so would a pool of threads for a
+            # session that never runs.
             inference_session(proto.SerializeToString(), graph_optimizations=False, threads=1)
         except Exception as exc:  # noqa: BLE001 - the finding says what failed where
             location, fields = _where(ctx, model, exc)

@@ -53,7 +53,7 @@ def drop_newer_attributes(model: ir.Model, target: int) -> None:
     attribute but keeps it; ``ReduceSum`` took it in 13, the others in 18): at its default
     (0) it says nothing and is dropped (at 1 it is kept: the checker then names the node).
     ``Reshape``'s ``allowzero`` and ``BatchNormalization``'s ``training_mode`` (14) where
-    they change nothing; below 13, ``Split``'s constant sizes input as its attribute. ``Split``'s ``num_outputs`` (GPT-2's attention
+    they change nothing; below 13, ``Split``'s constant sizes input as its attribute. ``Split``'s ``num_outputs`` (an attention that
     splits its fused projection in three): the sizes become the ``split`` input when the
     axis is static; on a dynamic axis the attribute goes, and ``Split`` without sizes
     makes as many equal parts as it has outputs, as ``num_outputs`` did for a divisible
