@@ -3,8 +3,11 @@ what fused, per layer, and each attention, normalization or rotary block that di
 the line of the module that computes it, with the matcher's reason and its cost in nodes.
 
 Blocks are found from the nodes' origin (``metadata_props``: the module path and classes
-the export writes): an ``...Attention`` module is an attention block, an ``...Norm`` module a
-normalization, an attention module's ``rotate_half`` (its ``Neg``) a rotary embedding.
+the export writes), by PyTorch's naming of modules rather than any family's: a module whose
+class ends in ``Attention`` is an attention block (``torch.nn.MultiheadAttention``, a model's
+own ``...Attention``), one ending in ``Norm`` a normalization (``torch.nn.LayerNorm``,
+``torch.nn.RMSNorm``), and the ``Neg`` of an attention module (the half of its query or key
+turned negative) a rotary embedding (:data:`BLOCK_CLASS_SUFFIXES`).
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ _RULES = {
     "norm": "normalization-not-fused",
     "rotary": "rotary-not-fused",
 }
+#: The kinds of block a module's class name makes it, by the name's end: PyTorch's naming of
+#: its own modules and of the models written on it, true of a plain ``torch.nn.Module`` as of
+#: any library's (no family is asked: a model of none has its blocks found too).
+BLOCK_CLASS_SUFFIXES = {"Attention": "attention", "Norm": "norm"}
 #: The node of a block whose line the finding points at: the one that computes it.
 _ANCHOR_OPS = {"attention": ("Softmax", "MatMul"), "norm": ("ReduceMean",), "rotary": ("Neg",)}
 _LAYER = re.compile(r"^(.*?\.\d+)(?:\.|$)")
@@ -136,13 +143,10 @@ def find_blocks(model: ir.Model) -> list[Block]:
         module, name = _module(node), _class_name(node)
         if not module:
             continue
-        kinds = []
-        if name.endswith("Attention"):
-            kinds.append("attention")
-            if node.op_type == "Neg":
-                kinds.append("rotary")
-        elif name.endswith("Norm"):
-            kinds.append("norm")
+        kind = next((k for end, k in BLOCK_CLASS_SUFFIXES.items() if name.endswith(end)), None)
+        kinds = [] if kind is None else [kind]
+        if kind == "attention" and node.op_type in _ANCHOR_OPS["rotary"]:
+            kinds.append("rotary")
         for kind in kinds:
             known = anchors.get((kind, module))
             if known is None or _rank(kind, node) < _rank(kind, known):
