@@ -189,10 +189,10 @@ def scratch_buffers(
     captured: torch.export.ExportedProgram, functional: torch.export.ExportedProgram
 ) -> frozenset[str]:
     """The written buffers that forward rewrites whole and then reads, never reading the
-    value it was given: a rotary embedding's ``inv_freq`` of two scalings (LongRoPE), chosen from the positions by
-    ``torch.where`` and copied in at every call. In the functional program every read after
-    the write takes the new value, so the buffer's placeholder has no user; in the captured
-    one, a node reads the buffer after the write. Not keeping the update changes no output:
+    value it was given: a rotary embedding's ``inv_freq`` of two scalings (LongRoPE),
+    chosen from the positions by ``torch.where`` and copied in at every call. In the
+    functional program every read after the write takes the new value, so the buffer's
+    placeholder has no user; in the captured one, a node reads the buffer after the write. Not keeping the update changes no output:
     the next run computes it again. A buffer only written (state for the caller to read,
     ``self.last.copy_(y)``) is none of them."""
     buffers = functional.graph_signature.inputs_to_buffers
