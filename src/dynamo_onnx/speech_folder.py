@@ -94,10 +94,15 @@ def export_speech(
 
 
 def _carry(programs: list[tuple[str, ONNXProgram]], ctx: Any) -> None:
-    """The earlier models' warnings and errors into ``ctx``, the run's one record: the
-    reports and the command's summary are written from it."""
+    """The earlier models' warnings and errors, and their notes of a multimodal family
+    (DO541: a rewrite of transformers' vision code that fired), into ``ctx``, the run's one
+    record: the reports and the command's summary are written from it."""
     for _, program in programs:
-        ctx.findings.extend(f for f in program.diagnostics.findings if f.level >= Level.WARNING)
+        ctx.findings.extend(
+            f
+            for f in program.diagnostics.findings
+            if f.level >= Level.WARNING or "multimodal" in f.rule.tags
+        )
 
 
 def _summarize(ctx: Any, written: list[str], failed: str | None, folder: SpeechFolder) -> None:

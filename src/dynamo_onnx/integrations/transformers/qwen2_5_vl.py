@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -244,38 +245,55 @@ _PRECOMPUTED = (
 )
 
 
+def _noting(
+    ctx: DiagnosticContext, forward: Callable[..., Any], pending: list[tuple[Location, str, str]]
+) -> Callable[..., Any]:
+    """``forward``, recording the ``pending`` notes (location, function, why) as DO541 at
+    its first call and emptying the list (shared by the modules of one rewrite): a rewrite
+    is reported when it fired, once however many modules run it and times it is traced."""
+
+    @functools.wraps(forward)  # its signature: torch.export binds the inputs by it
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        while pending:
+            location, function, why = pending.pop(0)
+            ctx.record("vision-size-rewritten", locations=[location], function=function, why=why)
+        return forward(*args, **kwargs)
+
+    return noted
+
+
 @contextlib.contextmanager
 def traceable_vision(ctx: DiagnosticContext, model: torch.nn.Module) -> Iterator[None]:
     """While the block runs, Qwen2.5-VL's vision attentions attend under a block-diagonal
-    mask (:func:`attention_forward`), their forwards put back afterwards; a
-    :class:`VisionStep`'s precomputed sizes and each replaced attention are DO541 notes at
-    the transformers line replaced."""
+    mask (:func:`attention_forward`) and a :class:`VisionStep` is traced as it is; each
+    forward is put back afterwards. The sizes a VisionStep computes and the attention
+    replaced are DO541 notes at the transformers line replaced, when they run (a text
+    decoder holding the tower never calls it: nothing is said)."""
     from transformers import vision_utils  # noqa: PLC0415
 
     attentions = _vision_attentions(model)
-    if not attentions:
-        yield
-        return
-    if any(isinstance(m, VisionStep) for m in model.modules()):
-        for function, text, why in _PRECOMPUTED:
-            ctx.record(
-                "vision-size-rewritten",
-                locations=[_line(getattr(vision_utils, function), text)],
-                function=function,
-                why=why,
+    steps = [m for m in model.modules() if isinstance(m, VisionStep)]
+    sizes = [
+        (_line(getattr(vision_utils, function), text), function, why)
+        for function, text, why in _PRECOMPUTED
+    ]
+    for step in steps:
+        step.forward = _noting(ctx, step.forward, sizes)  # type: ignore[method-assign]
+    if attentions:
+        cls = type(attentions[0][1])
+        split = [
+            (
+                _line(cls.forward, "lengths.tolist()"),
+                f"{cls.__name__}.forward",
+                "splits the patches by lengths.tolist() into one attention per segment",
             )
-    for _, module in attentions:
-        module.forward = attention_forward(module)  # type: ignore[method-assign]
-    ctx.record(
-        "vision-size-rewritten",
-        locations=[_line(type(attentions[0][1]).forward, "lengths.tolist()")],
-        function=f"{type(attentions[0][1]).__name__}.forward",
-        why="splits the patches by lengths.tolist() into one attention per segment",
-    )
+        ]
+        for _, module in attentions:
+            module.forward = _noting(ctx, attention_forward(module), split)  # type: ignore[method-assign]
     try:
         yield
     finally:
-        for _, module in attentions:
+        for module in [*steps, *(m for _, m in attentions)]:
             del module.forward
 
 
@@ -424,14 +442,12 @@ def decoder_example(
 
 
 def decoder_shapes(names: Names) -> dict[str, Any]:
-    """Any batch, new tokens and past (0 at the first step)."""
-    batch = torch.export.Dim("batch_size")
-    new = torch.export.Dim("sequence_length")
-    total = torch.export.Dim("total_sequence_length")
-    past = {0: batch, 2: torch.export.Dim("past_sequence_length")}
+    """Any batch, new tokens and past (0 at the first step), by name: the mask's length is
+    the past's and the new tokens' together, which torch.export works out."""
+    past = {0: "batch_size", 2: "past_sequence_length"}
     return {
-        "inputs_embeds": {0: batch, 1: new},
-        "attention_mask": {0: batch, 1: total},
-        "position_ids": {1: batch, 2: new},
+        "inputs_embeds": {0: "batch_size", 1: "sequence_length"},
+        "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
+        "position_ids": {1: "batch_size", 2: "sequence_length"},
         "caches": tuple([past] * (2 * names.layers)),
     }
