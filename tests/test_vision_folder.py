@@ -376,3 +376,43 @@ def test_a_qwen2_5_vl_folder_without_an_image_processor_is_do507(saved_qwen, tmp
     with pytest.raises(InvalidOptionValueError, match=r"DO507"):
         dynamo_onnx.export_llm(other, tmp_path / "never")
     assert not (tmp_path / "never").exists()
+
+
+def test_two_images_of_two_sizes_in_one_prompt(tiny_model, exported, tmp_path):
+    """genai runs the vision model once per image (its grid is ``[1, 3]``) and places each
+    image's features at its own pads: the tokens are transformers' for both images."""
+    model, _ = tiny_model
+    out = exported[0]
+    paths = [tmp_path / "a.png", tmp_path / "b.png"]
+    images = [_image(paths[0], 56, 84, 3), _image(paths[1], 112, 140, 4)]
+    prompt = PROMPT.replace("describe", "a cat") + PROMPT
+    genai = og.Model(str(out))
+    inputs = genai.create_multimodal_processor()(prompt, images=og.Images.open(*map(str, paths)))
+    ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    params = og.GeneratorParams(genai)
+    params.set_search_options(do_sample=False, max_length=ids.shape[1] + 10, batch_size=1)
+    generator = og.Generator(genai, params)
+    generator.set_inputs(inputs)
+    while not generator.is_done():
+        generator.generate_next_token()
+    tokens = [int(t) for t in generator.get_sequence(0)][ids.shape[1] :]
+    features = transformers.AutoImageProcessor.from_pretrained(out)(
+        images=images, return_tensors="pt"
+    )
+    assert features["image_grid_thw"].tolist() == [[1, 4, 6], [1, 8, 10]]
+    assert int((ids == model.config.image_token_id).sum()) == (24 + 80) // 4
+    with torch.no_grad():
+        eager = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            pixel_values=features["pixel_values"],
+            image_grid_thw=features["image_grid_thw"],
+            mm_token_type_ids=(ids == model.config.image_token_id).int(),
+            max_new_tokens=10,
+            do_sample=False,
+        )
+    expected = eager[0, ids.shape[1] :].tolist()
+    if expected[-1] == model.config.text_config.eos_token_id:
+        expected = expected[:-1]
+    assert tokens == expected
+    assert len(set(tokens)) > 3
