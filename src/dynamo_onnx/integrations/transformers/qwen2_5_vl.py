@@ -269,10 +269,13 @@ def traceable_vision(ctx: DiagnosticContext, model: torch.nn.Module) -> Iterator
     forward is put back afterwards. The sizes a VisionStep computes and the attention
     replaced are DO541 notes at the transformers line replaced, when they run (a text
     decoder holding the tower never calls it: nothing is said)."""
-    from transformers import vision_utils  # noqa: PLC0415
-
     attentions = _vision_attentions(model)
     steps = [m for m in model.modules() if isinstance(m, VisionStep)]
+    if not attentions and not steps:  # not Qwen2.5-VL: transformers is not even imported
+        yield
+        return
+    from transformers import vision_utils  # noqa: PLC0415
+
     sizes = [
         (_line(getattr(vision_utils, function), text), function, why)
         for function, text, why in _PRECOMPUTED
