@@ -23,9 +23,9 @@ from transformers import vision_utils
 
 import dynamo_onnx
 from cli_runner import run_cli
-from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics import DiagnosticContext, Level
 from dynamo_onnx.errors import InvalidOptionValueError
-from dynamo_onnx.integrations.transformers import qwen2_5_vl
+from dynamo_onnx.integrations.transformers import qwen2_5_vl, qwen2_5_vl_folder
 
 og = pytest.importorskip("onnxruntime_genai")
 
@@ -416,3 +416,24 @@ def test_two_images_of_two_sizes_in_one_prompt(tiny_model, exported, tmp_path):
         expected = expected[:-1]
     assert tokens == expected
     assert len(set(tokens)) > 3
+
+
+def test_image_processor_settings_genai_does_not_follow_are_do542(saved_qwen, tmp_path):
+    """A processor that does not normalize and resizes bilinearly: genai's processing does
+    both its own way, a DO542 warning each at the setting's line of preprocessor_config.json;
+    the tiny checkpoint's processor (genai's defaults) gives none."""
+    other = tmp_path / "other-processor"
+    other.mkdir()
+    for source in saved_qwen.iterdir():
+        (other / source.name).write_bytes(source.read_bytes())
+    transformers.Qwen2VLImageProcessorPil(
+        min_pixels=56 * 56, max_pixels=28 * 28 * 256, do_normalize=False, resample=2
+    ).save_pretrained(other)
+    for path, expected in ((saved_qwen, {}), (other, {"do_normalize": False, "resample": 2})):
+        ctx = DiagnosticContext()
+        qwen2_5_vl_folder.load(ctx, path).record_findings(ctx)
+        assert {f.properties["setting"]: f.properties["value"] for f in ctx.findings} == expected
+        lines = (path / "preprocessor_config.json").read_text().splitlines()
+        for finding in ctx.findings:
+            assert finding.rule.id == "DO542" and finding.level == Level.WARNING
+            assert f'"{finding.properties["setting"]}"' in lines[finding.primary.line - 1]

@@ -80,6 +80,9 @@ def export_speech(
         atomic_write_bytes(out / source.name, source.read_bytes())
     last = programs[-1][1]
     _carry(programs[:-1], last.diagnostics)
+    record = getattr(folder, "record_findings", None)  # the folder's own (a processor's)
+    if record is not None:
+        record(last.diagnostics)
     _summarize(last.diagnostics, [name for name, _ in programs], None, folder)
     if gate is not None and gate.diagnostics is not last.diagnostics:
         gate = None  # an earlier model's: its warnings are carried, the last context gates

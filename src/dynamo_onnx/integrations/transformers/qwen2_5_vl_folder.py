@@ -18,7 +18,7 @@ import os
 import pathlib
 from typing import Any
 
-from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.integrations.transformers.genai import FILENAME as GENAI_FILENAME
 from dynamo_onnx.integrations.transformers.hf_folder import TOKENIZER_FILES
@@ -103,6 +103,21 @@ class QwenVLFolder:
             decoder_shapes(names),
         )
         return vision, embedding, decoder
+
+    def record_findings(self, ctx: DiagnosticContext) -> None:
+        """DO542 for each setting of the image processor onnxruntime-genai's processing
+        does not follow, at its line of ``preprocessor_config.json``."""
+        source = self.path / "preprocessor_config.json"
+        lines = source.read_text().splitlines() if source.is_file() else []
+        for setting, value, genai in processor_differences(self.image_processor):
+            line = next((i for i, text in enumerate(lines, 1) if f'"{setting}"' in text), 1)
+            ctx.record(
+                "image-processing-differs",
+                locations=[Location(str(source), line)],
+                setting=setting,
+                value=value,
+                genai=genai,
+            )
 
     def runtime_files(self) -> dict[str, str]:
         """``genai_config.json`` and the image processing genai performs."""
@@ -246,6 +261,30 @@ def _pixels(processor: Any, key: str, edge: str) -> int:
         size = processor.size
         value = size.get(edge) if isinstance(size, dict) else getattr(size, edge, None)
     return int(value)
+
+
+#: The settings of a ``Qwen2VLImageProcessor`` onnxruntime-genai's
+#: ``qwen2_5_image_processor`` takes as given: (setting, the value it assumes, what it does).
+_GENAI_ASSUMES = (
+    ("do_convert_rgb", True, "converts every image to RGB"),
+    ("do_resize", True, "resizes every image to multiples of patch_size * merge_size"),
+    ("resample", 3, "resizes with bicubic interpolation (resample 3)"),
+    ("do_rescale", True, "rescales the pixel values by rescale_factor"),
+    ("do_normalize", True, "normalizes by image_mean and image_std"),
+    ("temporal_patch_size", 2, "repeats each image over 2 frames (temporal_patch_size 2)"),
+)
+
+
+def processor_differences(processor: Any) -> list[tuple[str, Any, str]]:
+    """The settings of ``processor`` genai's image processing does not follow: (setting,
+    its value, what genai does instead)."""
+    found = []
+    for setting, assumed, genai in _GENAI_ASSUMES:
+        value = getattr(processor, setting, assumed)
+        value = int(value) if setting == "resample" and value is not None else value
+        if value != assumed:
+            found.append((setting, value, genai))
+    return found
 
 
 def image_processor_config(processor: Any) -> dict[str, Any]:
