@@ -39,6 +39,7 @@ LAYERS = {
     "exporter": 7,
     "llm_folder": 7,
     "speech_folder": 7,
+    "vision_folder": 7,
     "llm_stream": 7,
     "cli": 8,
     "__init__": 8,
@@ -49,6 +50,8 @@ SAME_LAYER_EDGES = {
     ("llm_folder", "exporter"),  # export_llm is export, then quantize and save
     ("speech_folder", "exporter"),  # export_speech too, once per model of the folder
     ("llm_folder", "speech_folder"),  # export_llm sends a speech checkpoint there
+    ("llm_folder", "vision_folder"),  # and a vision-language checkpoint there
+    ("vision_folder", "speech_folder"),  # export_vision is export_speech's loop
     ("llm_folder", "llm_stream"),  # export_llm's weights read as they are written
 }
 #: What runtimes/ (the same layer as passes/) may import from passes/: the modules every

@@ -394,6 +394,33 @@ def test_a_size_check_that_holds_at_other_sizes_is_no_warning():
         torch.testing.assert_close(program(x)[0], HalvedReshape()(x))
 
 
+class BlockReshape(torch.nn.Module):
+    """Qwen2.5-VL's vision tower in small: patches embedded by a convolution, then grouped
+    by blocks of 4 (``reshape(n // 4, 4, -1)``), which holds for multiples of 4 only."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Conv3d(3, 8, kernel_size=2, stride=2)
+
+    def forward(self, x):
+        x = self.proj(x.view(-1, 3, 2, 2, 2)).view(-1, 8)
+        n = x.shape[0]
+        return x.reshape(n // 4, 4, -1)[torch.arange(n // 4)].reshape(n, -1)
+
+
+def test_a_size_declared_a_multiple_is_probed_at_multiples():
+    """The size check of ``reshape(n // 4, 4, -1)`` holds at every multiple of 4: declared
+    ``4 * Dim``, no DO124 (the probe steps by 4); declared any size, the warning stays."""
+    model, x = BlockReshape(), torch.randn(12, 24)
+    multiple = {"x": {0: torch.export.Dim("blocks") * 4}}
+    program = dynamo_onnx.export(model, (x,), dynamic_shapes=multiple)
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    other = torch.randn(20, 24)
+    torch.testing.assert_close(program(other)[0], model(other))
+    program = dynamo_onnx.export(model, (x,), dynamic_shapes={"x": {0: "n"}})
+    assert program.diagnostics.by_rule("DO124")
+
+
 class CausalMask(torch.nn.Module):
     def __init__(self):
         super().__init__()

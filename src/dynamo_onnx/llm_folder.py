@@ -32,9 +32,11 @@ from dynamo_onnx.integrations import (
     SavedModel,
     files_not_beside,
     is_speech_folder,
+    is_vision_folder,
     load_folder,
     load_speech_folder,
     load_streamed_folder,
+    load_vision_folder,
 )
 from dynamo_onnx.llm_stream import give_weights, report_streamed
 from dynamo_onnx.options import OPTIMIZE_RUNTIMES, DiagnosticOptions, optimize_problem
@@ -173,7 +175,10 @@ def export_llm(
 
     A Whisper checkpoint becomes onnxruntime-genai's ``whisper`` folder instead (encoder,
     decoder, ``audio_processor_config.json``: :mod:`dynamo_onnx.speech_folder`); the program
-    returned is then the decoder's, its diagnostics the whole run's.
+    returned is then the decoder's, its diagnostics the whole run's. A Qwen2.5-VL
+    checkpoint becomes onnxruntime-genai's ``qwen2_5_vl`` folder (vision encoder, embedding
+    step, text decoder, the image processing: :mod:`dynamo_onnx.vision_folder`), its
+    program the decoder's too.
 
     Raises:
         InvalidOptionValueError: ``hf_dir`` is no causal decoder transformers loads
@@ -203,6 +208,22 @@ def export_llm(
 
         return export_speech(
             load_speech_folder(ctx, hf_dir),
+            output_dir,
+            precision=precision,
+            optimize=optimize,
+            block_size=block_size,
+            symmetric=symmetric,
+            accuracy_level=accuracy_level,
+            progress=progress,
+            diagnostic_options=diagnostic_options,
+            source_root=source_root,
+            verbose=verbose,
+        )
+    if is_vision_folder(hf_dir):  # Qwen2.5-VL: vision, embedding, decoder (vision_folder.py)
+        from dynamo_onnx.vision_folder import export_vision  # noqa: PLC0415
+
+        return export_vision(
+            load_vision_folder(ctx, hf_dir),
             output_dir,
             precision=precision,
             optimize=optimize,

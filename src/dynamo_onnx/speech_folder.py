@@ -80,6 +80,9 @@ def export_speech(
         atomic_write_bytes(out / source.name, source.read_bytes())
     last = programs[-1][1]
     _carry(programs[:-1], last.diagnostics)
+    record = getattr(folder, "record_findings", None)  # the folder's own (a processor's)
+    if record is not None:
+        record(last.diagnostics)
     _summarize(last.diagnostics, [name for name, _ in programs], None, folder)
     if gate is not None and gate.diagnostics is not last.diagnostics:
         gate = None  # an earlier model's: its warnings are carried, the last context gates
@@ -94,10 +97,15 @@ def export_speech(
 
 
 def _carry(programs: list[tuple[str, ONNXProgram]], ctx: Any) -> None:
-    """The earlier models' warnings and errors into ``ctx``, the run's one record: the
-    reports and the command's summary are written from it."""
+    """The earlier models' warnings and errors, and their notes of a multimodal family
+    (DO541: a rewrite of transformers' vision code that fired), into ``ctx``, the run's one
+    record: the reports and the command's summary are written from it."""
     for _, program in programs:
-        ctx.findings.extend(f for f in program.diagnostics.findings if f.level >= Level.WARNING)
+        ctx.findings.extend(
+            f
+            for f in program.diagnostics.findings
+            if f.level >= Level.WARNING or "multimodal" in f.rule.tags
+        )
 
 
 def _summarize(ctx: Any, written: list[str], failed: str | None, folder: SpeechFolder) -> None:

@@ -20,10 +20,12 @@ from dynamo_onnx.integrations.base import FamilyInputs, ModelFamily, RuntimeStep
 from dynamo_onnx.integrations.transformers import (
     TransformersFamily,
     hf_folder,
+    qwen2_5_vl_folder,
     streamed,
     whisper_folder,
 )
 from dynamo_onnx.integrations.transformers.hf_folder import HFFolder as SavedModel
+from dynamo_onnx.integrations.transformers.qwen2_5_vl_folder import QwenVLFolder as VisionFolder
 from dynamo_onnx.integrations.transformers.streamed import StreamedFolder
 from dynamo_onnx.integrations.transformers.streamed import attach_weights as attach_folder_weights
 from dynamo_onnx.integrations.transformers.whisper_folder import WhisperFolder as SpeechFolder
@@ -43,6 +45,7 @@ __all__ = [
     "SavedModel",
     "SpeechFolder",
     "StreamedFolder",
+    "VisionFolder",
     "attach_folder_weights",
     "capturing",
     "copy_family_values",
@@ -53,9 +56,11 @@ __all__ = [
     "files_not_beside",
     "input_family",
     "is_speech_folder",
+    "is_vision_folder",
     "load_folder",
     "load_speech_folder",
     "load_streamed_folder",
+    "load_vision_folder",
     "output_leaves",
     "runtime_steps",
 ]
@@ -86,6 +91,18 @@ def load_speech_folder(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> 
     """The speech model saved in ``path`` with its feature extractor (DO507 when it cannot
     be loaded)."""
     return whisper_folder.load(ctx, path)
+
+
+def is_vision_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a vision-language model a family exports as a vision
+    encoder, an embedding step and a text decoder (Qwen2.5-VL), rather than a causal LM."""
+    return qwen2_5_vl_folder.is_qwen2_5_vl(path)
+
+
+def load_vision_folder(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> VisionFolder:
+    """The vision-language model saved in ``path`` with its image processor (DO507 when
+    it cannot be loaded)."""
+    return qwen2_5_vl_folder.load(ctx, path)
 
 
 def load_streamed_folder(

@@ -32,6 +32,7 @@ from dynamo_onnx.integrations.transformers.dynamic_shapes import (
 )
 from dynamo_onnx.integrations.transformers.experts import traceable_experts
 from dynamo_onnx.integrations.transformers.ort_steps import onnxruntime_steps
+from dynamo_onnx.integrations.transformers.qwen2_5_vl import traceable_vision
 from dynamo_onnx.integrations.transformers.rotary import traceable_rotary
 from dynamo_onnx.integrations.transformers.shared_buffer import genai_search_options
 from dynamo_onnx.integrations.transformers.spec_forms import CACHE_EXAMPLE, cache_specs
@@ -71,8 +72,13 @@ def _config(model: Any) -> Any:
 def _capturing(
     ctx: DiagnosticContext, module: torch.nn.Module, registry: OnnxRegistry | None
 ) -> Iterator[None]:
-    """Experts and rotary embeddings traced with implementations that export."""
-    with traceable_experts(ctx, module, registry), traceable_rotary(ctx, module):
+    """Experts, rotary embeddings and vision towers traced with implementations that
+    export."""
+    with (
+        traceable_experts(ctx, module, registry),
+        traceable_rotary(ctx, module),
+        traceable_vision(ctx, module),
+    ):
         yield
 
 

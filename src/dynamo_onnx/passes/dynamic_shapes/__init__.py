@@ -343,10 +343,11 @@ def _report_constant_guards(
     """
     if not state.valid.requested_dims:
         return
+    multiples = _declared_multiples(program)
     for condition in program_conditions(program):
         if not condition.fixes_a_computed_size or condition.value is None:
             continue
-        if _holds_at_other_sizes(condition, state.valid.requested_dims):
+        if _holds_at_other_sizes(condition, state.valid.requested_dims, multiples):
             continue  # a check on the sizes (reshape's), not a size standing for a constant
         written = condition.written_with(state.valid.label)
         first = condition.sizes[0] if condition.sizes else None
@@ -371,18 +372,38 @@ def _report_constant_guards(
         )
 
 
+def _declared_multiples(program: torch.export.ExportedProgram) -> dict[tuple[str, int], int]:
+    """(input, dimension) -> k for each dimension the caller declared a multiple of k
+    (``k * torch.export.Dim(...)``: its size in the program is ``k*s12``)."""
+    found: dict[tuple[str, int], int] = {}
+    for node in program.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        for dim, size in enumerate(val.shape):
+            head, star, tail = str(size).partition("*")
+            if star and head.isdigit() and tail.isidentifier():
+                found[(node.name, dim)] = int(head)
+    return found
+
+
 def _holds_at_other_sizes(
-    condition: ProgramCondition, example: Mapping[tuple[str, int], int]
+    condition: ProgramCondition,
+    example: Mapping[tuple[str, int], int],
+    multiples: Mapping[tuple[str, int], int],
 ) -> bool:
     """Whether the condition still holds with every dynamic size doubled and with every one
-    two larger: ``(n * m) // trunc(n * m / 2) == 2`` (``x.reshape(int(n * m / 2), 2)``)
-    does, the model computes the size at run time; ``trunc(n / 2) == 4`` does not, the
-    model slices 4 rows at every size. False when the condition cannot be evaluated."""
+    two steps larger (a step is 1, or k for a size declared a multiple of k: the sizes the
+    caller accepts): ``(n * m) // trunc(n * m / 2) == 2`` (``x.reshape(int(n * m / 2),
+    2)``) does, the model computes the size at run time; ``trunc(n / 2) == 4`` does not,
+    the model slices 4 rows at every size. False when the condition cannot be evaluated."""
     keys = [(size.input, size.dim) for size in condition.sizes]
     if not all(key in example for key in keys):
         return False  # a size of a dimension that is not dynamic: not ours to vary
-    for grow in (lambda size: 2 * size, lambda size: size + 2):
-        if condition.holds_at({key: grow(example[key]) for key in keys}) is not True:
+    doubled = {key: 2 * example[key] for key in keys}
+    stepped = {key: example[key] + 2 * multiples.get(key, 1) for key in keys}
+    for sizes in (doubled, stepped):
+        if condition.holds_at(sizes) is not True:
             return False  # not plain arithmetic, or it fails: the finding stands
     return True
 
