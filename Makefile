@@ -65,8 +65,11 @@ bench-llm: $(STAMP)
 	# and 1.21B parameters, fp32 and int4, one fresh process at a time (issue 44). ~25 min.
 	# Writes benchmarks/results/llm_memory.{json,md}; docs/performance.md shows the table.
 	$(PY) benchmarks/llm_memory.py $(BENCH_MEMORY_ARGS)
+	# Whisper: encode (first token) and decode against the builder's folder (issue 45). ~5 min.
+	$(PY) benchmarks/whisper_genai.py $(BENCH_WHISPER_ARGS)
 
-# Whisper folders, ours against the builder's, transcribing in onnxruntime-genai (docs/performance.md)
+# Whisper folders alone, ours against the builder's, transcribing in onnxruntime-genai
+# (docs/performance.md); also the last step of bench-llm.
 bench-whisper: $(STAMP)
 	$(PY) benchmarks/whisper_genai.py $(BENCH_WHISPER_ARGS)
 
