@@ -31,17 +31,17 @@ LAYERS = {
     "registry": 4,
     "io": 4,
     "foreign_text": 4,
-    "onnx_tools": 4,
-    "integrations": 5,
-    "passes": 6,
-    "runtimes": 6,
-    "program": 7,
-    "exporter": 7,
-    "llm_folder": 7,
-    "speech_folder": 7,
-    "llm_stream": 7,
-    "cli": 8,
-    "__init__": 8,
+    "onnx_tools": 5,  # reads sessions (io); below families, passes and runtimes
+    "integrations": 6,
+    "passes": 7,
+    "runtimes": 7,
+    "program": 8,
+    "exporter": 8,
+    "llm_folder": 8,
+    "speech_folder": 8,
+    "llm_stream": 8,
+    "cli": 9,
+    "__init__": 9,
 }
 SAME_LAYER_EDGES = {
     ("exporter", "program"),
@@ -53,16 +53,11 @@ SAME_LAYER_EDGES = {
 }
 #: What runtimes/ (the same layer as passes/) may import from passes/: the modules every
 #: pass shares (a runtime's passes are passes: PassName, the dropped loggers, the metadata
-#: keys), and the pass modules a runtime still reads until they move below both (issue 47:
-#: the fused model's load check, the attributes of older opsets, the optimizer pipeline).
-#: Nothing else: a rule or helper both need lives in onnx_tools/.
+#: keys). Nothing else: a rule or helper both need lives in onnx_tools/.
 RUNTIME_FROM_PASSES = {
     "dynamo_onnx.passes.base",
     "dynamo_onnx.passes.logs",
     "dynamo_onnx.passes.metadata",
-    "dynamo_onnx.passes.onnx.load_check",
-    "dynamo_onnx.passes.onnx.older_opsets",
-    "dynamo_onnx.passes.onnx.optimizer_pipeline",
 }
 #: Packages that must know nothing of torch, ONNX or the passes.
 PURE = {"diagnostics", "reports"}
@@ -167,17 +162,19 @@ def test_imports_point_one_way():
 
 def test_a_runtime_importing_a_pass_internal_is_found():
     """The check above on made-up edges: a runtime module importing a pass's own module
-    (finalize) is an offender, the shared ones and those listed are not."""
+    (finalize, the load check) is an offender, the shared ones and onnx_tools/ are not."""
     module = "dynamo_onnx.runtimes.onnxruntime.offender"
     edges = {
         module: [
             ("dynamo_onnx.passes.base", 3),
             ("dynamo_onnx.passes.onnx.finalize", 4),
             ("dynamo_onnx.passes.onnx.load_check", 5),
+            ("dynamo_onnx.onnx_tools.loading", 6),
         ]
     }
     assert _against_the_layers(edges) == [
-        f"{module}:4 {module} -> dynamo_onnx.passes.onnx.finalize"
+        f"{module}:4 {module} -> dynamo_onnx.passes.onnx.finalize",
+        f"{module}:5 {module} -> dynamo_onnx.passes.onnx.load_check",
     ]
 
 
@@ -622,20 +619,92 @@ SHARED_PASS_MODULES = {
 }
 
 
-def test_a_pass_never_imports_another_pass():
+#: Folders of passes: each module of one that defines a pass is a pass of its own; the
+#: folder's other modules are shared by its passes.
+PASS_FOLDERS = {"onnx"}
+
+
+def _defines_a_pass(tree: ast.Module) -> bool:
+    """Whether the module defines a pass: a class that declares ``changes_input``."""
+    return any(
+        isinstance(node, ast.ClassDef)
+        and any(
+            isinstance(item, (ast.Assign, ast.AnnAssign))
+            and "changes_input"
+            in ast.unparse(item.target if isinstance(item, ast.AnnAssign) else item.targets[0])
+            for item in node.body
+        )
+        for node in tree.body
+    )
+
+
+def _pass_of(module: str, pass_modules: set[str]) -> str | None:
+    """The pass ``module`` belongs to (``passes.capture``, ``passes.onnx.opset``), or None
+    for a module every pass shares (of SHARED_PASS_MODULES, or a folder's helper)."""
+    parts = module.split(".")
+    if parts[:2] != ["dynamo_onnx", "passes"] or len(parts) < 3:
+        return None
+    if parts[2] in SHARED_PASS_MODULES:
+        return None
+    if parts[2] in PASS_FOLDERS and len(parts) > 3:
+        return ".".join(parts[:4]) if module in pass_modules else None
+    return ".".join(parts[:3])
+
+
+def _pass_internals(edges: dict[str, list[tuple[str, int]]], pass_modules: set[str]) -> list[str]:
+    """``module:line imports target`` for each module of passes/ that imports a module of
+    another pass (in another package, or another pass of the same folder)."""
     offenders = []
-    for module in MODULES:
-        parts = module.split(".")
-        if parts[:2] != ["dynamo_onnx", "passes"] or len(parts) < 3:
+    for module, imported in edges.items():
+        if not module.startswith("dynamo_onnx.passes."):
             continue
-        own = parts[2]
-        for target, line in _imports(module):
-            tparts = target.split(".")
-            if tparts[:2] != ["dynamo_onnx", "passes"] or len(tparts) < 3:
-                continue
-            if tparts[2] not in SHARED_PASS_MODULES | {own}:
+        own = _pass_of(module, pass_modules)
+        for target, line in imported:
+            other = _pass_of(target, pass_modules)
+            if other is not None and other != own:
                 offenders.append(f"{module}:{line} imports {target}")
+    return offenders
+
+
+def _pass_modules() -> set[str]:
+    return {m for m, path in MODULES.items() if _defines_a_pass(_tree(path))}
+
+
+def test_a_pass_never_imports_another_pass():
+    edges = {module: _imports(module) for module in MODULES}
+    offenders = _pass_internals(edges, _pass_modules())
     assert not offenders, offenders
+
+
+def test_the_pass_internals_check_can_fail():
+    """The check above on made-up edges: a pass of passes/onnx/ importing another of the
+    folder (opset -> optimize), a helper importing a pass (the load check), and a pass
+    importing another package's pass are offenders; the folder's helpers, the shared
+    modules and onnx_tools/ are not."""
+    passes = {
+        "dynamo_onnx.passes.onnx.opset",
+        "dynamo_onnx.passes.onnx.optimize",
+        "dynamo_onnx.passes.onnx.load_check",
+    }
+    assert _defines_a_pass(ast.parse("class P:\n    changes_input: ClassVar[bool] = False\n"))
+    assert not _defines_a_pass(ast.parse("def changes_input(): ...\n"))
+    opset, lowerings = "dynamo_onnx.passes.onnx.opset", "dynamo_onnx.passes.onnx.lowerings"
+    edges = {
+        opset: [
+            ("dynamo_onnx.passes.onnx.optimize", 3),
+            ("dynamo_onnx.passes.onnx.steps", 4),
+            ("dynamo_onnx.passes.onnx.lowerings", 5),
+            ("dynamo_onnx.passes.metadata", 6),
+            ("dynamo_onnx.onnx_tools.older_opsets", 7),
+            ("dynamo_onnx.passes.capture.causes", 8),
+        ],
+        lowerings: [("dynamo_onnx.passes.onnx.load_check", 9)],
+    }
+    assert _pass_internals(edges, passes) == [
+        f"{opset}:3 imports dynamo_onnx.passes.onnx.optimize",
+        f"{opset}:8 imports dynamo_onnx.passes.capture.causes",
+        f"{lowerings}:9 imports dynamo_onnx.passes.onnx.load_check",
+    ]
 
 
 #: What the passes after validation read instead of the raw request: the checked one.

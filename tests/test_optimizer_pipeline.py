@@ -13,7 +13,7 @@ import torch
 
 import dynamo_onnx
 import hf_models
-from dynamo_onnx.passes.onnx.optimizer_pipeline import optimize, weights_kept
+from dynamo_onnx.onnx_tools.optimizer_pipeline import optimize, weights_kept
 
 
 def _ops(model):

@@ -14,9 +14,10 @@ from helpers import three_nodes
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError
+from dynamo_onnx.onnx_tools.loading import weights_as_inputs
 from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
 from dynamo_onnx.passes.onnx.finalize import FinalizePass
-from dynamo_onnx.passes.onnx.load_check import LoadCheckPass, weights_as_inputs
+from dynamo_onnx.passes.onnx.load_check import LoadCheckPass
 from dynamo_onnx.passes.onnx.opset import ConvertOpsetPass, OpsetConversionPass
 from dynamo_onnx.passes.onnx.optimize import OptimizePass, count_nodes
 from dynamo_onnx.passes.onnx.weights import WeightCheckPass
@@ -203,7 +204,7 @@ def _loop_reading_an_outer_value() -> ir.Model:
 def test_model_wide_names_make_a_loop_body_and_the_graph_after_it_apart():
     import onnxruntime as ort
 
-    from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
+    from dynamo_onnx.onnx_tools.names import ModelWideNamesPass
 
     def names() -> list[str | None]:
         return [v.name for n in ir.traversal.RecursiveGraphIterator(model.graph) for v in n.outputs]

@@ -23,9 +23,9 @@ from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, Seria
 from dynamo_onnx.foreign_text import symbol_renamer
 from dynamo_onnx.integrations import families
 from dynamo_onnx.io.inputs import leaf_paths
+from dynamo_onnx.onnx_tools.names import ModelWideNamesPass
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.fx import none_outputs
-from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
 from dynamo_onnx.passes.onnx.steps import run_steps
 
 __all__ = [

@@ -21,19 +21,19 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.foreign_text import converter_message
-from dynamo_onnx.passes.base import ExportState, PassName
-from dynamo_onnx.passes.logs import dropped
-from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
-from dynamo_onnx.passes.onnx.lowerings import lowerings_for
-from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
-from dynamo_onnx.passes.onnx.older_opsets import (
+from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
+from dynamo_onnx.onnx_tools.names import ModelWideNamesPass
+from dynamo_onnx.onnx_tools.older_opsets import (
     carried_over,
     drop_newer_attributes,
     hidden_from_converter,
     inferred_types,
 )
-from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden, report_inlined
-from dynamo_onnx.passes.onnx.steps import run_steps
+from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.logs import dropped
+from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
+from dynamo_onnx.passes.onnx.lowerings import lowerings_for
+from dynamo_onnx.passes.onnx.steps import report_inlined, run_steps
 
 __all__ = ["ConvertOpsetPass", "OpsetConversionPass"]
 

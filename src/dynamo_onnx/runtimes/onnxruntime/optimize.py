@@ -21,6 +21,9 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
 from dynamo_onnx.onnx_tools.attention import local_window, windowed_present
 from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
+from dynamo_onnx.onnx_tools.loading import load_refusal, weights_as_inputs
+from dynamo_onnx.onnx_tools.older_opsets import drop_newer_attributes
+from dynamo_onnx.onnx_tools.optimizer_pipeline import optimize
 from dynamo_onnx.options import TORCHLIB_OPSET
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
@@ -29,11 +32,9 @@ from dynamo_onnx.passes.metadata import (
     MODULE_PATH,
     PACKED,
     STACK_TRACE,
+    node_error_fields,
     stack_frames,
 )
-from dynamo_onnx.passes.onnx.load_check import runtime_refusal
-from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
-from dynamo_onnx.passes.onnx.optimizer_pipeline import optimize
 from dynamo_onnx.runtimes.onnxruntime.fusions import FUSED_OPS, MatchFailure, fuse, op_counts
 
 if TYPE_CHECKING:
@@ -272,9 +273,13 @@ def optimize_for_onnxruntime(
     for step in steps:
         if step.before is None:
             fusions[step.name] = step.run(model)
-    refused = runtime_refusal(ctx, model)
+    # With ONNX Runtime's graph optimizations, as a user's session has them: they infer
+    # shapes through the com.microsoft operators again (load_refusal).
+    with weights_as_inputs(model):
+        proto = ir.to_proto(model)
+    refused = load_refusal(proto)
     if refused is not None:  # a rule matched where it must not: never hand that back
-        where, fields = refused
+        where, fields = node_error_fields(ctx, model, refused)
         ctx.fail("fused-model-invalid", OptimizationError, where, **fields)
     after = op_counts(model)
     by_module: dict[str, list[ir.Node]] = collections.defaultdict(list)

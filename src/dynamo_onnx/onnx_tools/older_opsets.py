@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Mapping
 import onnx
 import onnx_ir as ir
 
+from dynamo_onnx.onnx_tools.loading import weights_as_inputs
+
 __all__ = [
     "carried_over",
     "drop_newer_attributes",
@@ -53,7 +55,7 @@ def drop_newer_attributes(model: ir.Model, target: int) -> None:
     attribute but keeps it; ``ReduceSum`` took it in 13, the others in 18): at its default
     (0) it says nothing and is dropped (at 1 it is kept: the checker then names the node).
     ``Reshape``'s ``allowzero`` and ``BatchNormalization``'s ``training_mode`` (14) where
-    they change nothing; below 13, ``Split``'s constant sizes input as its attribute. ``Split``'s ``num_outputs`` (GPT-2's attention
+    they change nothing; below 13, ``Split``'s constant sizes input as its attribute. ``Split``'s ``num_outputs`` (an attention that
     splits its fused projection in three): the sizes become the ``split`` input when the
     axis is static; on a dynamic axis the attribute goes, and ``Split`` without sizes
     makes as many equal parts as it has outputs, as ``num_outputs`` did for a divisible
@@ -158,8 +160,6 @@ def inferred_types(model: ir.Model) -> dict[str, str]:
     """Value name -> ONNX's name of its tensor type (``tensor(float)``), as ONNX's shape
     inference finds them on a copy of ``model`` without its weights: what the conversion
     checks each node's types against. The model is not changed; empty when inference fails."""
-    from dynamo_onnx.passes.onnx.load_check import weights_as_inputs  # noqa: PLC0415
-
     with weights_as_inputs(model):
         proto = ir.to_proto(model)
     try:

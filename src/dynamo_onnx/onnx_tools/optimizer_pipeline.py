@@ -3,8 +3,9 @@
 ``onnxscript.optimizer.optimize_ir`` folds constants, applies its default rewrite rules and
 cleans up. One rule, ``SlicesSplit`` (two ``Slice`` halves of a last axis become a ``Split``,
 as in rotary embeddings' ``rotate_half``), has two output nodes: onnxscript's matcher tries it
-on every node and, for each try, walks the whole graph for the second ``Slice``. On GPT-2 124M
-that is 1.9 million steps, about 1 s of the optimizer's 1.1 s. Here the same rewrite is made
+on every node and, for each try, walks the whole graph for the second ``Slice``: quadratic in
+the graph's size, most of the optimizer's time on a language model (docs/performance.md).
+Here the same rewrite is made
 by walking the uses of each sliced value once, and the rule is left out of the rule set;
 every other step is onnxscript's own pass, in ``optimize_ir``'s order. If onnxscript's
 layout changes (the rule set or the folding pass moves), ``optimize_ir`` runs as it is.
@@ -32,8 +33,8 @@ import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
 import onnxscript.rewriter
 
+from dynamo_onnx.onnx_tools.names import ModelWideNamesPass
 from dynamo_onnx.onnx_tools.rule_roots import root_filtered
-from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
 
 __all__ = ["optimize", "split_halves", "weights_kept"]
 
