@@ -19,6 +19,7 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "dynamo_onnx"
 #: the edges in SAME_LAYER_EDGES.
 LAYERS = {
     "errors": 0,
+    "opsets": 0,
     "versions": 0,
     "fake": 0,
     "tensors": 0,
@@ -96,12 +97,14 @@ def _type_checking_lines(tree: ast.Module) -> set[int]:
     return lines
 
 
-def _imports(module: str, path: pathlib.Path | None = None) -> list[tuple[str, int]]:
-    """(imported module, line) for every runtime import (not under TYPE_CHECKING) of
-    ``module``, read from ``path`` (default: its file in src/)."""
+def _imports(
+    module: str, path: pathlib.Path | None = None, *, type_hints: bool = False
+) -> list[tuple[str, int]]:
+    """(imported module, line) for every runtime import (not under TYPE_CHECKING, unless
+    ``type_hints``) of ``module``, read from ``path`` (default: its file in src/)."""
     path = path or MODULES[module]
     tree = _tree(path)
-    skip = _type_checking_lines(tree)
+    skip = set() if type_hints else _type_checking_lines(tree)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = []
     for node in ast.walk(tree):
@@ -121,11 +124,11 @@ def _imports(module: str, path: pathlib.Path | None = None) -> list[tuple[str, i
     return found
 
 
-def _local_edges() -> dict[str, list[tuple[str, int]]]:
+def _local_edges(*, type_hints: bool = False) -> dict[str, list[tuple[str, int]]]:
     return {
         module: [
             (target, line)
-            for target, line in _imports(module)
+            for target, line in _imports(module, type_hints=type_hints)
             if target in MODULES and target != module
         ]
         for module in MODULES
@@ -178,24 +181,68 @@ def test_a_runtime_importing_a_pass_internal_is_found():
     ]
 
 
-def test_no_import_cycles():
-    edges = {m: [t for t, _ in e] for m, e in _local_edges().items()}
+#: Type-hint imports allowed to close a cycle, with the reason. An error carries the
+#: context that raised it (``error.diagnostics``), and the context raises errors: errors.py,
+#: below every module, names the context's type under TYPE_CHECKING only.
+HINT_CYCLE_EDGES = {("dynamo_onnx.errors", "dynamo_onnx.diagnostics")}
+
+
+def _cycles(edges: dict[str, list[str]]) -> list[str]:
+    """``a -> b -> a`` for each import cycle found by a depth-first walk of ``edges``."""
     state: dict[str, int] = {}
     cycles = []
 
     def visit(module: str, path: list[str]) -> None:
         state[module] = 1
-        for target in edges[module]:
+        for target in edges.get(module, []):
             if state.get(target) == 1:
                 cycles.append(" -> ".join([*path[path.index(target) :], target]))
             elif target not in state:
                 visit(target, [*path, target])
         state[module] = 2
 
-    for module in MODULES:
+    for module in edges:
         if module not in state:
             visit(module, [module])
+    return cycles
+
+
+def test_no_import_cycles():
+    """None at run time, and none through type hints either (but HINT_CYCLE_EDGES): a
+    module's place in the layers is the same for the reader as for the interpreter."""
+    assert not _cycles({m: [t for t, _ in e] for m, e in _local_edges().items()})
+    hinted = {
+        m: [t for t, _ in e if (m, t) not in HINT_CYCLE_EDGES]
+        for m, e in _local_edges(type_hints=True).items()
+    }
+    cycles = _cycles(hinted)
     assert not cycles, cycles
+
+
+def test_the_import_cycle_check_can_fail(tmp_path):
+    """The check above on a made-up circle of three modules, one edge a type hint (as the
+    options' ``OnnxRegistry`` hint closed a circle through the registry's opset constant)."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from dynamo_onnx.registry import OnnxRegistry\n"
+        "if TYPE_CHECKING:\n"
+        "    from dynamo_onnx.diagnostics import DiagnosticContext\n"
+    )
+    path = tmp_path / "offender.py"
+    path.write_text(source)
+    module = "dynamo_onnx.options"
+    hinted = [t for t, _ in _imports(module, path, type_hints=True) if t in MODULES]
+    assert hinted == ["dynamo_onnx.registry", "dynamo_onnx.diagnostics"]
+    assert [t for t, _ in _imports(module, path) if t in MODULES] == ["dynamo_onnx.registry"]
+    edges = {
+        module: hinted,
+        "dynamo_onnx.registry": ["dynamo_onnx.opsets"],
+        "dynamo_onnx.diagnostics": ["dynamo_onnx.errors", "dynamo_onnx.options"],
+    }
+    assert _cycles(edges) == [
+        "dynamo_onnx.options -> dynamo_onnx.diagnostics -> dynamo_onnx.options"
+    ]
+    assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == ["a -> b -> c -> a"]
 
 
 def _impure(imports: dict[str, list[tuple[str, int]]]) -> list[str]:
@@ -853,7 +900,7 @@ def _literal_opset_defaults(module: str, tree: ast.Module) -> list[str]:
     """Where ``module`` picks an opset by a number of its own: a name or parameter with
     "opset" in it given an int literal (``opset: int = 18``, ``def f(opset_version=20)``,
     ``OPSET = 18``), ``opset_imports.get("", 18)``, ``opset or 18``, ``20 if opset is None
-    else opset``. Every default opset comes from dynamo_onnx.options."""
+    else opset``. Every default opset comes from dynamo_onnx.opsets."""
     found: list[int] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
@@ -896,13 +943,13 @@ def _literal_opset_defaults(module: str, tree: ast.Module) -> list[str]:
     return [f"{module}:{line}" for line in sorted(set(found))]
 
 
-def test_every_default_opset_comes_from_the_options():
-    """One place defines the opset defaults (dynamo_onnx.options: 20 for export, 18 for
+def test_every_default_opset_comes_from_the_opsets_module():
+    """One place defines the opset defaults (dynamo_onnx.opsets: 20 for export, 18 for
     dynamo_export, torch_lib's 18); no other module picks one by a number of its own."""
     offenders = [
         o
         for module, path in MODULES.items()
-        if module != "dynamo_onnx.options"
+        if module != "dynamo_onnx.opsets"
         for o in _literal_opset_defaults(module, _tree(path))
     ]
     assert not offenders, offenders

@@ -24,7 +24,7 @@ from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
 from dynamo_onnx.onnx_tools.loading import load_refusal, weights_as_inputs
 from dynamo_onnx.onnx_tools.older_opsets import drop_newer_attributes
 from dynamo_onnx.onnx_tools.optimizer_pipeline import optimize
-from dynamo_onnx.options import TORCHLIB_OPSET
+from dynamo_onnx.opsets import TORCHLIB_OPSET
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.metadata import (
