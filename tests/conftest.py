@@ -115,6 +115,7 @@ UNIT_DIRECTORIES = ("passes", "runtimes")
 UNIT_MODULES = frozenset(
     {
         "test_architecture.py",
+        "test_defaults.py",
         "test_diagnostic_context.py",
         "test_foreign_text.py",
         "test_hygiene.py",

@@ -19,7 +19,7 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "dynamo_onnx"
 #: the edges in SAME_LAYER_EDGES.
 LAYERS = {
     "errors": 0,
-    "opsets": 0,
+    "defaults": 0,
     "versions": 0,
     "fake": 0,
     "tensors": 0,
@@ -236,7 +236,7 @@ def test_the_import_cycle_check_can_fail(tmp_path):
     assert [t for t, _ in _imports(module, path) if t in MODULES] == ["dynamo_onnx.registry"]
     edges = {
         module: hinted,
-        "dynamo_onnx.registry": ["dynamo_onnx.opsets"],
+        "dynamo_onnx.registry": ["dynamo_onnx.defaults"],
         "dynamo_onnx.diagnostics": ["dynamo_onnx.errors", "dynamo_onnx.options"],
     }
     assert _cycles(edges) == [
@@ -900,7 +900,7 @@ def _literal_opset_defaults(module: str, tree: ast.Module) -> list[str]:
     """Where ``module`` picks an opset by a number of its own: a name or parameter with
     "opset" in it given an int literal (``opset: int = 18``, ``def f(opset_version=20)``,
     ``OPSET = 18``), ``opset_imports.get("", 18)``, ``opset or 18``, ``20 if opset is None
-    else opset``. Every default opset comes from dynamo_onnx.opsets."""
+    else opset``. Every default opset comes from dynamo_onnx.defaults."""
     found: list[int] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
@@ -943,13 +943,13 @@ def _literal_opset_defaults(module: str, tree: ast.Module) -> list[str]:
     return [f"{module}:{line}" for line in sorted(set(found))]
 
 
-def test_every_default_opset_comes_from_the_opsets_module():
-    """One place defines the opset defaults (dynamo_onnx.opsets: 20 for export, 18 for
+def test_every_default_opset_comes_from_the_defaults_module():
+    """One place defines the opset defaults (dynamo_onnx.defaults: 20 for export, 18 for
     dynamo_export, torch_lib's 18); no other module picks one by a number of its own."""
     offenders = [
         o
         for module, path in MODULES.items()
-        if module != "dynamo_onnx.opsets"
+        if module != "dynamo_onnx.defaults"
         for o in _literal_opset_defaults(module, _tree(path))
     ]
     assert not offenders, offenders

@@ -18,6 +18,11 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dynamo_onnx.defaults import (
+    QUANTIZATION_ACCURACY_LEVEL,
+    QUANTIZATION_BLOCK_SIZE,
+    QUANTIZATION_SYMMETRIC,
+)
 from dynamo_onnx.diagnostics import Level
 from dynamo_onnx.errors import (
     DynamoOnnxWarning,
@@ -150,9 +155,9 @@ def export_llm(
     *,
     precision: str = "fp32",
     optimize: bool | str = "onnxruntime",
-    block_size: int = 32,
-    symmetric: bool = True,
-    accuracy_level: int = 4,
+    block_size: int = QUANTIZATION_BLOCK_SIZE,
+    symmetric: bool = QUANTIZATION_SYMMETRIC,
+    accuracy_level: int = QUANTIZATION_ACCURACY_LEVEL,
     progress: Callable[[Any], None] | None = None,
     diagnostic_options: DiagnosticOptions | None = None,
     source_root: str | os.PathLike[str] | None = None,

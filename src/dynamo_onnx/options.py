@@ -14,13 +14,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dynamo_onnx.defaults import DYNAMO_EXPORT_OPSET, EXPORT_OPSET
 from dynamo_onnx.errors import (
     InvalidExportOptionsError,
     InvalidOptionTypeError,
     InvalidOptionValueError,
     format_message,
 )
-from dynamo_onnx.opsets import DYNAMO_EXPORT_OPSET, EXPORT_OPSET
 from dynamo_onnx.rules import get_rule
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ import torch
 import torch.fx
 from torch.export import graph_signature as gs
 
+from dynamo_onnx.defaults import VERIFY_ATOL, VERIFY_RTOL
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
@@ -34,10 +35,6 @@ from dynamo_onnx.registry import target_name
 from dynamo_onnx.tensors import is_wrapper_subclass
 
 __all__ = ["Comparison", "VerifyPass", "VerifyRequest", "compare"]
-
-#: Tolerances of verify() unless given: tight enough to catch a wrong translation of fp32.
-DEFAULT_ATOL = 1e-4
-DEFAULT_RTOL = 1e-3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +105,8 @@ class VerifyRequest:
     args: Sequence[Any] = ()
     kwargs: Mapping[str, Any] | None = None
     reference: Callable[..., Any] | None = None
-    atol: float = DEFAULT_ATOL
-    rtol: float = DEFAULT_RTOL
+    atol: float = VERIFY_ATOL
+    rtol: float = VERIFY_RTOL
     find_divergence: bool = False
     #: Also compare at a second size of every dynamic dimension.
     second_shape: bool = True

@@ -28,7 +28,7 @@ from onnxscript import INT64, opset23
 from onnxscript import values as onnxscript_values
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat, TTensor
 
-from dynamo_onnx.opsets import TORCHLIB_OPSET
+from dynamo_onnx.defaults import TORCHLIB_OPSET
 
 __all__ = [
     "attention_23",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import onnx_ir as ir
 
+from dynamo_onnx.defaults import TORCHLIB_OPSET
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
 from dynamo_onnx.onnx_tools.attention import local_window, windowed_present
@@ -24,7 +25,6 @@ from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
 from dynamo_onnx.onnx_tools.loading import load_refusal, weights_as_inputs
 from dynamo_onnx.onnx_tools.older_opsets import drop_newer_attributes
 from dynamo_onnx.onnx_tools.optimizer_pipeline import optimize
-from dynamo_onnx.opsets import TORCHLIB_OPSET
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.metadata import (
