@@ -1061,6 +1061,60 @@ def test_the_context_write_check_can_fail():
     ]
 
 
+#: Where a traceback becomes locations: diagnostics/findings.py's frame_locations (and the
+#: context's exception_frames on it). Other modules that read Python's frame summaries, each
+#: with its reason.
+TRACEBACK_READERS = {
+    "dynamo_onnx.diagnostics.findings": "frame_locations: the one place",
+    "dynamo_onnx.diagnostics.context": "exception_frames: an exception's, through it",
+    "dynamo_onnx.passes.capture.causes": "a library check's source line text, not locations",
+    # issue 47: these call frame_locations once the capture split and the cli/ package land
+    "dynamo_onnx.passes.capture": "pending: _frames and ShapeLog.filter (capture split)",
+    "dynamo_onnx.cli": "pending: the user factory's frames (cli/ package)",
+}
+
+
+def _traceback_readers(module: str, tree: ast.Module) -> list[str]:
+    """``module:line calls <call>`` for each call of ``traceback.extract_tb`` /
+    ``extract_stack`` / ``walk_tb`` / ``walk_stack``."""
+    wanted = {"extract_tb", "extract_stack", "walk_tb", "walk_stack"}
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in wanted
+        and ast.unparse(node.func.value) == "traceback"
+    ]
+    return [
+        f"{module}:{node.lineno} calls {ast.unparse(node.func)}"
+        for node in sorted(calls, key=lambda n: n.lineno)
+    ]
+
+
+def test_a_traceback_becomes_locations_in_one_place():
+    offenders = [
+        o
+        for module, path in MODULES.items()
+        if module not in TRACEBACK_READERS
+        for o in _traceback_readers(module, _tree(path))
+    ]
+    assert not offenders, offenders
+
+
+def test_the_traceback_check_can_fail():
+    source = (
+        "import traceback\n"
+        "frames = [Location(f.filename, f.lineno, f.name) for f in traceback.extract_tb(tb)]\n"
+        "here = traceback.extract_stack()\n"
+        "text = traceback.format_exc()\n"  # text, not frames: allowed
+    )
+    assert _traceback_readers("m", ast.parse(source)) == [
+        "m:2 calls traceback.extract_tb",
+        "m:3 calls traceback.extract_stack",
+    ]
+
+
 #: Calls that only the one session factory and the one atomic writer make.
 SINGLE_DOORS = {
     "InferenceSession": "dynamo_onnx.io.sessions",

@@ -22,7 +22,13 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn
 
-from dynamo_onnx.diagnostics.findings import Finding, Level, Location, first_user_frame
+from dynamo_onnx.diagnostics.findings import (
+    Finding,
+    Level,
+    Location,
+    first_user_frame,
+    frame_locations,
+)
 from dynamo_onnx.diagnostics.summary import ExportSummary
 from dynamo_onnx.errors import OnnxExporterError, format_message
 from dynamo_onnx.options import DiagnosticOptions
@@ -105,10 +111,7 @@ def exception_summary(exc: BaseException) -> str:
 
 def exception_frames(exc: BaseException) -> tuple[Location, ...]:
     """The frames of ``exc``'s traceback, innermost first (as :meth:`user_frame` takes them)."""
-    return tuple(
-        Location(fs.filename, fs.lineno or 1, fs.name)
-        for fs in reversed(traceback.extract_tb(exc.__traceback__))
-    )
+    return frame_locations(traceback.extract_tb(exc.__traceback__))
 
 
 class DiagnosticContext:
