@@ -212,6 +212,15 @@ class DiagnosticContext:
         self.findings.append(finding)
         return finding
 
+    def carry(self, earlier: DiagnosticContext) -> None:
+        """Take the findings of ``earlier``, a context of the same run that ended before
+        this one began (``export_llm``'s load of a folder, which precedes the export that
+        opens this one), before this one's: one record of the run, so none is dropped on
+        success and the reports, the SARIF log and the gate see them all. Carrying twice
+        adds nothing."""
+        held = {id(f) for f in self.findings}
+        self.findings[:0] = [f for f in earlier.findings if id(f) not in held]
+
     def fail(
         self,
         rule: Rule | str,
