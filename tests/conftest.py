@@ -15,7 +15,7 @@ import torch
 
 # The seed's MLP is the demo's (examples/mlp.py): the tests check what `make demo` runs.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
-from mlp import MLPModel  # noqa: E402, F401 - imported by the tests from conftest
+from mlp import MLPModel  # noqa: F401 - imported by the tests from conftest
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 # A test process holds what its module fixtures exported (programs, models), and each export

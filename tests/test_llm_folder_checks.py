@@ -399,7 +399,7 @@ def test_every_genai_type_is_one_genai_knows(model_type, expected, tmp_path):
         "search": {"max_length": 64},
     }
     (tmp_path / "genai_config.json").write_text(json.dumps(config))
-    with pytest.raises(Exception) as info:  # noqa: PT011 (genai raises its own types)
+    with pytest.raises(Exception) as info:  # genai raises its own types
         og.Model(str(tmp_path))
     assert "Unsupported model_type" not in str(info.value)
 

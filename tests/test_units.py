@@ -148,11 +148,11 @@ def test_a_decorated_forwards_code_is_found_where_the_function_is_written():
     """transformers wraps many ``forward``s in a decorator (``deprecate_kwarg``): the file
     was the decorator's (transformers/utils/deprecation.py) with the function's line number,
     a place that points nowhere. Both now come from the function."""
-    import inspect  # noqa: PLC0415
+    import inspect
 
-    import transformers  # noqa: PLC0415
+    import transformers
 
-    from dynamo_onnx.passes.model import code_location, return_location  # noqa: PLC0415
+    from dynamo_onnx.passes.model import code_location, return_location
 
     config = transformers.MistralConfig(
         num_hidden_layers=1, hidden_size=32, num_attention_heads=2, vocab_size=50

@@ -228,7 +228,7 @@ def export_llm(
             "invalid-option", InvalidOptionValueError, option=option, problem=what, allowed=allowed
         )
     if is_speech_folder(hf_dir):  # Whisper: an encoder and a decoder (speech_folder.py)
-        from dynamo_onnx.speech_folder import export_speech  # noqa: PLC0415
+        from dynamo_onnx.speech_folder import export_speech
 
         speech = load_speech_folder(ctx, hf_dir)
         with _load_findings_kept(ctx):

@@ -70,7 +70,7 @@ def load_refusal(proto: onnx.ModelProto, *, graph_optimizations: bool = True) ->
         inference_session(
             proto.SerializeToString(), graph_optimizations=graph_optimizations, threads=1
         )
-    except Exception as exc:  # noqa: BLE001 - the caller says what failed where
+    except Exception as exc:  # the caller says what failed where
         return exc
     return None
 

@@ -1,7 +1,7 @@
 """Whether the decompose pass must re-trace the program with ``run_decompositions``.
 
 Re-tracing is the most expensive step of an export after capture (a second trace of the
-whole model: 3.4 s of GPT-2 124M's 9 s). It is skipped when the captured graph is already
+whole model; docs/performance.md). It is skipped when the captured graph is already
 translatable: functional (no in-place operator, no mutated input or buffer), with plain
 tensors as weights (torch.export's decompositions take a tensor subclass apart), and every
 operator either has an ONNX function, is control flow we translate, or is one of at most a

@@ -47,7 +47,7 @@ class LoadCheckPass:
         complaint: Exception | None = None
         try:
             onnx.checker.check_model(proto, full_check=True)
-        except Exception as exc:  # noqa: BLE001 - ONNX Runtime decides below
+        except Exception as exc:  # ONNX Runtime decides below
             complaint = exc
         if custom_domain_nodes(model):
             self._complain(ctx, model, complaint)  # ONNX Runtime would refuse the domain

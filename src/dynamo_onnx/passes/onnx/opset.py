@@ -80,7 +80,7 @@ def _try_convert(model: ir.Model, target: int) -> str | None:
     try:
         with dropped(_CONVERTER_LOGGER), hidden_from_converter(model, target):
             onnxscript.version_converter.convert_version(model, target, fallback=True)
-    except Exception as exc:  # noqa: BLE001 - reported as the finding's cause
+    except Exception as exc:  # reported as the finding's cause
         cause = converter_message(exception_summary(exc))
     return None if model.opset_imports.get("") == target else cause
 
@@ -261,7 +261,7 @@ def _blocking_nodes(model: ir.Model, source: int, target: int) -> dict[str, tupl
         probe = _probe_model(node, source)
         try:
             onnx.version_converter.convert_version(probe, target)
-        except Exception as exc:  # noqa: BLE001 - the reason is the finding
+        except Exception as exc:  # the reason is the finding
             reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
             reason = converter_message(reason.split("failed: ", 1)[-1])
             oldest = _oldest_opset(probe, target, source)

@@ -66,7 +66,7 @@ def _count_non_finite(tensor: torch.Tensor, chunk: int = 1 << 20) -> int:
 
     A finite sum proves every value finite (NaN and inf propagate), so the common case
     costs one pass and no memory (a ``dtype=float64`` sum would copy the tensor); ``isfinite`` on the whole tensor would allocate
-    several tensors of its size (330 MiB more peak RSS on GPT-2 124M). Only a non-finite
+    several tensors of its size. Only a non-finite
     sum, or an overflowing one, counts chunk by chunk.
     """
     if _sum_is_finite(tensor):
@@ -83,8 +83,8 @@ def _sum_is_finite(tensor: torch.Tensor) -> bool:
 
     NumPy reads the tensor's memory in place and sums on the calling thread. torch's sum of
     a tensor above 32768 values is an OpenMP parallel loop: on a machine whose other cores
-    are busy each of the ~150 weights of GPT-2 waits for a descheduled thread at the
-    loop's barrier (0.8 s for GPT-2's 124M values, 0.04 s on one thread). Half-precision
+    are busy each weight waits for a descheduled thread at the loop's barrier, many times
+    what one thread takes (docs/performance.md). Half-precision
     values are summed in float32, as torch does, so a large fp16 tensor does not overflow.
     Tensors NumPy has no type for (bfloat16, float8) are summed by torch.
     """

@@ -169,7 +169,7 @@ def symbolic(
     metadata_props_keys: Sequence[str] = (),
     metadata_props_values: Sequence[str] = (),
     domain: str = "",
-    version: Optional[int] = None,  # noqa: UP045 - onnxscript reads these annotations
+    version: Optional[int] = None,  # onnxscript reads these annotations
 ) -> TTensor:
     """_symbolic(Tensor?[] inputs, str op_type, int onnx_dtype, *, SymInt[] shape, ...) -> Tensor"""
     del shape  # the FX node's value has it, with the user's dim names
@@ -195,7 +195,7 @@ def symbolic_multi_out(
     metadata_props_keys: Sequence[str] = (),
     metadata_props_values: Sequence[str] = (),
     domain: str = "",
-    version: Optional[int] = None,  # noqa: UP045
+    version: Optional[int] = None,
 ) -> Sequence[TTensor]:
     """_symbolic_multi_out(Tensor?[] inputs, str op_type, int[] onnx_dtypes, *,
     SymInt[][] shapes, ...) -> Tensor[]"""

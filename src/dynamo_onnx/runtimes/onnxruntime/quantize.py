@@ -258,10 +258,10 @@ def _root_logger_kept() -> Iterator[None]:
 
 
 def _quantizer_classes() -> tuple[Any, Any]:
-    """``MatMulNBitsQuantizer`` and ``QuantFormat``, imported when first needed (0.5 s)."""
+    """``MatMulNBitsQuantizer`` and ``QuantFormat``, imported when first needed (a slow import)."""
     with _root_logger_kept():
-        from onnxruntime.quantization import QuantFormat  # noqa: PLC0415
-        from onnxruntime.quantization.matmul_nbits_quantizer import (  # noqa: PLC0415
+        from onnxruntime.quantization import QuantFormat
+        from onnxruntime.quantization.matmul_nbits_quantizer import (
             MatMulNBitsQuantizer,
         )
     return MatMulNBitsQuantizer, QuantFormat
@@ -271,8 +271,8 @@ def _weight_quantizer(quantization: Quantization) -> Any:
     """ONNX Runtime's per-weight quantizer (``DefaultWeightOnlyQuantizer``) with the
     settings ``MatMulNBitsQuantizer`` would give it."""
     with _root_logger_kept():
-        from onnxruntime.quantization import QuantFormat  # noqa: PLC0415
-        from onnxruntime.quantization.matmul_nbits_quantizer import (  # noqa: PLC0415
+        from onnxruntime.quantization import QuantFormat
+        from onnxruntime.quantization.matmul_nbits_quantizer import (
             DefaultWeightOnlyQuantConfig,
             DefaultWeightOnlyQuantizer,
         )
@@ -302,7 +302,7 @@ def _quantized(model: ir.Model, quantization: Quantization) -> ir.Model:
             accuracy_level=quantization.accuracy_level,
         )
         return model
-    MatMulNBitsQuantizer, QuantFormat = _quantizer_classes()  # noqa: N806 (classes)
+    MatMulNBitsQuantizer, QuantFormat = _quantizer_classes()  # classes
     quantizer = MatMulNBitsQuantizer(
         ir.to_proto(model),
         bits=quantization.bits,
