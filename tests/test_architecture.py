@@ -754,6 +754,43 @@ def test_the_pass_internals_check_can_fail():
     ]
 
 
+def _steps_named_as_passes(module: str, tree: ast.Module) -> list[str]:
+    """``module:line Name`` for each onnx_ir step (a subclass of ``ir.passes``' classes,
+    directly or through a class of the same module) named ``...Pass``: "Pass" is our
+    contract (``__call__(ctx, state)``), onnx_ir's steps (``call(model)``) are ``...Step``
+    (or a kind of their own, like ``...Lowering``)."""
+    steps: set[str] = set()
+    found = []
+    classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    for node in sorted(classes, key=lambda n: n.lineno):
+        bases = [ast.unparse(b) for b in node.bases]
+        if any("passes." in b or b in steps for b in bases):
+            steps.add(node.name)
+            if node.name.endswith("Pass"):
+                found.append(f"{module}:{node.lineno} {node.name}")
+    return found
+
+
+def test_onnx_ir_steps_are_not_named_as_our_passes():
+    offenders = [o for m, path in MODULES.items() for o in _steps_named_as_passes(m, _tree(path))]
+    assert not offenders, offenders
+
+
+def test_the_step_name_check_can_fail():
+    source = (
+        "import onnx_ir as ir\n"
+        "class RenameDimsPass(ir.passes.InPlacePass): ...\n"
+        "class _Base(ir.passes.FunctionalPass): ...\n"
+        "class FoldPass(_Base): ...\n"
+        "class FoldStep(_Base): ...\n"
+        "class CapturePass: ...\n"  # ours: allowed
+    )
+    assert _steps_named_as_passes("m", ast.parse(source)) == [
+        "m:2 RenameDimsPass",
+        "m:4 FoldPass",
+    ]
+
+
 #: What the passes after validation read instead of the raw request: the checked one.
 _RAW_STATE = {
     "request": "the raw request (read the checked one: state.valid)",

@@ -48,7 +48,7 @@ from dynamo_onnx.passes.verify import (
     VerifyRequest,
 )
 from dynamo_onnx.reports import ReportingContext
-from dynamo_onnx.runtimes.onnxruntime.optimize import FusionRequest, OnnxRuntimeFusionPass
+from dynamo_onnx.runtimes.onnxruntime.fusion_pass import FusionRequest, OnnxRuntimeFusionPass
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization, QuantizePass, QuantizeRequest
 
 __all__ = ["ONNXProgram"]

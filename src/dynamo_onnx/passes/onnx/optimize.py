@@ -16,7 +16,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
 from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
 from dynamo_onnx.onnx_tools.older_opsets import drop_newer_attributes
-from dynamo_onnx.onnx_tools.optimizer_pipeline import optimize
+from dynamo_onnx.onnx_tools.optimizer_pipeline import run_optimizer
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.onnx.steps import report_inlined
@@ -44,7 +44,7 @@ class OptimizePass:
         before = count_nodes(model)
         functions = set(model.functions)
         with fake_weights_hidden(model):
-            optimize(model)
+            run_optimizer(model)
         drop_newer_attributes(
             model, model.opset_imports.get("", TORCHLIB_OPSET)
         )  # its Split at opset 17

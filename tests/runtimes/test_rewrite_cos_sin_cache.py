@@ -8,7 +8,7 @@ import pytest
 from onnxscript.rewriter import pattern
 from runtime_graphs import FLOAT
 
-from dynamo_onnx.runtimes.onnxruntime.rules import CosSinCacheOfProduct
+from dynamo_onnx.runtimes.onnxruntime.rewrites import CosSinCacheOfProduct
 
 
 def _rotary_graph(axes: list[int]) -> ir.Model:

@@ -24,7 +24,7 @@ from dynamo_onnx.onnx_tools.attention import local_window, windowed_present
 from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
 from dynamo_onnx.onnx_tools.loading import load_refusal, weights_as_inputs
 from dynamo_onnx.onnx_tools.older_opsets import drop_newer_attributes
-from dynamo_onnx.onnx_tools.optimizer_pipeline import optimize
+from dynamo_onnx.onnx_tools.optimizer_pipeline import run_optimizer
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.metadata import (
@@ -46,7 +46,7 @@ __all__ = [
     "FusionRequest",
     "OnnxRuntimeFusionPass",
     "layer_spans",
-    "optimize_for_onnxruntime",
+    "fuse_for_onnxruntime",
 ]
 
 #: The rule of an unfused block, by kind.
@@ -111,7 +111,7 @@ class OnnxRuntimeFusionPass:
 
     def __call__(self, ctx: DiagnosticContext, request: FusionRequest) -> FusionReport:
         with dropped(*ONNX_IR_CHATTER):  # onnx_ir's remarks while it rewrites are not the user's
-            return optimize_for_onnxruntime(
+            return fuse_for_onnxruntime(
                 request.model, ctx, max_positions=request.max_positions, steps=request.steps
             )
 
@@ -240,15 +240,15 @@ def layer_spans(layers: list[str]) -> str:
     return ", ".join(texts + others)
 
 
-def optimize_for_onnxruntime(
+def fuse_for_onnxruntime(
     model: ir.Model,
     ctx: DiagnosticContext,
     *,
     max_positions: int | None = None,
     steps: Sequence[RuntimeStep] = (),
 ) -> FusionReport:
-    """Fuse a copy of ``model`` for ONNX Runtime (onnxscript's ORT fusions with the rules of
-    ``rules/`` and the family's steps; the copy shares the weights) and record what fused
+    """Fuse a copy of ``model`` for ONNX Runtime (onnxscript's ORT fusions with the rewrite rules of
+    ``rewrites/`` and the family's steps; the copy shares the weights) and record what fused
     (DO502) and each block that did not (DO503-DO505); a fused model ONNX Runtime refuses
     to load is DO512 (:class:`OptimizationError`), and ``model`` is left as it was.
 
@@ -265,7 +265,7 @@ def optimize_for_onnxruntime(
         fusions = fuse(
             model,
             max_positions=max_positions,
-            optimize=optimize,
+            optimizer=run_optimizer,
             failures=failures,
             family=[s for s in steps if s.before is not None],
         )

@@ -7,7 +7,7 @@ import pytest
 from onnxscript.rewriter import pattern
 from runtime_graphs import FLOAT, count
 
-from dynamo_onnx.runtimes.onnxruntime.rules import SameShapeReshape
+from dynamo_onnx.runtimes.onnxruntime.rewrites import SameShapeReshape
 
 
 def _reshape_graph(result: list[int | str]) -> ir.Model:
