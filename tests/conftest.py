@@ -107,11 +107,14 @@ def caller_logging(request):
 # -- the two layers -------------------------------------------------------------------------
 #
 # `make test-fast` runs the unit layer (`-m unit`): the tests of tests/passes/ (each pass on
-# hand-built input) and of the modules below (rules, reports, parsers, the architecture, the
-# diagnostics context). A test there that runs a full export fails (``_no_full_export``), so
+# hand-built input), of tests/runtimes/onnxruntime/rewrites/ (each rewrite rule on a
+# hand-built graph) and of the modules below (rules, the SARIF builder, parsers, the
+# architecture, the diagnostics context). tests/ mirrors src/: passes/, runtimes/,
+# integrations/, reports/. A test there that runs a full export fails (``_no_full_export``), so
 # the lane cannot silently grow slow: such a test is marked ``e2e`` or moved. A new module
 # not listed is in the end-to-end layer only, which `make test` runs along with this one.
-UNIT_DIRECTORIES = ("passes", "runtimes")
+#: Folders under tests/ (POSIX paths) whose every module is in the unit layer.
+UNIT_DIRECTORIES = ("passes", "runtimes/onnxruntime/rewrites")
 UNIT_MODULES = frozenset(
     {
         "test_architecture.py",
@@ -120,6 +123,7 @@ UNIT_MODULES = frozenset(
         "test_foreign_text.py",
         "test_hygiene.py",
         "test_integrations.py",
+        "test_sarif_builder.py",
         "test_transformers_ort_steps.py",
         "test_units.py",
     }
@@ -132,7 +136,9 @@ def _is_unit(item: pytest.Item) -> bool:
         return False
     path = pathlib.Path(str(item.fspath)).resolve()
     relative = path.relative_to(TESTS) if path.is_relative_to(TESTS) else path
-    return relative.parts[0] in UNIT_DIRECTORIES or relative.name in UNIT_MODULES
+    folder = relative.parent.as_posix()
+    in_a_unit_folder = any(folder == d or folder.startswith(d + "/") for d in UNIT_DIRECTORIES)
+    return in_a_unit_folder or relative.name in UNIT_MODULES
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -9,7 +9,6 @@ import copy
 import importlib.util
 import inspect
 import json
-import pathlib
 import warnings
 
 import numpy as np
@@ -35,8 +34,8 @@ from dynamo_onnx.runtimes.onnxruntime.packing import (
     PackProjectionsStep,
     pack_projections,
 )
+from sarif_tools import ROOT  # the top of the checkout
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
     "llm_generate", ROOT / "examples" / "llm_generate.py"
 )
