@@ -438,7 +438,7 @@ def _unfused_for_onnxruntime(tmp_path):
 
 def _broken_optimizer(tmp_path, monkeypatch):
     program = dynamo_onnx.export(Lin(), (X,))
-    monkeypatch.setattr(optimize_pass, "optimize", lambda m: 1 / 0)
+    monkeypatch.setattr(optimize_pass, "run_optimizer", lambda m: 1 / 0)
     with pytest.raises(dynamo_onnx.OptimizationError):
         program.optimize()
     return program
