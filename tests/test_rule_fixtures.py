@@ -487,7 +487,7 @@ def _fusion_breaking_the_model(tmp_path, monkeypatch):
     program = dynamo_onnx.export(model, (), kwargs=inputs)
     monkeypatch.setattr(
         fusions_module,
-        "mha_rules",
+        "mha_rewrites",
         lambda has_past_present: (
             mha.mha_rules_with_past if has_past_present else mha.mha_rules_no_past
         ),
