@@ -117,6 +117,20 @@ def test_stack_trace_parsing_is_innermost_first():
     assert frames == (Location("/m/block.py", 3, "forward"), Location("/m/model.py", 10, "forward"))
 
 
+def test_carry_puts_an_earlier_contexts_findings_first_once():
+    """export_llm's load context folded into the export's: its findings first (they came
+    first), each once however often it is carried, the later context's own kept."""
+    load, export = DiagnosticContext(), DiagnosticContext()
+    early = load.record("weights-left-in-float", left=1, quantizable=2, precision="int4", names="a")
+    late = export.record("model-optimized", before=3, after=2)
+    export.carry(load)
+    export.carry(load)
+    assert export.findings == [early, late]
+    assert load.findings == [early]
+    export.carry(export)  # itself: nothing new
+    assert export.findings == [early, late]
+
+
 def _inner():
     raise ValueError("here")
 
