@@ -17,13 +17,16 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 from mlp import MLPModel  # noqa: F401 - imported by the tests from conftest
 
+from dynamo_onnx.defaults import GC_THRESHOLDS_WHILE_EXPORTING
+
 warnings.filterwarnings("ignore", category=FutureWarning)
 # A test process holds what its module fixtures exported (programs, models), and each export
 # allocates hundreds of thousands of objects: at Python's default thresholds the collector
 # walks that heap in full every few exports, ~8 % of the suite's time. Young collections
-# less often, full ones a tenth as often: 12 % faster, ~10 % more peak memory. What a test
-# checks never depends on when a cycle is collected (those that need it call gc.collect()).
-gc.set_threshold(2000, 20, 100)
+# less often, full ones a tenth as often (the thresholds an export's passes run with): 12 %
+# faster, ~10 % more peak memory. What a test checks never depends on when a cycle is
+# collected (those that need it call gc.collect()).
+gc.set_threshold(*GC_THRESHOLDS_WHILE_EXPORTING)
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # Every pipeline checks that a pass declaring changes_input = False changes nothing it was
 # given (dynamo_onnx.passes.contract), in this process and in the CLI's it starts.
