@@ -76,7 +76,7 @@ def _peak_rss_mib() -> float:
 
 def _count_nodes(model: Any) -> int:
     """Nodes of the graph, its subgraphs and its functions, as ONNX Runtime would see them."""
-    import onnx_ir as ir  # noqa: PLC0415
+    import onnx_ir as ir
 
     total = sum(1 for _ in ir.traversal.RecursiveGraphIterator(model.graph))
     for function in model.functions.values():
@@ -91,7 +91,7 @@ def _weights_nbytes(model: Any) -> int:
 
 
 def _flatten(value: Any) -> list[Any]:
-    import torch  # noqa: PLC0415
+    import torch
 
     if isinstance(value, torch.Tensor):
         return [value]
@@ -103,7 +103,7 @@ def _flatten(value: Any) -> list[Any]:
 
 
 def _session(path: Path) -> Any:
-    from dynamo_onnx.io.sessions import inference_session  # noqa: PLC0415
+    from dynamo_onnx.io.sessions import inference_session
 
     # the machine is shared: one thread is the stable figure
     return inference_session(path, threads=1)
@@ -116,7 +116,7 @@ def latencies(workdir: str) -> dict[str, float]:
     with the same file under both names shows it), so there are two rounds: one creates
     ours first, the other theirs.
     """
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     feeds_file = np.load(Path(workdir) / "feeds.npz")
     times: dict[str, list[float]] = {e: [] for e in EXPORTERS}
@@ -142,11 +142,11 @@ def measure(model_name: str, exporter: str, diagnostics: str, workdir: str) -> d
     The optimized model (for the latency process) and the inputs go to ``workdir``.
     """
     warnings.filterwarnings("ignore")
-    import numpy as np  # noqa: PLC0415
-    import torch  # noqa: PLC0415
+    import numpy as np
+    import torch
 
     sys.path.insert(0, str(HERE))
-    from models import MODELS  # noqa: PLC0415
+    from models import MODELS
 
     torch.manual_seed(0)
     model, args = MODELS[model_name]()
@@ -163,7 +163,7 @@ def measure(model_name: str, exporter: str, diagnostics: str, workdir: str) -> d
             if exporter == "torch.onnx":
                 program = torch.onnx.export(model, args, kwargs=kwargs, dynamo=True, verbose=False)
             else:
-                import dynamo_onnx  # noqa: PLC0415
+                import dynamo_onnx
 
                 program = dynamo_onnx.export(model, args, kwargs=kwargs)
             result["export_s"] = time.perf_counter() - start
@@ -180,7 +180,7 @@ def measure(model_name: str, exporter: str, diagnostics: str, workdir: str) -> d
                 opset_version=OPSET,
             )
         else:
-            import dynamo_onnx  # noqa: PLC0415
+            import dynamo_onnx
 
             level = {"off": 20, "info": 20, "debug": 10}[diagnostics]
             options = dynamo_onnx.DiagnosticOptions(verbosity_level=level)
@@ -244,10 +244,10 @@ def imports() -> dict[str, float]:
     exporter, the passes, onnx, onnxscript, onnx_ir), then torch_lib's table (the registry
     the first export builds). In a fresh process, run by :func:`main`."""
     start = time.perf_counter()
-    import torch  # noqa: F401, PLC0415
+    import torch  # noqa: F401
 
     after_torch = time.perf_counter()
-    import dynamo_onnx  # noqa: PLC0415
+    import dynamo_onnx
 
     after_package = time.perf_counter()
     dynamo_onnx.export  # noqa: B018 - the lazy import of the exporter
@@ -299,8 +299,8 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _machine() -> dict[str, Any]:
-    import onnxruntime  # noqa: PLC0415
-    import torch  # noqa: PLC0415
+    import onnxruntime
+    import torch
 
     cpu = "unknown"
     try:
@@ -371,7 +371,7 @@ def run(models: list[str], repeats: int, log: Any = sys.stderr) -> dict[str, Any
         }
         results["models"][model] = entry
     if "gpt2-124m" in models:  # issue 35's target: the plain export against capture alone
-        from llm_genai import gpt2_overhead  # noqa: PLC0415 - the same workers as bench-llm
+        from llm_genai import gpt2_overhead  # the same workers as bench-llm
 
         results["gpt2_torch_export"] = gpt2_overhead(repeats, log)
     import_runs = [_subprocess("--imports") for _ in range(repeats)]
@@ -508,7 +508,7 @@ def markdown(results: dict[str, Any]) -> str:
         ]
     gpt2 = results.get("gpt2_torch_export")
     if gpt2:
-        from llm_genai import gpt2_line  # noqa: PLC0415 - bench-llm's line, the same figures
+        from llm_genai import gpt2_line  # bench-llm's line, the same figures
 
         lines += ["", gpt2_line(gpt2)]
     errors = [
@@ -536,7 +536,7 @@ def main() -> None:
         print(json.dumps(imports()))
         return
     sys.path.insert(0, str(HERE))
-    from models import MODELS  # noqa: PLC0415
+    from models import MODELS
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import compat_models  # noqa: E402 - a sibling module, found from this file's folder
-from workers import Timeout, quiet, rows_json, time_limit  # noqa: E402 - likewise
+import compat_models  # a sibling module, found from this file's folder
+from workers import Timeout, quiet, rows_json, time_limit  # likewise
 
-from dynamo_onnx.files import atomic_write_text  # noqa: E402 - the one atomic writer
+from dynamo_onnx.files import atomic_write_text  # the one atomic writer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTERS = ("dynamo_onnx", "torch_onnx")
@@ -193,7 +193,7 @@ def _run_exporter(
                 program = module.export(onnx, model, args, kwargs)
             except Timeout:
                 raise
-            except Exception as error:  # noqa: BLE001 - every failure is a data point here
+            except Exception as error:  # every failure is a data point here
                 status = "export-failed" if _entered(error, onnx) else "caller-failed"
                 line = _user_line(error, path) if exporter == "dynamo_onnx" else None
                 return Outcome(status, _rule_of(error), _first_line(error), line=line)
@@ -208,7 +208,7 @@ def _run_exporter(
                     got = _tensors(program(*args, **kwargs))
                 except Timeout:
                     raise
-                except Exception as error:  # noqa: BLE001
+                except Exception as error:
                     rule = type(error).__name__
                     return Outcome("run-failed", rule, _first_line(error), index, warnings=found)
                 problem = _compare(got, want)
@@ -265,7 +265,7 @@ def check_case(
         with quiet():
             module, path = _load(case, Path(directory))
             expected = [_eager(module, size) for size in sizes]
-    except Exception as error:  # noqa: BLE001 - the generator made a model eager rejects
+    except Exception as error:  # the generator made a model eager rejects
         row.update(verdict="invalid", detail=_first_line(error), source=case.source)
         started.unlink()
         return row
@@ -385,7 +385,7 @@ def _run_batch(
                     if attempts[index] < 2:
                         continue
                     row = _crashed(seed, index, stage)
-                except Exception as error:  # noqa: BLE001
+                except Exception as error:
                     row = _crashed(seed, index, {"detail": _first_line(error)})
                 done.add(index)
                 yield row

@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import llm_families  # noqa: E402 - a sibling module, found from this file's folder
-from workers import Timeout, quiet, time_limit  # noqa: E402 - likewise
+import llm_families  # a sibling module, found from this file's folder
+from workers import Timeout, quiet, time_limit  # likewise
 
-from dynamo_onnx.files import atomic_write_text  # noqa: E402 - the one atomic writer
+from dynamo_onnx.files import atomic_write_text  # the one atomic writer
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "llm_compat.json"
@@ -113,7 +113,7 @@ def _error_line(text: str) -> str:
 
 def prompt_ids() -> list[int]:
     """The compared prompt: fixed ids of the tokenizer's ordinary tokens (not its specials)."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     rng = np.random.default_rng(0)
     return rng.integers(3, 100, llm_families.PROMPT_LENGTH).tolist()
@@ -121,7 +121,7 @@ def prompt_ids() -> list[int]:
 
 def reference_tokens(model: Any, prompt: list[int]) -> list[int]:
     """transformers' greedy tokens: NEW_TOKENS of them (an end token does not stop early)."""
-    import torch  # noqa: PLC0415
+    import torch
 
     with torch.no_grad():
         out = model.generate(
@@ -135,8 +135,8 @@ def reference_tokens(model: Any, prompt: list[int]) -> list[int]:
 
 def genai_tokens(folder: Path, prompt: list[int]) -> list[int]:
     """onnxruntime-genai's greedy tokens from ``folder``: NEW_TOKENS of them."""
-    import numpy as np  # noqa: PLC0415
-    import onnxruntime_genai as og  # noqa: PLC0415
+    import numpy as np
+    import onnxruntime_genai as og
 
     model = og.Model(str(folder))
     params = og.GeneratorParams(model)
@@ -153,14 +153,14 @@ def _generate_into(outcome: Outcome, folder: Path, prompt: list[int]) -> Outcome
     try:
         outcome.tokens = genai_tokens(folder, prompt)
         outcome.status = "generated"
-    except Exception as error:  # noqa: BLE001 - every failure is a data point here
+    except Exception as error:  # every failure is a data point here
         outcome.status, outcome.detail = "genai-failed", _first_line(str(error))
     return outcome
 
 
 def ours(hf: Path, out: Path, precision: str, prompt: list[int], timeout: int) -> Outcome:
     """Our folder by ``dynamo_onnx.export_llm`` in this process, then its generation."""
-    import dynamo_onnx  # noqa: PLC0415
+    import dynamo_onnx
 
     start = time.perf_counter()
     try:
@@ -168,7 +168,7 @@ def ours(hf: Path, out: Path, precision: str, prompt: list[int], timeout: int) -
             program = dynamo_onnx.export_llm(hf, out, precision=precision)
     except Timeout as error:
         return Outcome("timeout", detail=str(error))
-    except Exception as error:  # noqa: BLE001 - every failure is a data point here
+    except Exception as error:  # every failure is a data point here
         rule = getattr(error, "rule_id", None)
         detail = _first_line(str(error)) or type(error).__name__
         status = "export-failed" if rule else "crash"
@@ -217,7 +217,7 @@ def run_family(
             model = llm_families.save_folder(family, hf)
             prompt = prompt_ids()
             row["reference"] = reference_tokens(model, prompt)
-    except Exception as error:  # noqa: BLE001 - the family itself does not load or generate
+    except Exception as error:  # the family itself does not load or generate
         row["invalid"] = f"{type(error).__name__}: {_first_line(str(error))}"
         done()
         return row
@@ -405,14 +405,14 @@ def write_docs(table: str, path: Path = DOCS) -> None:
 
 
 def _versions() -> dict[str, str]:
-    from importlib.metadata import version  # noqa: PLC0415
+    from importlib.metadata import version
 
     names = ("torch", "transformers", "onnxruntime", "onnxruntime_genai", "onnxscript")
     return {n: version(n.replace("_", "-")) for n in names}
 
 
 def report_of(rows: list[dict[str, Any]], precisions: tuple[str, ...]) -> dict[str, Any]:
-    import datetime  # noqa: PLC0415
+    import datetime
 
     return {
         "date": datetime.date.today().isoformat(),

@@ -88,7 +88,7 @@ class Family:
     feature: str = ""
 
     def config(self) -> Any:
-        import transformers  # noqa: PLC0415
+        import transformers
 
         return transformers.AutoConfig.for_model(self.model_type, **self.fields)
 
@@ -185,9 +185,9 @@ def by_name(names: list[str] | None) -> list[Family]:
 def _tokenizer() -> Any:
     """A byte-level BPE tokenizer trained here (no download), 100 tokens: within the
     model's vocabulary (onnxruntime-genai and the builder both need one)."""
-    import tokenizers  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
-    from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+    import tokenizers
+    import transformers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
 
     bpe = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -203,8 +203,8 @@ def _tokenizer() -> Any:
 def save_folder(family: Family, path: Path) -> Any:
     """The family's random-weight model (seeded) and the tokenizer, ``save_pretrained`` to
     ``path``; returns the model, in eval mode."""
-    import torch  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
+    import torch
+    import transformers
 
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(family.config()).eval()

@@ -112,10 +112,10 @@ MODELS = {
 
 def save_checkpoint(path: Path, config: dict[str, Any], model_type: str = "llama") -> None:
     """The random-weight model and a tokenizer trained here (the builder needs one)."""
-    import tokenizers  # noqa: PLC0415
-    import torch  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
-    from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+    import tokenizers
+    import torch
+    import transformers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
 
     torch.manual_seed(0)
     hf_config = transformers.AutoConfig.for_model(model_type, **config)
@@ -168,11 +168,11 @@ def _output_dir(command: list[str]) -> Path:
 
 def _load_problem(folder: Path) -> str | None:
     """Why onnxruntime-genai cannot load ``folder``, or None when it can."""
-    import onnxruntime_genai as og  # noqa: PLC0415
+    import onnxruntime_genai as og
 
     try:
         og.Model(str(folder))
-    except Exception as error:  # noqa: BLE001 - the reason is the cell's text
+    except Exception as error:  # the reason is the cell's text
         return f"onnxruntime-genai cannot load it: {str(error).strip().splitlines()[0][:200]}"
     return None
 
@@ -204,7 +204,7 @@ def build(hf: Path, work: Path, log: Any) -> dict[str, dict[str, Any]]:
 
 
 def op_counts(folder: Path) -> dict[str, int]:
-    import onnx  # noqa: PLC0415
+    import onnx
 
     model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
     return dict(collections.Counter(n.op_type for n in model.graph.node).most_common())
@@ -224,7 +224,7 @@ def one_thread(folder: Path) -> None:
 
 
 def _prompts(length: int, count: int) -> list[list[int]]:
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     rng = np.random.default_rng(length)
     return [rng.integers(3, 1000, length).tolist() for _ in range(count)]
@@ -235,8 +235,8 @@ def _generate(model: Any, prompt: list[int]) -> tuple[float, float, list[int], f
     process), greedy; always NEW_TOKENS steps (``min_length``: an end-of-sequence token does
     not stop one folder early). The sessions run on one thread, so the CPU time is the work
     done whatever else the machine runs; the wall time also counts the waits for a core."""
-    import numpy as np  # noqa: PLC0415
-    import onnxruntime_genai as og  # noqa: PLC0415
+    import numpy as np
+    import onnxruntime_genai as og
 
     params = og.GeneratorParams(model)
     total = len(prompt) + NEW_TOKENS
@@ -263,7 +263,7 @@ _TIMES = ("prefill_ms", "decode_ms", "prefill_cpu_ms", "decode_cpu_ms")
 
 def timings(folders: dict[str, Path], runs: int, log: Any) -> dict[str, Any]:
     """Median prefill and decode ms of every folder at each prompt length, alternating."""
-    import onnxruntime_genai as og  # noqa: PLC0415
+    import onnxruntime_genai as og
 
     models = {name: og.Model(str(path)) for name, path in folders.items()}
     result: dict[str, Any] = {}
@@ -301,9 +301,9 @@ def agreement(folders: dict[str, Path], hf: Path, length: int = PROMPTS[0]) -> d
     """Greedy tokens at prompts of ``length``: each fp32 folder against transformers, each
     int4 folder against its own fp32 folder (share equal; tokens before the first
     difference)."""
-    import onnxruntime_genai as og  # noqa: PLC0415
-    import torch  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
+    import onnxruntime_genai as og
+    import torch
+    import transformers
 
     prompts = _prompts(length, AGREEMENT_PROMPTS)
     tokens, result = {}, {}
@@ -346,9 +346,9 @@ def agreement(folders: dict[str, Path], hf: Path, length: int = PROMPTS[0]) -> d
 def _argmax(folder: Path, sequences: list[list[int]], head_size: int) -> Any:
     """The most likely next token at every position of each sequence, by ONNX Runtime
     alone on the folder's model (one pass over each sequence from an empty past)."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
-    from dynamo_onnx.io.sessions import inference_session  # noqa: PLC0415
+    from dynamo_onnx.io.sessions import inference_session
 
     session = inference_session(folder / "model.onnx", threads=1)
     found = []
@@ -392,18 +392,18 @@ def top1_agreement(folders: dict[str, Path], head_size: int) -> dict[str, float]
 
 def gpt2_worker(kind: str) -> dict[str, float]:
     """One export of GPT-2 124M in this (fresh) process: its seconds."""
-    import warnings  # noqa: PLC0415
+    import warnings
 
     warnings.filterwarnings("ignore")
-    import torch  # noqa: PLC0415
+    import torch
 
     sys.path.insert(0, str(HERE))
-    from models import gpt2  # noqa: PLC0415
+    from models import gpt2
 
     torch.manual_seed(0)
     model, args = gpt2()
     if kind == "dynamo-onnx":
-        import dynamo_onnx  # noqa: PLC0415
+        import dynamo_onnx
 
         start = time.perf_counter()
         dynamo_onnx.export(model, args, opset_version=20, optimize=False)

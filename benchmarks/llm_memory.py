@@ -88,8 +88,8 @@ def save_checkpoint(path: Path, config: dict[str, Any], layers: int) -> dict[str
 
 def _save_tokenizer(path: Path) -> None:
     """A byte-level BPE tokenizer trained here (the builder needs one; no download)."""
-    import tokenizers  # noqa: PLC0415
-    from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
 
     bpe = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -21,7 +21,7 @@ _ROOT = pathlib.Path(__file__).resolve().parent.parent
 def mlp() -> Built:
     """The seed's MLP (examples/mlp.py), the demo model."""
     sys.path.insert(0, str(_ROOT / "examples"))
-    from mlp import MLPModel  # noqa: PLC0415 - the example is a script, not a package
+    from mlp import MLPModel  # the example is a script, not a package
 
     return MLPModel().eval(), (torch.rand(97, 8),)
 
@@ -48,7 +48,7 @@ def cnn() -> Built:
 
 def gpt2() -> Built:
     """GPT-2 124M: transformers' default GPT2Config (12 layers, 768 wide, 50257 tokens)."""
-    import transformers  # noqa: PLC0415 - only the transformer models need it
+    import transformers  # only the transformer models need it
 
     config = transformers.GPT2Config(use_cache=False)
     return transformers.GPT2Model(config).eval(), (torch.randint(0, 50257, (1, 128)),)
@@ -56,7 +56,7 @@ def gpt2() -> Built:
 
 def bert() -> Built:
     """BERT-base: transformers' default BertConfig (12 layers, 768 wide)."""
-    import transformers  # noqa: PLC0415
+    import transformers
 
     model = transformers.BertModel(transformers.BertConfig()).eval()
     return model, (torch.randint(0, 30522, (1, 128)),)
@@ -67,8 +67,8 @@ class LlamaLayer(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        import transformers  # noqa: PLC0415
-        from transformers.models.llama import modeling_llama  # noqa: PLC0415
+        import transformers
+        from transformers.models.llama import modeling_llama
 
         config = transformers.LlamaConfig(
             hidden_size=4096,
@@ -96,7 +96,7 @@ def llama_layer() -> Built:
 
 def decoding_step(config: Any, past: int) -> dict[str, Any]:
     """One new token after ``past`` tokens, with the cache as transformers passes it."""
-    import transformers  # noqa: PLC0415
+    import transformers
 
     cache = transformers.DynamicCache(config=config)
     shape = (1, config.num_key_value_heads, past, config.hidden_size // config.num_attention_heads)
@@ -114,7 +114,7 @@ def decoding_step(config: Any, past: int) -> dict[str, Any]:
 def llm_cache() -> Built:
     """A small Llama (4 layers, 512 wide, 32000 tokens) decoding one token after 32, with
     its DynamicCache as transformers passes it: the keyword arguments are the last item."""
-    import transformers  # noqa: PLC0415
+    import transformers
 
     config = transformers.LlamaConfig(
         hidden_size=512,

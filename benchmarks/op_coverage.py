@@ -35,9 +35,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workers import Timeout, quiet, rows_json, time_limit  # noqa: E402 - a sibling module, found from this file's folder
+from workers import (  # a sibling module, found from this file's folder
+    Timeout,
+    quiet,
+    rows_json,
+    time_limit,
+)
 
-from dynamo_onnx.files import atomic_write_text  # noqa: E402 - the one atomic writer
+from dynamo_onnx.files import atomic_write_text  # the one atomic writer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTERS = ("dynamo_onnx", "torch_onnx")
@@ -109,13 +114,13 @@ def _case(op: Any, sample: Any, dtype: str) -> Case | None:
         with quiet():
             expected = _eager(rebuild, args, seed=0)
             again = _eager(rebuild, args, seed=1)
-    except Exception:  # noqa: BLE001 - eager fails: nothing to compare against
+    except Exception:  # eager fails: nothing to compare against
         return None
     if not expected:
         return None
     try:
         shape_only = op.name in UNINITIALIZED or not _same(expected, again)
-    except Exception:  # noqa: BLE001 - eager's results cannot be compared on CPU
+    except Exception:  # eager's results cannot be compared on CPU
         return None
     seeded = "wrapper_set_seed" in getattr(getattr(function, "__code__", None), "co_names", ())
     return Case(dtype, args, rebuild, expected, shape_only, seeded)
@@ -244,7 +249,7 @@ def _run_cases(exporter: str, cases: Sequence[Case], timeout: int) -> list[Outco
                 program = _export(exporter, module, args)
             except Timeout:
                 raise
-            except Exception as error:  # noqa: BLE001 - every failure is a data point here
+            except Exception as error:  # every failure is a data point here
                 return Outcome("export-failed", _rule_of(error), _first_line(error))
             try:
                 actual = [a.detach() for a in _tensors(program(*(a.clone() for a in args)))]
@@ -253,7 +258,7 @@ def _run_cases(exporter: str, cases: Sequence[Case], timeout: int) -> list[Outco
                     rerun = [a.detach() for a in _tensors(program(*(a.clone() for a in args)))]
             except Timeout:
                 raise
-            except Exception as error:  # noqa: BLE001
+            except Exception as error:
                 return Outcome("ort-failed", type(error).__name__, _first_line(error))
     except Timeout as error:
         return Outcome("timeout", None, str(error))
@@ -335,7 +340,7 @@ def _samples(op: Any, dtype_name: str, count: int) -> list[Any]:
             samples.append(sample)
             if len(samples) >= count:
                 break
-    except Exception:  # noqa: BLE001 - a broken sample generator is not an export result
+    except Exception:  # a broken sample generator is not an export result
         return samples
     return samples
 
@@ -408,7 +413,7 @@ def run(names: Sequence[str], jobs: int, samples: int, timeout: int) -> list[dic
                     attempts[name] += 1
                     if attempts[name] >= 2:
                         results[name] = _crashed(name)
-                except Exception as error:  # noqa: BLE001
+                except Exception as error:
                     results[name] = _crashed(name, _first_line(error))
                 else:
                     done = len(results)

@@ -86,10 +86,10 @@ SMALL = {
 
 
 def save_checkpoint(path: Path, shape: dict[str, int]) -> None:
-    import tokenizers  # noqa: PLC0415
-    import torch  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
-    from tokenizers import decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+    import tokenizers
+    import torch
+    import transformers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
 
     bpe = tokenizers.Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -120,7 +120,7 @@ def save_checkpoint(path: Path, shape: dict[str, int]) -> None:
 
 def clip(path: Path, seconds: float = 10.0) -> Any:
     """A tone with noise, faded, its first and last 200 samples silent, as 16-bit PCM."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     n = int(RATE * seconds)
     t = np.arange(n) / RATE
@@ -175,7 +175,7 @@ def one_thread(folder: Path) -> None:
 
 
 def op_counts(folder: Path) -> dict[str, int]:
-    import onnx  # noqa: PLC0415
+    import onnx
 
     counts: collections.Counter[str] = collections.Counter()
     for name in ("encoder.onnx", "decoder.onnx"):
@@ -186,7 +186,7 @@ def op_counts(folder: Path) -> dict[str, int]:
 
 def transcribe(model: Any, wav: Path) -> dict[str, Any]:
     """One greedy transcription: the times of its steps and its tokens."""
-    import onnxruntime_genai as og  # noqa: PLC0415
+    import onnxruntime_genai as og
 
     clock, cpu = time.perf_counter(), time.process_time()
     inputs = model.create_multimodal_processor()([PROMPT], audios=og.Audios.open(str(wav)))
@@ -209,8 +209,8 @@ def transcribe(model: Any, wav: Path) -> dict[str, Any]:
 
 
 def eager_tokens(hf: Path, audio: Any) -> list[int]:
-    import torch  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
+    import torch
+    import transformers
 
     model = transformers.WhisperForConditionalGeneration.from_pretrained(hf).eval()
     extractor = transformers.WhisperFeatureExtractor.from_pretrained(hf)
@@ -239,8 +239,8 @@ def main() -> None:
     wav = work / "clip.wav"
     audio = clip(wav)
     eager = eager_tokens(hf, audio)
-    import onnxruntime  # noqa: F401, PLC0415 (onnxruntime_genai needs it loaded first)
-    import onnxruntime_genai as og  # noqa: PLC0415
+    import onnxruntime  # noqa: F401 - onnxruntime_genai needs it loaded first
+    import onnxruntime_genai as og
 
     names = [n for n, b in built.items() if "folder" in b]
     models = {}

@@ -15,15 +15,18 @@ import torch
 
 # The seed's MLP is the demo's (examples/mlp.py): the tests check what `make demo` runs.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
-from mlp import MLPModel  # noqa: E402, F401 - imported by the tests from conftest
+from mlp import MLPModel  # noqa: F401 - imported by the tests from conftest
+
+from dynamo_onnx.defaults import GC_THRESHOLDS_WHILE_EXPORTING
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 # A test process holds what its module fixtures exported (programs, models), and each export
 # allocates hundreds of thousands of objects: at Python's default thresholds the collector
 # walks that heap in full every few exports, ~8 % of the suite's time. Young collections
-# less often, full ones a tenth as often: 12 % faster, ~10 % more peak memory. What a test
-# checks never depends on when a cycle is collected (those that need it call gc.collect()).
-gc.set_threshold(2000, 20, 100)
+# less often, full ones a tenth as often (the thresholds an export's passes run with): 12 %
+# faster, ~10 % more peak memory. What a test checks never depends on when a cycle is
+# collected (those that need it call gc.collect()).
+gc.set_threshold(*GC_THRESHOLDS_WHILE_EXPORTING)
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # Every pipeline checks that a pass declaring changes_input = False changes nothing it was
 # given (dynamo_onnx.passes.contract), in this process and in the CLI's it starts.
@@ -107,18 +110,23 @@ def caller_logging(request):
 # -- the two layers -------------------------------------------------------------------------
 #
 # `make test-fast` runs the unit layer (`-m unit`): the tests of tests/passes/ (each pass on
-# hand-built input), tests/runtimes/ (each rewrite rule), tests/foreign_text/ (each reader on
-# its recorded text) and of the modules below (rules, reports, parsers, the architecture, the
-# diagnostics context). A test there that runs a full export fails (``_no_full_export``), so
-# the lane cannot silently grow slow: such a test is marked ``e2e`` or moved. A new module
-# not listed is in the end-to-end layer only, which `make test` runs along with this one.
-UNIT_DIRECTORIES = ("foreign_text", "passes", "runtimes")
+# hand-built input), of tests/runtimes/onnxruntime/rewrites/ (each rewrite rule on a
+# hand-built graph), tests/foreign_text/ (each reader on its recorded text) and of the modules
+# below (rules, the SARIF builder, parsers, the architecture, the diagnostics context).
+# tests/ mirrors src/: passes/, runtimes/, integrations/, reports/, foreign_text/. A test there
+# that runs a full export fails (``_no_full_export``), so the lane cannot silently grow slow:
+# such a test is marked ``e2e`` or moved. A new module not listed is in the end-to-end layer
+# only, which `make test` runs along with this one.
+#: Folders under tests/ (POSIX paths) whose every module is in the unit layer.
+UNIT_DIRECTORIES = ("foreign_text", "passes", "runtimes/onnxruntime/rewrites")
 UNIT_MODULES = frozenset(
     {
         "test_architecture.py",
+        "test_defaults.py",
         "test_diagnostic_context.py",
         "test_hygiene.py",
         "test_integrations.py",
+        "test_sarif_builder.py",
         "test_transformers_ort_steps.py",
         "test_units.py",
     }
@@ -131,7 +139,9 @@ def _is_unit(item: pytest.Item) -> bool:
         return False
     path = pathlib.Path(str(item.fspath)).resolve()
     relative = path.relative_to(TESTS) if path.is_relative_to(TESTS) else path
-    return relative.parts[0] in UNIT_DIRECTORIES or relative.name in UNIT_MODULES
+    folder = relative.parent.as_posix()
+    in_a_unit_folder = any(folder == d or folder.startswith(d + "/") for d in UNIT_DIRECTORIES)
+    return in_a_unit_folder or relative.name in UNIT_MODULES
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -19,6 +19,7 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "dynamo_onnx"
 #: the edges in SAME_LAYER_EDGES.
 LAYERS = {
     "errors": 0,
+    "defaults": 0,
     "versions": 0,
     "fake": 0,
     "tensors": 0,
@@ -31,18 +32,18 @@ LAYERS = {
     "registry": 4,
     "io": 4,
     "foreign_text": 4,
-    "onnx_tools": 4,
-    "integrations": 5,
-    "passes": 6,
-    "runtimes": 6,
-    "program": 7,
-    "exporter": 7,
-    "llm_folder": 7,
-    "speech_folder": 7,
-    "vision_folder": 7,
-    "llm_stream": 7,
-    "cli": 8,
-    "__init__": 8,
+    "onnx_tools": 5,  # reads sessions (io); below families, passes and runtimes
+    "integrations": 6,
+    "passes": 7,
+    "runtimes": 7,
+    "program": 8,
+    "exporter": 8,
+    "llm_folder": 8,
+    "speech_folder": 8,
+    "vision_folder": 8,
+    "llm_stream": 8,
+    "cli": 9,
+    "__init__": 9,
 }
 SAME_LAYER_EDGES = {
     ("exporter", "program"),
@@ -56,16 +57,11 @@ SAME_LAYER_EDGES = {
 }
 #: What runtimes/ (the same layer as passes/) may import from passes/: the modules every
 #: pass shares (a runtime's passes are passes: PassName, the dropped loggers, the metadata
-#: keys), and the pass modules a runtime still reads until they move below both (issue 47:
-#: the fused model's load check, the attributes of older opsets, the optimizer pipeline).
-#: Nothing else: a rule or helper both need lives in onnx_tools/.
+#: keys). Nothing else: a rule or helper both need lives in onnx_tools/.
 RUNTIME_FROM_PASSES = {
     "dynamo_onnx.passes.base",
     "dynamo_onnx.passes.logs",
     "dynamo_onnx.passes.metadata",
-    "dynamo_onnx.passes.onnx.load_check",
-    "dynamo_onnx.passes.onnx.older_opsets",
-    "dynamo_onnx.passes.onnx.optimizer_pipeline",
 }
 #: Packages that must know nothing of torch, ONNX or the passes.
 PURE = {"diagnostics", "reports"}
@@ -104,12 +100,14 @@ def _type_checking_lines(tree: ast.Module) -> set[int]:
     return lines
 
 
-def _imports(module: str, path: pathlib.Path | None = None) -> list[tuple[str, int]]:
-    """(imported module, line) for every runtime import (not under TYPE_CHECKING) of
-    ``module``, read from ``path`` (default: its file in src/)."""
+def _imports(
+    module: str, path: pathlib.Path | None = None, *, type_hints: bool = False
+) -> list[tuple[str, int]]:
+    """(imported module, line) for every runtime import (not under TYPE_CHECKING, unless
+    ``type_hints``) of ``module``, read from ``path`` (default: its file in src/)."""
     path = path or MODULES[module]
     tree = _tree(path)
-    skip = _type_checking_lines(tree)
+    skip = set() if type_hints else _type_checking_lines(tree)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = []
     for node in ast.walk(tree):
@@ -129,11 +127,11 @@ def _imports(module: str, path: pathlib.Path | None = None) -> list[tuple[str, i
     return found
 
 
-def _local_edges() -> dict[str, list[tuple[str, int]]]:
+def _local_edges(*, type_hints: bool = False) -> dict[str, list[tuple[str, int]]]:
     return {
         module: [
             (target, line)
-            for target, line in _imports(module)
+            for target, line in _imports(module, type_hints=type_hints)
             if target in MODULES and target != module
         ]
         for module in MODULES
@@ -170,38 +168,84 @@ def test_imports_point_one_way():
 
 def test_a_runtime_importing_a_pass_internal_is_found():
     """The check above on made-up edges: a runtime module importing a pass's own module
-    (finalize) is an offender, the shared ones and those listed are not."""
+    (finalize, the load check) is an offender, the shared ones and onnx_tools/ are not."""
     module = "dynamo_onnx.runtimes.onnxruntime.offender"
     edges = {
         module: [
             ("dynamo_onnx.passes.base", 3),
             ("dynamo_onnx.passes.onnx.finalize", 4),
             ("dynamo_onnx.passes.onnx.load_check", 5),
+            ("dynamo_onnx.onnx_tools.loading", 6),
         ]
     }
     assert _against_the_layers(edges) == [
-        f"{module}:4 {module} -> dynamo_onnx.passes.onnx.finalize"
+        f"{module}:4 {module} -> dynamo_onnx.passes.onnx.finalize",
+        f"{module}:5 {module} -> dynamo_onnx.passes.onnx.load_check",
     ]
 
 
-def test_no_import_cycles():
-    edges = {m: [t for t, _ in e] for m, e in _local_edges().items()}
+#: Type-hint imports allowed to close a cycle, with the reason. An error carries the
+#: context that raised it (``error.diagnostics``), and the context raises errors: errors.py,
+#: below every module, names the context's type under TYPE_CHECKING only.
+HINT_CYCLE_EDGES = {("dynamo_onnx.errors", "dynamo_onnx.diagnostics")}
+
+
+def _cycles(edges: dict[str, list[str]]) -> list[str]:
+    """``a -> b -> a`` for each import cycle found by a depth-first walk of ``edges``."""
     state: dict[str, int] = {}
     cycles = []
 
     def visit(module: str, path: list[str]) -> None:
         state[module] = 1
-        for target in edges[module]:
+        for target in edges.get(module, []):
             if state.get(target) == 1:
                 cycles.append(" -> ".join([*path[path.index(target) :], target]))
             elif target not in state:
                 visit(target, [*path, target])
         state[module] = 2
 
-    for module in MODULES:
+    for module in edges:
         if module not in state:
             visit(module, [module])
+    return cycles
+
+
+def test_no_import_cycles():
+    """None at run time, and none through type hints either (but HINT_CYCLE_EDGES): a
+    module's place in the layers is the same for the reader as for the interpreter."""
+    assert not _cycles({m: [t for t, _ in e] for m, e in _local_edges().items()})
+    hinted = {
+        m: [t for t, _ in e if (m, t) not in HINT_CYCLE_EDGES]
+        for m, e in _local_edges(type_hints=True).items()
+    }
+    cycles = _cycles(hinted)
     assert not cycles, cycles
+
+
+def test_the_import_cycle_check_can_fail(tmp_path):
+    """The check above on a made-up circle of three modules, one edge a type hint (as the
+    options' ``OnnxRegistry`` hint closed a circle through the registry's opset constant)."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from dynamo_onnx.registry import OnnxRegistry\n"
+        "if TYPE_CHECKING:\n"
+        "    from dynamo_onnx.diagnostics import DiagnosticContext\n"
+    )
+    path = tmp_path / "offender.py"
+    path.write_text(source)
+    module = "dynamo_onnx.options"
+    hinted = [t for t, _ in _imports(module, path, type_hints=True) if t in MODULES]
+    assert hinted == ["dynamo_onnx.registry", "dynamo_onnx.diagnostics"]
+    assert [t for t, _ in _imports(module, path) if t in MODULES] == ["dynamo_onnx.registry"]
+    edges = {
+        module: hinted,
+        "dynamo_onnx.registry": ["dynamo_onnx.defaults"],
+        "dynamo_onnx.diagnostics": ["dynamo_onnx.errors", "dynamo_onnx.options"],
+    }
+    assert _cycles(edges) == [
+        "dynamo_onnx.options -> dynamo_onnx.diagnostics -> dynamo_onnx.options"
+    ]
+    assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == ["a -> b -> c -> a"]
 
 
 def _impure(imports: dict[str, list[tuple[str, int]]]) -> list[str]:
@@ -676,20 +720,129 @@ SHARED_PASS_MODULES = {
 }
 
 
-def test_a_pass_never_imports_another_pass():
+#: Folders of passes: each module of one that defines a pass is a pass of its own; the
+#: folder's other modules are shared by its passes.
+PASS_FOLDERS = {"onnx"}
+
+
+def _defines_a_pass(tree: ast.Module) -> bool:
+    """Whether the module defines a pass: a class that declares ``changes_input``."""
+    return any(
+        isinstance(node, ast.ClassDef)
+        and any(
+            isinstance(item, (ast.Assign, ast.AnnAssign))
+            and "changes_input"
+            in ast.unparse(item.target if isinstance(item, ast.AnnAssign) else item.targets[0])
+            for item in node.body
+        )
+        for node in tree.body
+    )
+
+
+def _pass_of(module: str, pass_modules: set[str]) -> str | None:
+    """The pass ``module`` belongs to (``passes.capture``, ``passes.onnx.opset``), or None
+    for a module every pass shares (of SHARED_PASS_MODULES, or a folder's helper)."""
+    parts = module.split(".")
+    if parts[:2] != ["dynamo_onnx", "passes"] or len(parts) < 3:
+        return None
+    if parts[2] in SHARED_PASS_MODULES:
+        return None
+    if parts[2] in PASS_FOLDERS and len(parts) > 3:
+        return ".".join(parts[:4]) if module in pass_modules else None
+    return ".".join(parts[:3])
+
+
+def _pass_internals(edges: dict[str, list[tuple[str, int]]], pass_modules: set[str]) -> list[str]:
+    """``module:line imports target`` for each module of passes/ that imports a module of
+    another pass (in another package, or another pass of the same folder)."""
     offenders = []
-    for module in MODULES:
-        parts = module.split(".")
-        if parts[:2] != ["dynamo_onnx", "passes"] or len(parts) < 3:
+    for module, imported in edges.items():
+        if not module.startswith("dynamo_onnx.passes."):
             continue
-        own = parts[2]
-        for target, line in _imports(module):
-            tparts = target.split(".")
-            if tparts[:2] != ["dynamo_onnx", "passes"] or len(tparts) < 3:
-                continue
-            if tparts[2] not in SHARED_PASS_MODULES | {own}:
+        own = _pass_of(module, pass_modules)
+        for target, line in imported:
+            other = _pass_of(target, pass_modules)
+            if other is not None and other != own:
                 offenders.append(f"{module}:{line} imports {target}")
+    return offenders
+
+
+def _pass_modules() -> set[str]:
+    return {m for m, path in MODULES.items() if _defines_a_pass(_tree(path))}
+
+
+def test_a_pass_never_imports_another_pass():
+    edges = {module: _imports(module) for module in MODULES}
+    offenders = _pass_internals(edges, _pass_modules())
     assert not offenders, offenders
+
+
+def test_the_pass_internals_check_can_fail():
+    """The check above on made-up edges: a pass of passes/onnx/ importing another of the
+    folder (opset -> optimize), a helper importing a pass (the load check), and a pass
+    importing another package's pass are offenders; the folder's helpers, the shared
+    modules and onnx_tools/ are not."""
+    passes = {
+        "dynamo_onnx.passes.onnx.opset",
+        "dynamo_onnx.passes.onnx.optimize",
+        "dynamo_onnx.passes.onnx.load_check",
+    }
+    assert _defines_a_pass(ast.parse("class P:\n    changes_input: ClassVar[bool] = False\n"))
+    assert not _defines_a_pass(ast.parse("def changes_input(): ...\n"))
+    opset, lowerings = "dynamo_onnx.passes.onnx.opset", "dynamo_onnx.passes.onnx.lowerings"
+    edges = {
+        opset: [
+            ("dynamo_onnx.passes.onnx.optimize", 3),
+            ("dynamo_onnx.passes.onnx.steps", 4),
+            ("dynamo_onnx.passes.onnx.lowerings", 5),
+            ("dynamo_onnx.passes.metadata", 6),
+            ("dynamo_onnx.onnx_tools.older_opsets", 7),
+            ("dynamo_onnx.passes.capture.causes", 8),
+        ],
+        lowerings: [("dynamo_onnx.passes.onnx.load_check", 9)],
+    }
+    assert _pass_internals(edges, passes) == [
+        f"{opset}:3 imports dynamo_onnx.passes.onnx.optimize",
+        f"{opset}:8 imports dynamo_onnx.passes.capture.causes",
+        f"{lowerings}:9 imports dynamo_onnx.passes.onnx.load_check",
+    ]
+
+
+def _steps_named_as_passes(module: str, tree: ast.Module) -> list[str]:
+    """``module:line Name`` for each onnx_ir step (a subclass of ``ir.passes``' classes,
+    directly or through a class of the same module) named ``...Pass``: "Pass" is our
+    contract (``__call__(ctx, state)``), onnx_ir's steps (``call(model)``) are ``...Step``
+    (or a kind of their own, like ``...Lowering``)."""
+    steps: set[str] = set()
+    found = []
+    classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    for node in sorted(classes, key=lambda n: n.lineno):
+        bases = [ast.unparse(b) for b in node.bases]
+        if any("passes." in b or b in steps for b in bases):
+            steps.add(node.name)
+            if node.name.endswith("Pass"):
+                found.append(f"{module}:{node.lineno} {node.name}")
+    return found
+
+
+def test_onnx_ir_steps_are_not_named_as_our_passes():
+    offenders = [o for m, path in MODULES.items() for o in _steps_named_as_passes(m, _tree(path))]
+    assert not offenders, offenders
+
+
+def test_the_step_name_check_can_fail():
+    source = (
+        "import onnx_ir as ir\n"
+        "class RenameDimsPass(ir.passes.InPlacePass): ...\n"
+        "class _Base(ir.passes.FunctionalPass): ...\n"
+        "class FoldPass(_Base): ...\n"
+        "class FoldStep(_Base): ...\n"
+        "class CapturePass: ...\n"  # ours: allowed
+    )
+    assert _steps_named_as_passes("m", ast.parse(source)) == [
+        "m:2 RenameDimsPass",
+        "m:4 FoldPass",
+    ]
 
 
 #: What the passes after validation read instead of the raw request: the checked one.
@@ -904,7 +1057,7 @@ def _literal_opset_defaults(module: str, tree: ast.Module) -> list[str]:
     """Where ``module`` picks an opset by a number of its own: a name or parameter with
     "opset" in it given an int literal (``opset: int = 18``, ``def f(opset_version=20)``,
     ``OPSET = 18``), ``opset_imports.get("", 18)``, ``opset or 18``, ``20 if opset is None
-    else opset``. Every default opset comes from dynamo_onnx.options."""
+    else opset``. Every default opset comes from dynamo_onnx.defaults."""
     found: list[int] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
@@ -947,13 +1100,13 @@ def _literal_opset_defaults(module: str, tree: ast.Module) -> list[str]:
     return [f"{module}:{line}" for line in sorted(set(found))]
 
 
-def test_every_default_opset_comes_from_the_options():
-    """One place defines the opset defaults (dynamo_onnx.options: 20 for export, 18 for
+def test_every_default_opset_comes_from_the_defaults_module():
+    """One place defines the opset defaults (dynamo_onnx.defaults: 20 for export, 18 for
     dynamo_export, torch_lib's 18); no other module picks one by a number of its own."""
     offenders = [
         o
         for module, path in MODULES.items()
-        if module != "dynamo_onnx.options"
+        if module != "dynamo_onnx.defaults"
         for o in _literal_opset_defaults(module, _tree(path))
     ]
     assert not offenders, offenders
@@ -1062,6 +1215,60 @@ def test_the_context_write_check_can_fail():
         "m:7 calls setattr on ctx",
         "m:10 sets ctx.listener",
         "m:11 sets ctx.sources",
+    ]
+
+
+#: Where a traceback becomes locations: diagnostics/findings.py's frame_locations (and the
+#: context's exception_frames on it). Other modules that read Python's frame summaries, each
+#: with its reason.
+TRACEBACK_READERS = {
+    "dynamo_onnx.diagnostics.findings": "frame_locations: the one place",
+    "dynamo_onnx.diagnostics.context": "exception_frames: an exception's, through it",
+    "dynamo_onnx.passes.capture.causes": "a library check's source line text, not locations",
+    # issue 47: these call frame_locations once the capture split and the cli/ package land
+    "dynamo_onnx.passes.capture": "pending: _frames and ShapeLog.filter (capture split)",
+    "dynamo_onnx.cli": "pending: the user factory's frames (cli/ package)",
+}
+
+
+def _traceback_readers(module: str, tree: ast.Module) -> list[str]:
+    """``module:line calls <call>`` for each call of ``traceback.extract_tb`` /
+    ``extract_stack`` / ``walk_tb`` / ``walk_stack``."""
+    wanted = {"extract_tb", "extract_stack", "walk_tb", "walk_stack"}
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in wanted
+        and ast.unparse(node.func.value) == "traceback"
+    ]
+    return [
+        f"{module}:{node.lineno} calls {ast.unparse(node.func)}"
+        for node in sorted(calls, key=lambda n: n.lineno)
+    ]
+
+
+def test_a_traceback_becomes_locations_in_one_place():
+    offenders = [
+        o
+        for module, path in MODULES.items()
+        if module not in TRACEBACK_READERS
+        for o in _traceback_readers(module, _tree(path))
+    ]
+    assert not offenders, offenders
+
+
+def test_the_traceback_check_can_fail():
+    source = (
+        "import traceback\n"
+        "frames = [Location(f.filename, f.lineno, f.name) for f in traceback.extract_tb(tb)]\n"
+        "here = traceback.extract_stack()\n"
+        "text = traceback.format_exc()\n"  # text, not frames: allowed
+    )
+    assert _traceback_readers("m", ast.parse(source)) == [
+        "m:2 calls traceback.extract_tb",
+        "m:3 calls traceback.extract_stack",
     ]
 
 

@@ -21,8 +21,8 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-import compat  # noqa: E402
-import compat_models  # noqa: E402
+import compat
+import compat_models
 
 SEED = 0
 #: Cases dynamo-onnx gets wrong today, found by ``make compat``: index -> the reason and the

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import pathlib
 import re
+import traceback
 
 import pytest
 
 from dynamo_onnx.diagnostics import DiagnosticContext, DiagnosticOptions, Level, Location
-from dynamo_onnx.diagnostics.findings import parse_stack_trace
+from dynamo_onnx.diagnostics.context import exception_frames
+from dynamo_onnx.diagnostics.findings import frame_locations, parse_stack_trace
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.rules import catalog, get_rule
 
@@ -112,6 +115,52 @@ def test_stack_trace_parsing_is_innermost_first():
     )
     frames = parse_stack_trace(text)
     assert frames == (Location("/m/block.py", 3, "forward"), Location("/m/model.py", 10, "forward"))
+
+
+def test_carry_puts_an_earlier_contexts_findings_first_once():
+    """export_llm's load context folded into the export's: its findings first (they came
+    first), each once however often it is carried, the later context's own kept."""
+    load, export = DiagnosticContext(), DiagnosticContext()
+    early = load.record("weights-left-in-float", left=1, quantizable=2, precision="int4", names="a")
+    late = export.record("model-optimized", before=3, after=2)
+    export.carry(load)
+    export.carry(load)
+    assert export.findings == [early, late]
+    assert load.findings == [early]
+    export.carry(export)  # itself: nothing new
+    assert export.findings == [early, late]
+
+
+def _inner():
+    raise ValueError("here")
+
+
+def _outer():
+    _inner()
+
+
+def _here():
+    return frame_locations(traceback.extract_stack())
+
+
+def test_a_traceback_and_the_live_stack_become_locations_innermost_first():
+    try:
+        _outer()
+    except ValueError as exc:
+        frames = exception_frames(exc)
+    this = pathlib.Path(__file__).resolve()
+    assert [(f.function, pathlib.Path(f.path).resolve()) for f in frames] == [
+        ("_inner", this),
+        ("_outer", this),
+        ("test_a_traceback_and_the_live_stack_become_locations_innermost_first", this),
+    ]
+    assert frames[0].line == _inner.__code__.co_firstlineno + 1
+    stack = _here()
+    assert [f.function for f in stack[:2]] == [
+        "_here",
+        "test_a_traceback_and_the_live_stack_become_locations_innermost_first",
+    ]
+    assert stack[0].line == _here.__code__.co_firstlineno + 1
 
 
 @pytest.mark.e2e

@@ -184,7 +184,7 @@ def test_every_python_block_runs_as_written(doc, tmp_path, monkeypatch):
             monkeypatch.chdir(tmp_path / block.where.replace("/", "_"))
         try:
             _run_block(block, _preamble(doc, monkeypatch) if independent else namespace)
-        except Exception as exc:  # noqa: BLE001 - the failure names the block
+        except Exception as exc:  # the failure names the block
             pytest.fail(f"{block.where}: {type(exc).__name__}: {exc}")
 
 

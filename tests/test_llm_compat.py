@@ -12,8 +12,8 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-import llm_compat  # noqa: E402
-import llm_families  # noqa: E402
+import llm_compat
+import llm_families
 
 pytest.importorskip("onnxruntime_genai")
 
@@ -162,8 +162,8 @@ def test_the_families_tokens_depend_on_what_they_exercise():
     """The matrix finds a wrong window or LongRoPE only if transformers' own tokens change
     with them: at transformers' default initializer range (0.02) a tiny model's attention is
     nearly uniform and they did not."""
-    import torch  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
+    import torch
+    import transformers
 
     prompt = llm_compat.prompt_ids()
 
@@ -186,7 +186,7 @@ def test_phimoe_exports_and_generates_transformers_tokens_on_both_sides_of_its_c
     """PhiMoE's rotary embedding picks its scale by a Python branch on the positions (DO104
     before): traced with ``torch.where`` (a DO525 note at that line), its folder generates
     transformers' tokens below and past the original context (32)."""
-    import dynamo_onnx  # noqa: PLC0415
+    import dynamo_onnx
 
     (family,) = llm_families.by_name(["phimoe"])
     model = llm_families.save_folder(family, tmp_path / "hf")
@@ -209,8 +209,8 @@ def test_phi3_longrope_exports_without_a_buffer_warning_or_torchs_on_the_termina
     was assigned during export' reached the terminal): neither now, in a fresh ``export-llm``
     process, and the folder generates transformers' tokens under and past the original
     context (32)."""
-    import os  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
+    import os
+    import subprocess
 
     (family,) = llm_families.by_name(["phi3-longrope"])
     model = llm_families.save_folder(family, tmp_path / "hf")

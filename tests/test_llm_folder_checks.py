@@ -220,6 +220,51 @@ def test_key_report_counts_a_tied_weight_only_when_its_source_is_missing_too():
     assert "`extra.weight`" in report.problem and "`model.norm.weight`" in report.problem
 
 
+def _a_load_that_warns(monkeypatch, loader: str) -> None:
+    """The folder's loader records a warning in export_llm's context, as a family's loader
+    may (today's only fail: DO507, DO513), then loads as it does."""
+    import dynamo_onnx.llm_folder as llm_folder
+
+    real = getattr(llm_folder, loader)
+
+    def load(ctx, path):
+        ctx.record(
+            "weights-left-in-float", left=1, quantizable=2, precision="int4", names="lm_head"
+        )
+        return real(ctx, path)
+
+    monkeypatch.setattr(llm_folder, loader, load)
+
+
+@pytest.mark.parametrize("loader", ["load_streamed_folder", "load_folder"])
+def test_a_warning_of_the_load_is_in_the_programs_record_and_the_sarif_on_success(
+    loader, monkeypatch, tmp_path
+):
+    """export_llm loads the folder in a context of its own before the export opens the
+    program's: what the load records joins the program's record (first, as it came first),
+    its SARIF and the caller's warnings, from the API and from the command line."""
+    path = tmp_path / "llama"
+    _save(_llama(), path)
+    if loader == "load_folder":  # a .bin checkpoint: loaded in memory, not streamed
+        (path / "model.safetensors").unlink()
+        torch.save(_llama().state_dict(), path / "pytorch_model.bin")
+    _a_load_that_warns(monkeypatch, loader)
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning, match="DO509"):
+        program = dynamo_onnx.export_llm(path, tmp_path / "api", optimize=True)
+    assert program.diagnostics.findings[0].rule.id == "DO509"
+    assert program.diagnostics.success
+    log = program.diagnostics.to_sarif()
+    assert [r["level"] for r in log["runs"][0]["results"] if r["ruleId"] == "DO509"] == ["warning"]
+    sarif = tmp_path / "llm.sarif"
+    proc = run_cli(
+        tmp_path, "export-llm", str(path), "-o", str(tmp_path / "cli"),
+        "--optimize-for", "none", "--sarif", str(sarif),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(sarif.read_text())["runs"][0]["results"]
+    assert "DO509" in [r["ruleId"] for r in results]
+
+
 # -- genai_config.json true to the checkpoint ----------------------------------------------
 
 
@@ -354,7 +399,7 @@ def test_every_genai_type_is_one_genai_knows(model_type, expected, tmp_path):
         "search": {"max_length": 64},
     }
     (tmp_path / "genai_config.json").write_text(json.dumps(config))
-    with pytest.raises(Exception) as info:  # noqa: PT011 (genai raises its own types)
+    with pytest.raises(Exception) as info:  # genai raises its own types
         og.Model(str(tmp_path))
     assert "Unsupported model_type" not in str(info.value)
 

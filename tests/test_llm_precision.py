@@ -16,6 +16,7 @@ import transformers
 
 import dynamo_onnx
 import hf_models
+from dynamo_onnx.defaults import QUANTIZATION_BLOCK_SIZE
 from dynamo_onnx.integrations.transformers import hf_folder
 from dynamo_onnx.runtimes.onnxruntime.quantize import quantizable_matmuls
 
@@ -92,7 +93,7 @@ def test_a_quantized_folder_loads_in_genai_generates_and_quantizes_every_weight_
     assert len(quantized) == float_weight_matmuls
     for node in quantized:
         attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        assert (attributes["bits"], attributes["block_size"]) == (bits, 32)
+        assert (attributes["bits"], attributes["block_size"]) == (bits, QUANTIZATION_BLOCK_SIZE)
     # every weight but the smallest (at most 256 bytes: ir.save keeps them inline) is in
     # model.onnx.data, as a float model's weights are
     weights = {t.name: t for t in saved.graph.initializer}

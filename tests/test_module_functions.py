@@ -35,7 +35,7 @@ def test_mlp_layers_become_functions_named_after_the_module_path(tmp_path):
     assert note.properties["count"] == 4 and note.properties["skipped_modules"] == []
     # the grouping is an onnx_ir pass whose ``modified`` is in the pass record
     (record,) = [p for p in program.diagnostics.passes if p.name == "module-functions"]
-    assert [(s.name, s.modified) for s in record.steps] == [("GroupModulesPass", True)]
+    assert [(s.name, s.modified) for s in record.steps] == [("GroupModulesStep", True)]
     program.save(tmp_path / "mlp.onnx")
     onnx.checker.check_model(str(tmp_path / "mlp.onnx"), full_check=True)
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-import op_coverage  # noqa: E402
+import op_coverage
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import torch
 
 import dynamo_onnx
 import hf_models
-from dynamo_onnx.passes.onnx.optimizer_pipeline import optimize, weights_kept
+from dynamo_onnx.onnx_tools.optimizer_pipeline import run_optimizer, weights_kept
 
 
 def _ops(model):
@@ -33,7 +33,7 @@ def test_same_model_as_onnxscripts_optimizer(build):
     theirs = ir.serde.deserialize_model(program.model_proto)
     ours = ir.serde.deserialize_model(program.model_proto)
     onnxscript.optimizer.optimize_ir(theirs, should_fold=weights_kept)  # weights kept alike
-    optimize(ours)
+    run_optimizer(ours)
     assert _ops(ours) == _ops(theirs)
     feeds = [a.numpy() for a in [*args, *kwargs.values()]]
     for mine, other in zip(_run(ours, feeds), _run(theirs, feeds), strict=True):
@@ -72,7 +72,7 @@ def test_halves_of_an_even_axis_become_one_split_and_an_odd_axis_keeps_its_slice
     odd sizes keep their slices (and the values stay right)."""
     for size, splits in ((8, 1), (5, 0)):
         ours = _halves_model(size)
-        optimize(ours)
+        run_optimizer(ours)
         assert _ops(ours)["Split"] == splits and _ops(ours)["Slice"] == 2 - 2 * splits
         x = torch.randn(2, size)
         (got,) = _run(ours, [x.numpy()])

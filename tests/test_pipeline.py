@@ -65,7 +65,7 @@ def test_a_failed_optimize_after_a_successful_export_is_a_failure_in_both_report
     def broken(model, *args, **kwargs):
         raise RuntimeError("optimizer exploded")
 
-    monkeypatch.setattr(optimize_pass, "optimize", broken)
+    monkeypatch.setattr(optimize_pass, "run_optimizer", broken)
     with pytest.raises(dynamo_onnx.OptimizationError) as info:
         program.optimize()
     assert str(info.value).startswith("[DO500 optimization-failed]")

@@ -37,7 +37,7 @@ custom_domain = onnxscript.values.Opset("com.example", 1)
 
 
 @onnxscript.script(custom_domain)
-def ScaledGelu(x, scale: float):  # noqa: N802 - ONNX function names are CamelCase
+def ScaledGelu(x, scale: float):  # ONNX function names are CamelCase
     half = op.CastLike(op.Constant(value_float=0.5), x)
     one = op.CastLike(op.Constant(value_float=1.0), x)
     root2 = op.CastLike(op.Constant(value_float=1.4142135623730951), x)

@@ -438,7 +438,7 @@ def _unfused_for_onnxruntime(tmp_path):
 
 def _broken_optimizer(tmp_path, monkeypatch):
     program = dynamo_onnx.export(Lin(), (X,))
-    monkeypatch.setattr(optimize_pass, "optimize", lambda m: 1 / 0)
+    monkeypatch.setattr(optimize_pass, "run_optimizer", lambda m: 1 / 0)
     with pytest.raises(dynamo_onnx.OptimizationError):
         program.optimize()
     return program
@@ -471,8 +471,8 @@ def _quantizer_leaving_weights(tmp_path, monkeypatch):
 def _fusion_breaking_the_model(tmp_path, monkeypatch):
     """onnxscript 0.7's own MultiHeadAttention rules (no check of the Reshape they replace)
     on a GPT-2 with its cache: the fused attention hands a Gemm a 3-D tensor."""
-    import transformers  # noqa: PLC0415 - only this fixture needs it
-    from onnxscript.rewriter.ort_fusions import mha  # noqa: PLC0415
+    import transformers  # only this fixture needs it
+    from onnxscript.rewriter.ort_fusions import mha
 
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=1, n_head=4, n_embd=64, vocab_size=100, n_positions=32)
@@ -487,7 +487,7 @@ def _fusion_breaking_the_model(tmp_path, monkeypatch):
     program = dynamo_onnx.export(model, (), kwargs=inputs)
     monkeypatch.setattr(
         fusions_module,
-        "mha_rules",
+        "mha_rewrites",
         lambda has_past_present: (
             mha.mha_rules_with_past if has_past_present else mha.mha_rules_no_past
         ),
@@ -516,7 +516,7 @@ class DoublesRelu(torch.nn.Module):
         return torch.relu(x) * 2  # marker: DO604
 
 
-def _runs_at_two_only(tmp_path, dynamic_shapes=BATCH):  # noqa: ARG001 - a fixture's call
+def _runs_at_two_only(tmp_path, dynamic_shapes=BATCH):  # a fixture's call
     """A registered ONNX function written for the traced batch of 2: the ONNX model does
     not run at the second size verification tries (with ``dynamic_shapes=None``, the
     rule's fix: the batch is static, and there is no other size)."""

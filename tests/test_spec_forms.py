@@ -528,7 +528,7 @@ def test_the_spec_do125_suggests_is_one_the_same_call_takes(form):
         first = dynamo_onnx.export(model, (), kwargs=inputs, dynamic_shapes=_all_dims(model, form))
     (refined,) = first.diagnostics.by_rule("DO125")
     text = refined.message.rpartition("dynamic_shapes=")[2].removesuffix(".")
-    suggested = eval(text, {"Dim": Dim})  # what the user pastes  # noqa: S307 (the test's own text)
+    suggested = eval(text, {"Dim": Dim})  # what the user pastes  # the test's own text
     parameters = {"input_ids", "attention_mask", "position_ids", _cache_parameter(model)}
     assert set(suggested) == parameters
     with warnings.catch_warnings():

@@ -14,7 +14,7 @@ import wave
 
 import numpy as np
 import onnx
-import onnxruntime  # noqa: F401 (onnxruntime_genai needs it loaded first)
+import onnxruntime  # onnxruntime_genai needs it loaded first
 import pytest
 import tokenizers
 import torch
@@ -26,7 +26,7 @@ from cli_runner import run_cli
 
 # the checkpoint's special tokens, prompt and rate are those make bench-whisper uses
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-from whisper_genai import PROMPT, RATE, SPECIAL  # noqa: E402
+from whisper_genai import PROMPT, RATE, SPECIAL
 
 og = pytest.importorskip("onnxruntime_genai")
 

@@ -167,7 +167,7 @@ def test_a_tensor_subclass_never_reaches_the_proto_as_raw_bytes():
 
 def test_the_scripts_models_are_what_eager_runs():
     namespace: dict = {}
-    exec(textwrap.dedent(MODELS), namespace)  # noqa: S102 - the test's own model source
+    exec(textwrap.dedent(MODELS), namespace)  # the test's own model source
     x = torch.randn(2, 4)
     assert type(namespace["SubclassParameter"](plain=False)(x)).__name__ == "TwoTensor"
     assert type(namespace["SubclassParameter"]()(x)) is torch.Tensor

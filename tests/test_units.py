@@ -12,7 +12,7 @@ import torch.fx
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
-from dynamo_onnx.passes.onnx.finalize import AddOpsetImportsPass, FinalizePass, RenameDimsPass
+from dynamo_onnx.passes.onnx.finalize import AddOpsetImportsStep, FinalizePass, RenameDimsStep
 from dynamo_onnx.passes.translate.builder import GraphBuilder
 from dynamo_onnx.passes.translate.interpreter import Translator
 from dynamo_onnx.passes.translate.problems import OperatorTally
@@ -118,16 +118,16 @@ def _tiny_model(dims):
 
 def test_rename_dims_pass_renames_symbols_also_in_expressions():
     model = _tiny_model(["s17", "s17*2"])
-    result = RenameDimsPass({"s17": "batch"})(model)
+    result = RenameDimsStep({"s17": "batch"})(model)
     assert result.modified
     assert [str(d) for d in model.graph.inputs[0].shape] == ["batch", "batch*2"]
-    assert not RenameDimsPass({"s99": "other"})(model).modified
+    assert not RenameDimsStep({"s99": "other"})(model).modified
 
 
 def test_add_opset_imports_pass_imports_every_domain_used():
     model = _tiny_model([2])
     model.graph.append(ir.Node("pkg.custom", "Thing", [model.graph.outputs[0]], num_outputs=1))
-    result = AddOpsetImportsPass(20)(model)
+    result = AddOpsetImportsStep(20)(model)
     assert result.modified
     assert model.opset_imports == {"": 20, "pkg.custom": 1}
 
@@ -148,11 +148,11 @@ def test_a_decorated_forwards_code_is_found_where_the_function_is_written():
     """transformers wraps many ``forward``s in a decorator (``deprecate_kwarg``): the file
     was the decorator's (transformers/utils/deprecation.py) with the function's line number,
     a place that points nowhere. Both now come from the function."""
-    import inspect  # noqa: PLC0415
+    import inspect
 
-    import transformers  # noqa: PLC0415
+    import transformers
 
-    from dynamo_onnx.passes.model import code_location, return_location  # noqa: PLC0415
+    from dynamo_onnx.passes.model import code_location, return_location
 
     config = transformers.MistralConfig(
         num_hidden_layers=1, hidden_size=32, num_attention_heads=2, vocab_size=50

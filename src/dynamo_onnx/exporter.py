@@ -377,7 +377,7 @@ def export_from(call_site: Location | None, /, *args: Any, **kwargs: Any) -> ONN
     return _export(*args, passed=passed, call_site=call_site, **kwargs)
 
 
-def export(*args: Any, **kwargs: Any) -> ONNXProgram:  # noqa: D103 - the docstring is _export's
+def export(*args: Any, **kwargs: Any) -> ONNXProgram:  # the docstring is _export's
     return export_from(_call_site(), *args, **kwargs)
 
 

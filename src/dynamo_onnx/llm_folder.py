@@ -5,19 +5,27 @@ inputs, which its family does; export, quantize, save with the runtime's configu
 the tokenizer),
 in one call that the ``export-llm`` command also makes. Each step is the public one
 (``export``, ``ONNXProgram.quantize``, ``ONNXProgram.save``), so its findings are in the
-program's diagnostics as usual. The folder written is then checked with the runtime it
-is for: loaded, and one token generated (:class:`FolderCheckPass`).
+program's diagnostics as usual; the load's findings (recorded before the export opens its
+context) are carried into the same record (:func:`_load_findings_kept`). The folder
+written is then checked with the runtime it is for: loaded, and one token generated
+(:class:`FolderCheckPass`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from dynamo_onnx.defaults import (
+    QUANTIZATION_ACCURACY_LEVEL,
+    QUANTIZATION_BLOCK_SIZE,
+    QUANTIZATION_SYMMETRIC,
+)
 from dynamo_onnx.diagnostics import Level
 from dynamo_onnx.errors import (
     DynamoOnnxWarning,
@@ -146,15 +154,36 @@ def _unfused_sliding(program: ONNXProgram, folder: SavedModel) -> bool:
     return folder.runtime_file in reasons
 
 
+def _carry_load(load: DiagnosticContext, program: ONNXProgram) -> None:
+    """The findings the folder's load recorded in ``load`` (the context ``export_llm``
+    opens before any export) into the program's diagnostics, the run's one record; its
+    warnings issued as Python warnings, as ``export()``'s are."""
+    program.diagnostics.carry(load)
+    warned = [f for f in load.findings if f.level == Level.WARNING]
+    if warned:
+        issue_warnings(warned, program.model_location, "program.diagnostics.findings")
+
+
+@contextlib.contextmanager
+def _load_findings_kept(load: DiagnosticContext) -> Iterator[None]:
+    """When the block fails, the load's findings are in the error's diagnostics too."""
+    try:
+        yield
+    except OnnxExporterError as error:
+        if error.diagnostics is not None:
+            error.diagnostics.carry(load)
+        raise
+
+
 def export_llm(
     hf_dir: str | os.PathLike[str],
     output_dir: str | os.PathLike[str],
     *,
     precision: str = "fp32",
     optimize: bool | str = "onnxruntime",
-    block_size: int = 32,
-    symmetric: bool = True,
-    accuracy_level: int = 4,
+    block_size: int = QUANTIZATION_BLOCK_SIZE,
+    symmetric: bool = QUANTIZATION_SYMMETRIC,
+    accuracy_level: int = QUANTIZATION_ACCURACY_LEVEL,
     progress: Callable[[Any], None] | None = None,
     diagnostic_options: DiagnosticOptions | None = None,
     source_root: str | os.PathLike[str] | None = None,
@@ -204,37 +233,45 @@ def export_llm(
             "invalid-option", InvalidOptionValueError, option=option, problem=what, allowed=allowed
         )
     if is_speech_folder(hf_dir):  # Whisper: an encoder and a decoder (speech_folder.py)
-        from dynamo_onnx.speech_folder import export_speech  # noqa: PLC0415
+        from dynamo_onnx.speech_folder import export_speech
 
-        return export_speech(
-            load_speech_folder(ctx, hf_dir),
-            output_dir,
-            precision=precision,
-            optimize=optimize,
-            block_size=block_size,
-            symmetric=symmetric,
-            accuracy_level=accuracy_level,
-            progress=progress,
-            diagnostic_options=diagnostic_options,
-            source_root=source_root,
-            verbose=verbose,
-        )
+        speech = load_speech_folder(ctx, hf_dir)
+        with _load_findings_kept(ctx):
+            last = export_speech(
+                speech,
+                output_dir,
+                precision=precision,
+                optimize=optimize,
+                block_size=block_size,
+                symmetric=symmetric,
+                accuracy_level=accuracy_level,
+                progress=progress,
+                diagnostic_options=diagnostic_options,
+                source_root=source_root,
+                verbose=verbose,
+            )
+        _carry_load(ctx, last)
+        return last
     if is_vision_folder(hf_dir):  # Qwen2.5-VL: vision, embedding, decoder (vision_folder.py)
-        from dynamo_onnx.vision_folder import export_vision  # noqa: PLC0415
+        from dynamo_onnx.vision_folder import export_vision
 
-        return export_vision(
-            load_vision_folder(ctx, hf_dir),
-            output_dir,
-            precision=precision,
-            optimize=optimize,
-            block_size=block_size,
-            symmetric=symmetric,
-            accuracy_level=accuracy_level,
-            progress=progress,
-            diagnostic_options=diagnostic_options,
-            source_root=source_root,
-            verbose=verbose,
-        )
+        vision = load_vision_folder(ctx, hf_dir)
+        with _load_findings_kept(ctx):
+            last = export_vision(
+                vision,
+                output_dir,
+                precision=precision,
+                optimize=optimize,
+                block_size=block_size,
+                symmetric=symmetric,
+                accuracy_level=accuracy_level,
+                progress=progress,
+                diagnostic_options=diagnostic_options,
+                source_root=source_root,
+                verbose=verbose,
+            )
+        _carry_load(ctx, last)
+        return last
     # a safetensors checkpoint is read a tensor at a time as the weights are written
     # (llm_stream), checked as the in-memory load is (DO507, DO513); other folders are
     # loaded in memory
@@ -247,43 +284,47 @@ def export_llm(
         "source_root": source_root,
         "verbose": verbose,
     }
-    whole = folder.with_whole_windows()
-    if whole is not None and optimize not in OPTIMIZE_RUNTIMES:
-        # no fusion can make a sliding layer's cache whole: export the plain fallback
-        folder = whole
-    if whole is None or folder is whole:
-        program, gate, stream = _export_folder(folder, streamed is not None, options)
-    else:
-        with warnings.catch_warnings(record=True) as issued:
-            warnings.simplefilter("always", DynamoOnnxWarning)
-            program, gate, stream = _export_folder(folder, streamed is not None, options)
-        if _unfused_sliding(program, folder):
-            # a sliding attention did not fuse (its DO503/DO511 says why, and the second
-            # export says it again): the plain model, whose every layer keeps its whole
-            # cache; the warnings of the model not kept are not the user's
+    with _load_findings_kept(ctx):  # the load's findings in a failure's record too
+        whole = folder.with_whole_windows()
+        if whole is not None and optimize not in OPTIMIZE_RUNTIMES:
+            # no fusion can make a sliding layer's cache whole: export the plain fallback
             folder = whole
-            issued = [w for w in issued if not issubclass(w.category, DynamoOnnxWarning)]
+        if whole is None or folder is whole:
             program, gate, stream = _export_folder(folder, streamed is not None, options)
-        for w in issued:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    program.quantize(
-        precision, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
-    )
-    out = pathlib.Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    program.save(out / MODEL_FILENAME, external_data=True)
-    if stream is not None:
-        report_streamed(program, stream, out / f"{MODEL_FILENAME}.data")
-    for source in folder.files_to_copy:
-        atomic_write_bytes(out / source.name, source.read_bytes())
-    not_written = files_not_beside(program.model, program.reference, program.inputs, MODEL_FILENAME)
-    check = FolderCheck(out, folder, not_written, program.model_location)
-    run_pipeline(program.diagnostics, [FolderCheckPass()], check)
-    if gate is None:  # a warning of the quantization or the save
-        gate = warnings_gate(program.diagnostics)
+        else:
+            with warnings.catch_warnings(record=True) as issued:
+                warnings.simplefilter("always", DynamoOnnxWarning)
+                program, gate, stream = _export_folder(folder, streamed is not None, options)
+            if _unfused_sliding(program, folder):
+                # a sliding attention did not fuse (its DO503/DO511 says why, and the second
+                # export says it again): the plain model, whose every layer keeps its whole
+                # cache; the warnings of the model not kept are not the user's
+                folder = whole
+                issued = [w for w in issued if not issubclass(w.category, DynamoOnnxWarning)]
+                program, gate, stream = _export_folder(folder, streamed is not None, options)
+            for w in issued:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        _carry_load(ctx, program)
+        program.quantize(
+            precision, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
+        )
+        out = pathlib.Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        program.save(out / MODEL_FILENAME, external_data=True)
+        if stream is not None:
+            report_streamed(program, stream, out / f"{MODEL_FILENAME}.data")
+        for source in folder.files_to_copy:
+            atomic_write_bytes(out / source.name, source.read_bytes())
+        not_written = files_not_beside(
+            program.model, program.reference, program.inputs, MODEL_FILENAME
+        )
+        check = FolderCheck(out, folder, not_written, program.model_location)
+        run_pipeline(program.diagnostics, [FolderCheckPass()], check)
+        if gate is None:  # a warning of the quantization or the save
+            gate = warnings_gate(program.diagnostics)
+            if gate is not None:
+                program.diagnostics.finish(gate)
         if gate is not None:
-            program.diagnostics.finish(gate)
-    if gate is not None:
-        gate.program = program
-        raise gate
-    return program
+            gate.program = program
+            raise gate
+        return program

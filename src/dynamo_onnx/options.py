@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dynamo_onnx.defaults import DYNAMO_EXPORT_OPSET, EXPORT_OPSET
 from dynamo_onnx.errors import (
     InvalidExportOptionsError,
     InvalidOptionTypeError,
@@ -28,9 +29,6 @@ if TYPE_CHECKING:
     from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = [
-    "DYNAMO_EXPORT_OPSET",
-    "EXPORT_OPSET",
-    "TORCHLIB_OPSET",
     "DiagnosticOptions",
     "ExportOptions",
     "ONNXRuntimeOptions",
@@ -41,19 +39,6 @@ __all__ = [
     "opset_problem",
     "optimize_problem",
 ]
-
-# Every opset default of the project is here; tests/test_architecture.py fails on a literal
-# one anywhere else in src/.
-
-#: The opset onnxscript's torch_lib writes its functions at: translation builds the model
-#: there, and the opset-conversion pass takes it to the one asked for.
-TORCHLIB_OPSET = 18
-
-#: ``export``'s opset when none is asked for: torch.onnx.export's as of torch 2.13.
-EXPORT_OPSET = 20
-
-#: ``dynamo_export``'s opset when none is asked for: the seed's (torch_lib's).
-DYNAMO_EXPORT_OPSET = TORCHLIB_OPSET
 
 #: The runtimes ``export(optimize=...)`` fuses a model for, besides True and False.
 OPTIMIZE_RUNTIMES = ("onnxruntime",)

@@ -15,6 +15,14 @@ import onnx
 import onnx_ir as ir
 import torch
 
+from dynamo_onnx.defaults import (
+    QUANTIZATION_ACCURACY_LEVEL,
+    QUANTIZATION_BLOCK_SIZE,
+    QUANTIZATION_PRECISION,
+    QUANTIZATION_SYMMETRIC,
+    VERIFY_ATOL,
+    VERIFY_RTOL,
+)
 from dynamo_onnx.diagnostics import Location
 from dynamo_onnx.errors import OnnxExporterError
 from dynamo_onnx.integrations import (
@@ -35,14 +43,12 @@ from dynamo_onnx.passes.onnx.weights import ApplyWeightsPass, WeightsRequest
 from dynamo_onnx.passes.save import SavePass, SaveRequest
 from dynamo_onnx.passes.session import SessionPass, SessionRequest, default_session
 from dynamo_onnx.passes.verify import (
-    DEFAULT_ATOL,
-    DEFAULT_RTOL,
     Comparison,
     VerifyPass,
     VerifyRequest,
 )
 from dynamo_onnx.reports import ReportingContext
-from dynamo_onnx.runtimes.onnxruntime.optimize import FusionRequest, OnnxRuntimeFusionPass
+from dynamo_onnx.runtimes.onnxruntime.fusion_pass import FusionRequest, OnnxRuntimeFusionPass
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization, QuantizePass, QuantizeRequest
 
 __all__ = ["ONNXProgram"]
@@ -165,11 +171,11 @@ class ONNXProgram:
 
     def quantize(
         self,
-        precision: str = "int4",
+        precision: str = QUANTIZATION_PRECISION,
         *,
-        block_size: int = 32,
-        symmetric: bool = True,
-        accuracy_level: int = 4,
+        block_size: int = QUANTIZATION_BLOCK_SIZE,
+        symmetric: bool = QUANTIZATION_SYMMETRIC,
+        accuracy_level: int = QUANTIZATION_ACCURACY_LEVEL,
     ) -> None:
         """Quantize the MatMul weights for ONNX Runtime: ``precision`` "int4" or "int8"
         (``MatMulNBits``), or "fp32" (nothing changes).
@@ -255,8 +261,8 @@ class ONNXProgram:
         args: Sequence[Any] | torch.Tensor = (),
         kwargs: Mapping[str, Any] | None = None,
         *,
-        atol: float = DEFAULT_ATOL,
-        rtol: float = DEFAULT_RTOL,
+        atol: float = VERIFY_ATOL,
+        rtol: float = VERIFY_RTOL,
         find_divergence: bool = False,
         reference: Callable[..., Any] | None = None,
         second_shape: bool = True,

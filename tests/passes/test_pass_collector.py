@@ -9,10 +9,10 @@ from typing import ClassVar
 
 import pytest
 
+from dynamo_onnx.defaults import GC_THRESHOLDS_WHILE_EXPORTING
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import OnnxExporterError
 from dynamo_onnx.passes.base import ExportRequest, ExportState, run_pipeline
-from dynamo_onnx.passes.collector import SPACED
 
 
 class _Seen:
@@ -48,13 +48,13 @@ def test_collections_are_spaced_while_passes_run_and_the_callers_thresholds_come
     gc.set_threshold(700, 10, 10)  # Python's defaults
     seen = _Seen()
     _run(seen)
-    assert seen.thresholds == SPACED
+    assert seen.thresholds == GC_THRESHOLDS_WHILE_EXPORTING
     assert gc.get_threshold() == (700, 10, 10)
 
     failing = _Seen(fail=True)
     with pytest.raises(OnnxExporterError):
         _run(failing)
-    assert failing.thresholds == SPACED
+    assert failing.thresholds == GC_THRESHOLDS_WHILE_EXPORTING
     assert gc.get_threshold() == (700, 10, 10)  # put back after a failure too
 
 
@@ -63,7 +63,11 @@ def test_a_callers_higher_threshold_is_kept_and_a_stopped_collector_stays_stoppe
     gc.set_threshold(50_000, 5, 500)
     seen = _Seen()
     _run(seen)
-    assert seen.thresholds == (50_000, SPACED[1], 500)  # only raised, generation by generation
+    assert seen.thresholds == (
+        50_000,
+        GC_THRESHOLDS_WHILE_EXPORTING[1],
+        500,
+    )  # only raised, generation by generation
     assert gc.get_threshold() == (50_000, 5, 500)
     gc.disable()
     try:

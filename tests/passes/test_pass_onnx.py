@@ -14,10 +14,11 @@ from helpers import three_nodes
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError
+from dynamo_onnx.onnx_tools.loading import weights_as_inputs
 from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
 from dynamo_onnx.passes.onnx.finalize import FinalizePass
-from dynamo_onnx.passes.onnx.load_check import LoadCheckPass, weights_as_inputs
-from dynamo_onnx.passes.onnx.opset import ConvertOpsetPass, OpsetConversionPass
+from dynamo_onnx.passes.onnx.load_check import LoadCheckPass
+from dynamo_onnx.passes.onnx.opset import ConvertOpsetStep, OpsetConversionPass
 from dynamo_onnx.passes.onnx.optimize import OptimizePass, count_nodes
 from dynamo_onnx.passes.onnx.weights import WeightCheckPass
 
@@ -203,7 +204,7 @@ def _loop_reading_an_outer_value() -> ir.Model:
 def test_model_wide_names_make_a_loop_body_and_the_graph_after_it_apart():
     import onnxruntime as ort
 
-    from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
+    from dynamo_onnx.onnx_tools.names import ModelWideNamesStep
 
     def names() -> list[str | None]:
         return [v.name for n in ir.traversal.RecursiveGraphIterator(model.graph) for v in n.outputs]
@@ -211,7 +212,7 @@ def test_model_wide_names_make_a_loop_body_and_the_graph_after_it_apart():
     model = _loop_reading_an_outer_value()
     ir.passes.common.NameFixPass()(model)  # onnx_ir's pass leaves the clash (scoped names)
     assert names().count("val_0") == 2
-    result = ModelWideNamesPass()(model)
+    result = ModelWideNamesStep()(model)
     assert result.modified
     assert len(names()) == len(set(names()))
     assert [v.name for v in model.graph.inputs] == ["x"]  # the caller's names stay
@@ -230,27 +231,27 @@ def test_finalize_records_whether_each_onnx_ir_step_modified_the_model():
     with ctx.pass_("finalize") as record:
         FinalizePass()(ctx, _state(three_nodes(), input_names=("a",)))
     steps = {s.name: s.modified for s in record.steps}
-    assert list(steps)[0] == "RemoveUnusedNodesPass" and list(steps)[-1] == "ModelWideNamesPass"
-    assert steps["RenameIOPass"] is True  # x -> a
-    assert steps["RenameDimsPass"] is False  # no dimension symbol to rename
+    assert list(steps)[0] == "RemoveUnusedNodesPass" and list(steps)[-1] == "ModelWideNamesStep"
+    assert steps["RenameIOStep"] is True  # x -> a
+    assert steps["RenameDimsStep"] is False  # no dimension symbol to rename
     assert steps["OutputFixPass"] is False
     with ctx.pass_("finalize") as again:
         FinalizePass()(ctx, _state(three_nodes()))
-    assert {s.name: s.modified for s in again.steps}["RenameIOPass"] is False
+    assert {s.name: s.modified for s in again.steps}["RenameIOStep"] is False
 
 
 def test_opset_conversion_is_an_onnx_ir_pass_whose_modified_is_recorded():
     ctx = DiagnosticContext()
     with ctx.pass_("opset-conversion") as record:
         OpsetConversionPass()(ctx, _state(three_nodes(), opset=17))
-    assert [(s.name, s.modified) for s in record.steps][0] == ("ConvertOpsetPass", True)
-    assert [s.name for s in record.steps] == ["ConvertOpsetPass", "ModelWideNamesPass"]
+    assert [(s.name, s.modified) for s in record.steps][0] == ("ConvertOpsetStep", True)
+    assert [s.name for s in record.steps] == ["ConvertOpsetStep", "ModelWideNamesStep"]
     with ctx.pass_("opset-conversion") as unchanged:
         OpsetConversionPass()(ctx, _state(three_nodes(), opset=18))
     assert unchanged.steps == []  # already at the opset: nothing to run
     model = three_nodes()
-    result = ConvertOpsetPass(DiagnosticContext(), 18)(model)
-    assert isinstance(ConvertOpsetPass(ctx, 17), ir.passes.InPlacePass)
+    result = ConvertOpsetStep(DiagnosticContext(), 18)(model)
+    assert isinstance(ConvertOpsetStep(ctx, 17), ir.passes.InPlacePass)
     assert result.model is model and result.modified is False
 
 
@@ -262,4 +263,4 @@ def test_the_steps_are_in_the_sarif_invocation():
         OpsetConversionPass()(ctx, _state(three_nodes(), opset=17))
     ctx.finish(None)
     (entry,) = ctx.to_sarif()["runs"][0]["invocations"][0]["properties"]["passes"]
-    assert entry["steps"][0] == {"name": "ConvertOpsetPass", "modified": True}
+    assert entry["steps"][0] == {"name": "ConvertOpsetStep", "modified": True}

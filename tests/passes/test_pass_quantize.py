@@ -14,6 +14,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 
+from dynamo_onnx.defaults import QUANTIZATION_ACCURACY_LEVEL, QUANTIZATION_BLOCK_SIZE
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.passes.base import run_pipeline
@@ -107,7 +108,13 @@ def test_every_constant_weight_matmul_becomes_matmulnbits_with_the_builders_sett
     assert ops.count("MatMulNBits") == 1 and ops.count("MatMul") == 1 and "Gather" in ops
     node = next(n for n in result.model.graph if n.op_type == "MatMulNBits")
     attributes = {name: attr.value for name, attr in node.attributes.items()}
-    assert attributes == {"K": K, "N": N, "bits": bits, "block_size": 32, "accuracy_level": 4}
+    assert attributes == {
+        "K": K,
+        "N": N,
+        "bits": bits,
+        "block_size": QUANTIZATION_BLOCK_SIZE,
+        "accuracy_level": QUANTIZATION_ACCURACY_LEVEL,
+    }
     (y, _, embedded) = _run(result.model, {"x": x, "ids": np.array([1, 2, 3], dtype=np.int64)})
     want = x @ weight.T
     assert np.abs(y - want).max() <= error * np.abs(want).max()
@@ -115,8 +122,9 @@ def test_every_constant_weight_matmul_becomes_matmulnbits_with_the_builders_sett
     np.testing.assert_array_equal(embedded, weight[[1, 2, 3]])  # the embedding stays float
     (note,) = ctx.by_rule("DO506")
     assert note.message.startswith(
-        f"Quantized 1 MatMul weights to {precision} (MatMulNBits, block size 32, symmetric, "
-        "accuracy level 4); 1 MatMuls without a constant weight stay in float"
+        f"Quantized 1 MatMul weights to {precision} (MatMulNBits, block size "
+        f"{QUANTIZATION_BLOCK_SIZE}, symmetric, accuracy level {QUANTIZATION_ACCURACY_LEVEL}); "
+        "1 MatMuls without a constant weight stay in float"
     )
 
 

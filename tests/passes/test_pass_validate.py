@@ -7,8 +7,8 @@ import torch
 from helpers import Tiny, validated
 
 import dynamo_onnx
+from dynamo_onnx.defaults import DYNAMO_EXPORT_OPSET, EXPORT_OPSET
 from dynamo_onnx.diagnostics import DiagnosticContext
-from dynamo_onnx.options import DYNAMO_EXPORT_OPSET, EXPORT_OPSET
 from dynamo_onnx.passes.base import ExportRequest, ExportState
 from dynamo_onnx.passes.validate import ValidatePass
 from dynamo_onnx.passes.validate.torch_onnx import TorchOnnxArguments

@@ -45,7 +45,7 @@ def _text(model: ir.Model) -> str:
 
 
 def test_root_filtered_rules_rewrite_the_same_graph():
-    rules = list(onnxscript.rewriter._DEFAULT_REWRITE_RULES)  # noqa: SLF001 - onnxscript's set
+    rules = list(onnxscript.rewriter._DEFAULT_REWRITE_RULES)  # onnxscript's set
     plain, filtered = _graph(), _graph()
     count = pattern.RewriteRuleSet(rules).apply_to_model(plain)
     assert count > 0  # the graph is one the rules change
@@ -57,7 +57,7 @@ def test_root_filtered_rules_rewrite_the_same_graph():
 def test_a_filtered_rule_is_not_matched_on_other_op_types(monkeypatch):
     rule = next(
         r for r in onnxscript.rewriter._DEFAULT_REWRITE_RULES if root_op_type(r) == "Transpose"
-    )  # noqa: SLF001
+    )
     seen = []
     original = type(rule).try_rewrite
 
@@ -81,8 +81,8 @@ def test_weight_check_counts_non_finite_values(dtype, bad, count):
         tensor[7, 7] = bad
         tensor[299, 0] = -bad
     # fp16: a sum of 90,000 values of 60,000 overflows float16, not the float32 it is summed in
-    assert weights._count_non_finite(tensor) == count  # noqa: SLF001
-    assert weights._count_non_finite(tensor.t()) == count  # noqa: SLF001 - strided
+    assert weights._count_non_finite(tensor) == count
+    assert weights._count_non_finite(tensor.t()) == count  # strided
 
 
 def test_weight_check_records_each_bad_weight():
@@ -94,6 +94,6 @@ def test_weight_check_records_each_bad_weight():
         value = ir.Value(name=name, const_value=torch_tensor_to_ir(tensor, name))
         graph.initializers[name] = value
     ctx = DiagnosticContext()
-    weights._check_weights(ctx, ir.Model(graph, ir_version=10))  # noqa: SLF001
+    weights._check_weights(ctx, ir.Model(graph, ir_version=10))
     findings = [f for f in ctx.findings if f.rule.name == "non-finite-weights"]
     assert [(f.properties["name"], f.properties["count"]) for f in findings] == [("bad", 1)]

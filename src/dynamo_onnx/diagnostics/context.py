@@ -22,7 +22,13 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn
 
-from dynamo_onnx.diagnostics.findings import Finding, Level, Location, first_user_frame
+from dynamo_onnx.diagnostics.findings import (
+    Finding,
+    Level,
+    Location,
+    first_user_frame,
+    frame_locations,
+)
 from dynamo_onnx.diagnostics.summary import ExportSummary
 from dynamo_onnx.errors import OnnxExporterError, format_message
 from dynamo_onnx.options import DiagnosticOptions
@@ -105,10 +111,7 @@ def exception_summary(exc: BaseException) -> str:
 
 def exception_frames(exc: BaseException) -> tuple[Location, ...]:
     """The frames of ``exc``'s traceback, innermost first (as :meth:`user_frame` takes them)."""
-    return tuple(
-        Location(fs.filename, fs.lineno or 1, fs.name)
-        for fs in reversed(traceback.extract_tb(exc.__traceback__))
-    )
+    return frame_locations(traceback.extract_tb(exc.__traceback__))
 
 
 class DiagnosticContext:
@@ -208,6 +211,15 @@ class DiagnosticContext:
         )
         self.findings.append(finding)
         return finding
+
+    def carry(self, earlier: DiagnosticContext) -> None:
+        """Take the findings of ``earlier``, a context of the same run that ended before
+        this one began (``export_llm``'s load of a folder, which precedes the export that
+        opens this one), before this one's: one record of the run, so none is dropped on
+        success and the reports, the SARIF log and the gate see them all. Carrying twice
+        adds nothing."""
+        held = {id(f) for f in self.findings}
+        self.findings[:0] = [f for f in earlier.findings if id(f) not in held]
 
     def fail(
         self,

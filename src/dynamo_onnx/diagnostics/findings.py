@@ -8,12 +8,13 @@ import functools
 import linecache
 import logging
 import re
+import traceback
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dynamo_onnx.rules import Rule
 
-__all__ = ["Level", "Location", "Finding", "parse_stack_trace"]
+__all__ = ["Level", "Location", "Finding", "frame_locations", "parse_stack_trace"]
 
 
 class Level(enum.IntEnum):
@@ -57,6 +58,13 @@ class Location:
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}"
+
+
+def frame_locations(frames: Iterable[traceback.FrameSummary]) -> tuple[Location, ...]:
+    """Python's frames as locations, innermost first (as :func:`first_user_frame` takes
+    them): ``traceback.extract_tb`` and ``extract_stack`` give them outermost first. The one
+    place a traceback becomes locations (an exception's: ``context.exception_frames``)."""
+    return tuple(Location(fs.filename, fs.lineno or 1, fs.name) for fs in reversed(list(frames)))
 
 
 # `  File "/path/x.py", line 12, in forward`

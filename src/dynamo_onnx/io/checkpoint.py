@@ -6,8 +6,8 @@ JSON header (each tensor's dtype, shape and byte range) and the tensors' bytes: 
 reads the headers once and then a tensor's bytes on demand, with ``readinto`` into a buffer
 of its own size. The ``safetensors`` library memory-maps the whole file instead, and every
 page of the mapping a read touches then counts in the process's resident memory until the
-file is closed: streaming a 2.6 GB checkpoint through it grows the peak RSS by 2.6 GB. A
-plain read leaves the bytes in the page cache, which the kernel reclaims as it needs.
+file is closed: streaming a checkpoint through it grows the peak RSS by the checkpoint's
+size. A plain read leaves the bytes in the page cache, which the kernel reclaims as it needs.
 """
 
 from __future__ import annotations
@@ -159,9 +159,9 @@ def open_checkpoint(folder: str | os.PathLike[str]) -> Checkpoint | None:
 def lazy_tensor(checkpoint: Checkpoint, name: str, dtype: torch.dtype) -> Any:
     """The checkpoint's tensor ``name`` as an ``ir.LazyTensor`` of ``dtype``: read and
     converted each time it is serialized, held by nobody in between."""
-    import onnx_ir as ir  # noqa: PLC0415
+    import onnx_ir as ir
 
-    from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE  # noqa: PLC0415
+    from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE
 
     stored = checkpoint.stored(name)
 

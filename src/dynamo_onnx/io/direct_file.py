@@ -1,10 +1,10 @@
 """A write-only file that bypasses the page cache (``O_DIRECT``), for saving large models.
 
-Writing 500 MB through the page cache costs what the kernel charges to find that many free
-pages: on a machine whose memory is full of cache (any machine that just loaded a model),
-0.1 to 1.0 s for the same bytes, depending on what it must reclaim first. Written with
+Writing hundreds of megabytes through the page cache costs what the kernel charges to find
+that many free pages: on a machine whose memory is full of cache (any machine that just
+loaded a model), a time that varies with what it must reclaim first. Written with
 ``O_DIRECT`` the bytes go from an aligned buffer to the disk, in a time that depends on the
-disk alone (0.25 s for GPT-2 124M's 476 MB here, where a buffered write took 0.13-1.0 s).
+disk alone (docs/performance.md, "Saving past the page cache").
 
 ``O_DIRECT`` wants block-aligned buffers, offsets and sizes: writes are copied into one
 page-aligned buffer of ``BUFFER_BYTES`` and written a full buffer at a time; the last one is

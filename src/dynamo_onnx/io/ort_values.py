@@ -67,7 +67,7 @@ def from_ort_value(value: ort.OrtValue) -> torch.Tensor:
     if value.element_type() == ir.DataType.FLOAT4E2M1.value:
         return _float4_pairs(value)
     if ir.DataType(value.element_type()) in _THROUGH_DLPACK:
-        return torch.from_dlpack(value._get_c_value())  # noqa: SLF001 - ORT's DLPack exit
+        return torch.from_dlpack(value._get_c_value())  # ORT's DLPack exit
     array = value.numpy()
     if array.dtype.kind in "iu" and array.dtype.char in "Qq":
         # uint64/int64 spelled ``ulonglong``/``longlong``, which torch.from_numpy refuses

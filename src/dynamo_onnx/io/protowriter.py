@@ -2,7 +2,7 @@
 
 The usual way, ``ir.save`` (like ``onnx.save``), builds a ``ModelProto`` that holds a copy
 of every weight and serializes it to one ``bytes`` object before writing: two extra copies
-of the weights in memory and most of the save time (GPT-2 124M: 4.3 s, +1.4 GiB peak RSS).
+of the weights in memory and most of the save time (docs/performance.md).
 
 Protobuf's wire format lets us do without: a message is a sequence of fields, a nested
 message is its length followed by its bytes, and repeated fields may come in any order

@@ -14,10 +14,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
+from dynamo_onnx.defaults import TORCHLIB_OPSET
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import PassRecord
 from dynamo_onnx.errors import OnnxExporterError
-from dynamo_onnx.options import TORCHLIB_OPSET
 from dynamo_onnx.passes import contract
 from dynamo_onnx.passes.collector import collections_spaced
 from dynamo_onnx.passes.logs import deprecations_ignored

@@ -18,17 +18,19 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
-__all__ = ["SPACED", "collections_spaced"]
+from dynamo_onnx.defaults import GC_THRESHOLDS_WHILE_EXPORTING
 
-#: The thresholds while passes run (each generation's at least this).
-SPACED = (2000, 20, 100)
+__all__ = ["collections_spaced"]
 
 
 @contextlib.contextmanager
 def collections_spaced() -> Iterator[None]:
-    """Raise the collector's thresholds to :data:`SPACED` for the ``with`` block."""
+    """Raise the collector's thresholds to ``GC_THRESHOLDS_WHILE_EXPORTING`` (each
+    generation's at least that) for the ``with`` block."""
     given = gc.get_threshold()
-    gc.set_threshold(*(max(mine, theirs) for mine, theirs in zip(SPACED, given)))
+    gc.set_threshold(
+        *(max(mine, theirs) for mine, theirs in zip(GC_THRESHOLDS_WHILE_EXPORTING, given))
+    )
     try:
         yield
     finally:

@@ -1,8 +1,9 @@
 """Where an FX node came from, and the ``metadata_props`` keys that carry it into ONNX.
 
 Every ONNX node keeps its origin: the FX node, the module path and classes, and the Python
-stack. Translation writes these keys; grouping modules into functions and finding the
-operators that block an opset conversion read them. The keys are defined here only.
+stack. Translation writes these keys; grouping modules into functions, finding the
+operators that block an opset conversion and naming the node ONNX Runtime refuses
+(:func:`node_error_fields`) read them. The keys are defined here only.
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ import site
 import sys
 import sysconfig
 from collections.abc import Iterable, Sequence
+from typing import Any
 
+import onnx_ir as ir
 import torch
 import torch.fx
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.diagnostics.findings import parse_stack_trace
-from dynamo_onnx.foreign_text import rewrite_traceback_paths
+from dynamo_onnx.foreign_text import read_ort_error, rewrite_traceback_paths
+from dynamo_onnx.onnx_tools.loading import opset_hint
 
 __all__ = [
     "FX_NODE",
@@ -37,6 +42,7 @@ __all__ = [
     "STACK_TRACE",
     "control_flow_source",
     "installed_roots",
+    "node_error_fields",
     "node_source",
     "origin_props",
     "portable_stack_trace",
@@ -198,4 +204,41 @@ def origin_props(node: torch.fx.Node, source: NodeSource) -> dict[str, str]:
         MODULE_CLASSES: ";".join(source.module_classes),
         STACK_TRACE: source.stack_trace,
         NAMESPACE: source.module_path,
+    }
+
+
+def node_error_fields(
+    ctx: DiagnosticContext, model: ir.Model, exc: Exception
+) -> tuple[Location | None, dict[str, Any]]:
+    """The finding's location and fields for the node the ONNX checker or ONNX Runtime
+    names in ``exc``: that ONNX node, its FX node and the user's line that called it."""
+    nodes = {node.name: node for node in ir.traversal.RecursiveGraphIterator(model.graph)}
+    error = read_ort_error(str(exc))  # the checker's words or ONNX Runtime's
+    named = next((m for m in error.nodes if m in nodes), None)
+    node = nodes.get(named) if named else None
+    trace = node.metadata_props.get(STACK_TRACE, "") if node is not None else ""
+    frames = stack_frames(ctx, trace)
+    where = ctx.user_frame(frames)
+    types = (
+        ", ".join(str(v.dtype.name).lower() if v and v.dtype else "?" for v in node.inputs)
+        if node is not None
+        else "?"
+    )
+    cause = exception_summary(exc)
+    unsupported = error.unsupported_type
+    hint = (
+        opset_hint(unsupported.op_type, unsupported.type_name, model.opset_imports.get("", 0))
+        if unsupported is not None
+        else None
+    )
+    return where, {
+        "stack": frames,
+        "node": named or "unknown",
+        "op_type": node.op_type if node is not None else "?",
+        "types": types,
+        "fx_node": node.metadata_props.get(FX_NODE_NAME, "unknown")
+        if node is not None
+        else "unknown",
+        "source": ctx.display(where) if where else "an unknown line",
+        "cause": f"{cause}; {hint}" if hint else cause,
     }

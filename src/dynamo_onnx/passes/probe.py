@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from dynamo_onnx.defaults import PROBE_ATOL, PROBE_RTOL
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.foreign_text import symbols_in
 
@@ -115,7 +116,7 @@ def _run(function: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     try:
         with torch.no_grad():
             return function(*args, **kwargs)
-    except Exception:  # noqa: BLE001 - raising is one of the outcomes compared
+    except Exception:  # raising is one of the outcomes compared
         return _Raised()
 
 
@@ -141,7 +142,7 @@ def _same(got: Any, expected: Any) -> bool:
             return False
         if not got.is_floating_point() and not got.is_complex():
             return bool(torch.equal(got, expected))
-        return bool(torch.allclose(got, expected, atol=1e-5, rtol=1e-4, equal_nan=True))
+        return bool(torch.allclose(got, expected, atol=PROBE_ATOL, rtol=PROBE_RTOL, equal_nan=True))
     if isinstance(got, dict) and isinstance(expected, dict):
         return got.keys() == expected.keys() and all(_same(got[k], expected[k]) for k in got)
     if isinstance(got, (list, tuple)) and isinstance(expected, (list, tuple)):

@@ -18,7 +18,7 @@ import onnx_ir as ir
 import onnxscript
 from onnxscript import values as onnxscript_values
 
-from dynamo_onnx.options import TORCHLIB_OPSET
+from dynamo_onnx.defaults import TORCHLIB_OPSET
 
 __all__ = ["OnnxRegistry", "ONNXFunction", "qualified_name", "target_name"]
 

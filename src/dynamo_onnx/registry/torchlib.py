@@ -3,7 +3,8 @@
 torch_lib registers its functions in ``onnxscript.function_libs.torch_lib.registration``'s
 ``default_registry`` when its ``ops`` package is imported. torch reads the same table
 through ``onnxscript._framework_apis.torch_2_11.get_torchlib_ops``, which also builds the
-IR of every function (0.3 s per process, for ~500 functions an export mostly never calls);
+IR of every function (once per process, for hundreds of functions an export mostly never
+calls);
 reading the registry directly leaves that to the functions translation uses. When the
 registry moves in a release of onnxscript, the export fails here with a clear message
 naming the versions this was checked with, instead of an error deep in a pass.

@@ -32,8 +32,8 @@ class ReportingContext(DiagnosticContext):
         ``all_rules``, it describes every rule of the catalog, not only those its results
         use.
 
-        The renderers (sarif-om, jsonschema, jinja2: 0.06-0.2 s to import) are imported
-        when a report is first asked for, not by every export."""
+        The renderers (sarif-om, jsonschema, jinja2: slow to import) are imported when a
+        report is first asked for, not by every export."""
         from dynamo_onnx.reports import sarif
 
         return sarif.to_sarif(self, all_rules=all_rules)

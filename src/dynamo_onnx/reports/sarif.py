@@ -123,8 +123,8 @@ VALIDATED_RESULTS = 2000
 def validate(log: dict[str, Any]) -> None:
     """Raise ``ValueError`` listing every schema violation of ``log``.
 
-    jsonschema takes ~0.7 ms a result: a log near GitHub's 25,000 results would spend 17 s
-    here. Its results come from one builder, so the first :data:`VALIDATED_RESULTS` of each
+    jsonschema's time grows with each result: a log near GitHub's 25,000 results would
+    spend seconds here (docs/performance.md). Its results come from one builder, so the first :data:`VALIDATED_RESULTS` of each
     run are validated, and of the others one of each structure (keys, nesting and types
     of values: :func:`_structure`), whatever their text."""
     runs = log.get("runs")

@@ -28,8 +28,8 @@ def generation_problem(folder: str | os.PathLike[str], prompt: Sequence[int]) ->
     ``prompt``; None when it generates one, or when it is not installed (nothing to ask)."""
     if not installed():
         return None
-    import numpy as np  # noqa: PLC0415
-    import onnxruntime_genai as og  # noqa: PLC0415 (optional: only when installed)
+    import numpy as np
+    import onnxruntime_genai as og  # optional: only when installed
 
     try:
         model = og.Model(os.fspath(folder))
@@ -39,6 +39,6 @@ def generation_problem(folder: str | os.PathLike[str], prompt: Sequence[int]) ->
         generator.append_tokens(np.asarray([prompt], dtype=np.int32))
         if not generator.is_done():
             generator.generate_next_token()
-    except Exception as exc:  # noqa: BLE001 (genai raises RuntimeError or its own types)
+    except Exception as exc:  # genai raises RuntimeError or its own types
         return (str(exc).strip() or type(exc).__name__).rstrip(".")
     return None

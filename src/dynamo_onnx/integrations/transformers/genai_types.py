@@ -10,8 +10,8 @@ another cache layout ("Model input was not found"), and a family it has no type 
 (``mixtral``) is refused ("Unsupported model_type in config.json"). So a family keeps its
 name where genai knows it under that name with our contract, and takes the generic
 ``decoder`` type otherwise. Each entry has a test that generates transformers' greedy
-tokens with a folder of it: llama and qwen2 in tests/test_llm_cache.py, mistral, gemma2
-and gemma3_text in tests/test_ort_fusions.py, gpt2 and the default (Mixtral) in
+tokens with a folder of it: llama and qwen2 in tests/integrations/transformers/test_llm_cache.py, mistral, gemma2
+and gemma3_text in tests/runtimes/onnxruntime/test_ort_fusions.py, gpt2 and the default (Mixtral) in
 tests/test_llm_folder_checks.py.
 """
 

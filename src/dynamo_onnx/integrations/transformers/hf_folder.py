@@ -111,8 +111,8 @@ def example_inputs(
     """``forward``'s inputs for ``new`` tokens after a past of ``past``: what a
     runtime feeds at each step, so the ONNX model takes the cache as inputs. ``new``
     defaults to :func:`example_new_tokens` of the model's cache."""
-    import torch  # noqa: PLC0415 (the module is imported by the CLI's parser too)
-    import transformers  # noqa: PLC0415
+    import torch  # the module is imported by the CLI's parser too
+    import transformers
 
     config = model.config
     if new is None:
@@ -163,8 +163,8 @@ def example_new_tokens(cache: Any, past: int = PAST) -> int:
 def _load(folder: pathlib.Path) -> tuple[Any, str | None, str | None]:
     """The model transformers builds from ``folder`` (or None), why it is not the
     checkpoint's causal decoder (DO507), and what its weights lack or hold beyond it."""
-    import torch  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
+    import torch
+    import transformers
 
     with quiet_loading(transformers):
         config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
@@ -211,7 +211,7 @@ def fill_ids_from_tokenizer(model: Any, folder: pathlib.Path) -> None:
     ]
     if not wanted or not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return
-    import transformers  # noqa: PLC0415
+    import transformers
 
     try:
         with quiet_loading(transformers):

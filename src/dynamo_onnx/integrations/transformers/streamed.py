@@ -82,7 +82,7 @@ class StreamedFolder(HFFolder):
     def prompt(self) -> list[int]:
         """The runtime check's prompt: :data:`~hf_folder.NEW` ids drawn as the example's
         are (the example is meta tensors here: shapes without values), seeded."""
-        import torch  # noqa: PLC0415
+        import torch
 
         seeded = torch.Generator().manual_seed(0)
         vocab = self.model.config.vocab_size
@@ -98,7 +98,7 @@ def parameters_on_meta() -> Iterator[None]:
     Buffers, such as the rotary inverse frequencies transformers computes in ``__init__``,
     are computed for real. ``nn.Module.register_parameter`` is put back after the block.
     """
-    import torch  # noqa: PLC0415
+    import torch
 
     original = torch.nn.Module.register_parameter
 
@@ -185,7 +185,7 @@ def renames_keys(model: Any) -> bool:
     ``gate_up_proj``): names and shapes the headers give are then not the model's, and the
     streamed read does not make those conversions, so the folder is loaded in memory,
     where transformers converts and ``hf_folder.load`` checks what it loaded."""
-    from transformers import conversion_mapping  # noqa: PLC0415
+    from transformers import conversion_mapping
 
     return bool(conversion_mapping.extract_weight_conversions_for_model(model))
 
@@ -193,8 +193,8 @@ def renames_keys(model: Any) -> bool:
 def _build(folder: pathlib.Path) -> tuple[Any, str | None]:
     """The model of ``folder``'s config with meta parameters (None, and why, when it is
     refused: an encoder-decoder)."""
-    import torch  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
+    import torch
+    import transformers
 
     with quiet_loading(transformers):
         config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
@@ -243,7 +243,7 @@ def load_streamed(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> Strea
         ctx.fail(
             "checkpoint-mismatch", WeightsMismatchError, path=os.fspath(path), tensors=mismatch
         )
-    import torch  # noqa: PLC0415
+    import torch
 
     model = model.eval()
     fill_ids_from_tokenizer(model, folder)
@@ -269,7 +269,7 @@ def attach_weights(model: ir.Model, folder: StreamedFolder, stream: WeightStream
     buffer computed when the model was built. Returns the fake initializers that have
     neither (none, for a model transformers builds from the folder's config)."""
 
-    from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE, torch_tensor_to_ir  # noqa: PLC0415
+    from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE, torch_tensor_to_ir
 
     torch_dtypes = {onnx: dtype for dtype, onnx in TORCH_TO_ONNX_DTYPE.items()}
     unknown = []

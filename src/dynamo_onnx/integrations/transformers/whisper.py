@@ -137,7 +137,7 @@ class WhisperDecoderStep(torch.nn.Module):
         self.cache_parameter = _cache_parameter(model)
 
     def forward(self, input_ids: torch.Tensor, *caches: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        import transformers  # noqa: PLC0415 (only a transformers model reaches here)
+        import transformers  # only a transformers model reaches here
 
         n = self.layers
         self_keys, self_values = caches[:n], caches[n : 2 * n]

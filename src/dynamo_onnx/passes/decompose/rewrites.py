@@ -237,7 +237,7 @@ def _result_dtype(functional: Any, node: torch.fx.Node) -> torch.dtype | None:
     try:
         with mode:
             out = functional(*args, **kwargs)
-    except Exception:  # noqa: BLE001 - then the write is left to the re-trace
+    except Exception:  # then the write is left to the re-trace
         return None
     return out.dtype if isinstance(out, torch.Tensor) else None
 

@@ -2,7 +2,7 @@
 
 onnx_ir passes where onnx_ir has them: unused nodes removed (constants a function did not
 use), graph inputs used as outputs and repeated outputs given an ``Identity``
-(``OutputFixPass``), unique names (``NameFixPass``, then ``ModelWideNamesPass``: unique
+(``OutputFixPass``), unique names (``NameFixPass``, then ``ModelWideNamesStep``: unique
 across subgraphs too); and two of our own, each an onnx_ir
 pass too: torch's dimension symbols renamed to the user's names, and the opset imports of
 every domain the nodes and functions use. Each step's ``PassResult.modified`` is recorded
@@ -23,21 +23,21 @@ from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, Seria
 from dynamo_onnx.foreign_text import symbol_renamer
 from dynamo_onnx.integrations import families
 from dynamo_onnx.io.inputs import leaf_paths
+from dynamo_onnx.onnx_tools.names import ModelWideNamesStep
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.fx import none_outputs
-from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
 from dynamo_onnx.passes.onnx.steps import run_steps
 
 __all__ = [
-    "AddOpsetImportsPass",
+    "AddOpsetImportsStep",
     "FinalizePass",
-    "RenameDimsPass",
-    "RenameIOPass",
-    "UntypedIdentityPass",
+    "RenameDimsStep",
+    "RenameIOStep",
+    "UntypedIdentityStep",
 ]
 
 
-class RenameDimsPass(ir.passes.InPlacePass):
+class RenameDimsStep(ir.passes.InPlacePass):
     """Replace torch's symbols in symbolic dims (``s17``), also inside expressions
     (``s17*2``), with the names the user gave (or ``<input>_dim_<i>``)."""
 
@@ -68,7 +68,7 @@ class RenameDimsPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=modified)
 
 
-class AddOpsetImportsPass(ir.passes.InPlacePass):
+class AddOpsetImportsStep(ir.passes.InPlacePass):
     """Import the default opset at ``opset_version`` and every domain nodes and functions use;
     ``custom_opsets`` (torch.onnx.export's argument) sets the version of custom domains."""
 
@@ -93,7 +93,7 @@ class AddOpsetImportsPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=dict(imports) != before)
 
 
-class UntypedIdentityPass(ir.passes.InPlacePass):
+class UntypedIdentityStep(ir.passes.InPlacePass):
     """Undo ``OutputFixPass``'s ``Identity`` for a weight returned as an output when the
     opset's ``Identity`` cannot take its type (float4 before opset 23, float8e8m0 before
     24): ONNX lets an initializer be a graph output directly, an invalid node it does not."""
@@ -123,7 +123,7 @@ class UntypedIdentityPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=modified)
 
 
-class RenameIOPass(ir.passes.InPlacePass):
+class RenameIOStep(ir.passes.InPlacePass):
     """Name the graph's inputs and outputs as ``input_names``/``output_names`` say, in order
     (torch.onnx.export's arguments); unnamed ones keep their names."""
 
@@ -224,15 +224,15 @@ class FinalizePass:
         steps = [
             ir.passes.common.RemoveUnusedNodesPass(),
             ir.passes.common.OutputFixPass(),
-            UntypedIdentityPass(registry.opset_version),
-            RenameDimsPass(state.dim_names),
-            RenameIOPass(
+            UntypedIdentityStep(registry.opset_version),
+            RenameDimsStep(state.dim_names),
+            RenameIOStep(
                 request.input_names or registered,
                 request.output_names or _output_keys(state, registered is not None),
             ),
-            AddOpsetImportsPass(registry.opset_version, request.custom_opsets),
+            AddOpsetImportsStep(registry.opset_version, request.custom_opsets),
             ir.passes.common.NameFixPass(),
-            ModelWideNamesPass(),
+            ModelWideNamesStep(),
         ]
         run_steps(ctx, model, steps)  # in place: each step's ``modified`` in the pass record
         return state

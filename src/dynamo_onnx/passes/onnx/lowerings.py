@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from dynamo_onnx.passes.onnx.older_opsets import inferred_types, split_sizes_as_input
+from dynamo_onnx.onnx_tools.older_opsets import inferred_types, split_sizes_as_input
 
 __all__ = [
     "CastLikeLowering",

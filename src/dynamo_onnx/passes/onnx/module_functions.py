@@ -5,7 +5,7 @@ a local function named after the module path (``h.0.attn`` -> ``h_0_attn``, doma
 ``pkg.dynamo_onnx.modules``), innermost modules first, so Netron shows the model's layer
 hierarchy. Weights used inside a module become inputs of its function (ONNX functions
 cannot see the graph's initializers). The values computed are unchanged. The grouping is
-an onnx_ir pass (``GroupModulesPass``) whose ``modified`` is recorded in the pass record.
+an onnx_ir pass (``GroupModulesStep``) whose ``modified`` is recorded in the pass record.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dynamo_onnx.passes.metadata import (
 )
 from dynamo_onnx.passes.onnx.steps import run_steps
 
-__all__ = ["DOMAIN", "GroupModulesPass", "ModuleFunctionsPass", "group_modules"]
+__all__ = ["DOMAIN", "GroupModulesStep", "ModuleFunctionsPass", "group_modules"]
 
 DOMAIN = "pkg.dynamo_onnx.modules"
 _CHAIN = MODULE_CHAIN
@@ -46,7 +46,7 @@ class ModuleFunctionsPass:
         if not state.valid.module_functions:
             return state
         before = len(model.functions)
-        grouping = GroupModulesPass()
+        grouping = GroupModulesStep()
         run_steps(ctx, model, [grouping])
         skipped = grouping.skipped
         ctx.record(
@@ -58,7 +58,7 @@ class ModuleFunctionsPass:
         return state
 
 
-class GroupModulesPass(ir.passes.InPlacePass):
+class GroupModulesStep(ir.passes.InPlacePass):
     """Every submodule call grouped into a local function, as an onnx_ir pass: modified
     when at least one function was made. ``skipped`` holds, after a run, the module paths
     left inline (for the DO405 note)."""

@@ -3,7 +3,7 @@
 Translation writes opset 18 (torch_lib's); onnxscript's version converter takes it to the
 target. The converter may leave a model unchanged instead of failing, so the result is
 checked, and a failure names the operators that block it (each converted alone) and the
-first one's line in the model. The conversion is an onnx_ir pass (``ConvertOpsetPass``),
+first one's line in the model. The conversion is an onnx_ir pass (``ConvertOpsetStep``),
 followed by unique names again; each one's ``modified`` is recorded in the pass record.
 """
 
@@ -21,21 +21,21 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.diagnostics.context import exception_summary
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
 from dynamo_onnx.foreign_text import converter_message
-from dynamo_onnx.passes.base import ExportState, PassName
-from dynamo_onnx.passes.logs import dropped
-from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
-from dynamo_onnx.passes.onnx.lowerings import lowerings_for
-from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
-from dynamo_onnx.passes.onnx.older_opsets import (
+from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
+from dynamo_onnx.onnx_tools.names import ModelWideNamesStep
+from dynamo_onnx.onnx_tools.older_opsets import (
     carried_over,
     drop_newer_attributes,
     hidden_from_converter,
     inferred_types,
 )
-from dynamo_onnx.passes.onnx.optimize import fake_weights_hidden, report_inlined
-from dynamo_onnx.passes.onnx.steps import run_steps
+from dynamo_onnx.passes.base import ExportState, PassName
+from dynamo_onnx.passes.logs import dropped
+from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
+from dynamo_onnx.passes.onnx.lowerings import lowerings_for
+from dynamo_onnx.passes.onnx.steps import report_inlined, run_steps
 
-__all__ = ["ConvertOpsetPass", "OpsetConversionPass"]
+__all__ = ["ConvertOpsetStep", "OpsetConversionPass"]
 
 _CONVERTER_LOGGER = "onnxscript.version_converter"
 
@@ -52,11 +52,11 @@ class OpsetConversionPass:
         assert model is not None
         if target is not None and target != model.opset_imports.get(""):
             # the converter's new nodes are named per graph: names made unique again
-            run_steps(ctx, model, [ConvertOpsetPass(ctx, target), ModelWideNamesPass()])
+            run_steps(ctx, model, [ConvertOpsetStep(ctx, target), ModelWideNamesStep()])
         return state
 
 
-class ConvertOpsetPass(ir.passes.InPlacePass):
+class ConvertOpsetStep(ir.passes.InPlacePass):
     """The model converted to ``target`` with its local functions kept, as an onnx_ir pass
     (modified when the default domain's opset changed). It fails through ``ctx`` (DO402,
     with the blocking operators) and notes functions it had to inline (DO413)."""
@@ -80,7 +80,7 @@ def _try_convert(model: ir.Model, target: int) -> str | None:
     try:
         with dropped(_CONVERTER_LOGGER), hidden_from_converter(model, target):
             onnxscript.version_converter.convert_version(model, target, fallback=True)
-    except Exception as exc:  # noqa: BLE001 - reported as the finding's cause
+    except Exception as exc:  # reported as the finding's cause
         cause = converter_message(exception_summary(exc))
     return None if model.opset_imports.get("") == target else cause
 
@@ -261,7 +261,7 @@ def _blocking_nodes(model: ir.Model, source: int, target: int) -> dict[str, tupl
         probe = _probe_model(node, source)
         try:
             onnx.version_converter.convert_version(probe, target)
-        except Exception as exc:  # noqa: BLE001 - the reason is the finding
+        except Exception as exc:  # the reason is the finding
             reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
             reason = converter_message(reason.split("failed: ", 1)[-1])
             oldest = _oldest_opset(probe, target, source)

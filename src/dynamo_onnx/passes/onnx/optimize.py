@@ -11,32 +11,22 @@ from typing import ClassVar
 
 import onnx_ir as ir
 
+from dynamo_onnx.defaults import TORCHLIB_OPSET
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
 from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
-from dynamo_onnx.options import TORCHLIB_OPSET
+from dynamo_onnx.onnx_tools.older_opsets import drop_newer_attributes
+from dynamo_onnx.onnx_tools.optimizer_pipeline import run_optimizer
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
-from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
-from dynamo_onnx.passes.onnx.optimizer_pipeline import optimize
+from dynamo_onnx.passes.onnx.steps import report_inlined
 
-__all__ = ["OptimizePass", "count_nodes", "fake_weights_hidden", "report_inlined"]
+__all__ = ["OptimizePass", "count_nodes"]
 
 
 def count_nodes(model: ir.Model) -> int:
     """Nodes of the main graph and of every function."""
     return len(model.graph) + sum(len(f) for f in model.functions.values())
-
-
-def report_inlined(
-    ctx: DiagnosticContext, before: set[ir.OperatorIdentifier], model: ir.Model, reason: str
-) -> None:
-    """DO413 for the local functions in ``before`` that ``model`` no longer has."""
-    gone = sorted(before - set(model.functions))
-    if gone:
-        names = [f"{domain}::{name}" for domain, name, _ in gone]
-        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        ctx.record("local-functions-inlined", count=len(gone), functions=shown, reason=reason)
 
 
 class OptimizePass:
@@ -54,7 +44,7 @@ class OptimizePass:
         before = count_nodes(model)
         functions = set(model.functions)
         with fake_weights_hidden(model):
-            optimize(model)
+            run_optimizer(model)
         drop_newer_attributes(
             model, model.opset_imports.get("", TORCHLIB_OPSET)
         )  # its Split at opset 17

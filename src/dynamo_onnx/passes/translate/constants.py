@@ -49,7 +49,7 @@ def eager_constant(node: torch.fx.Node) -> torch.Tensor | None:
     kwargs = {**node.kwargs, "device": "cpu"} if "device" in node.kwargs else node.kwargs
     try:
         result = node.target(*node.args, **kwargs)
-    except Exception:  # noqa: BLE001 - not computable here: the ONNX function's turn
+    except Exception:  # not computable here: the ONNX function's turn
         return None
     if not isinstance(result, torch.Tensor) or result.dtype != val.dtype:
         return None

@@ -66,5 +66,5 @@ def single_node_program(node: torch.fx.Node, lower: Lower) -> torch.export.Expor
         with torch_deprecations_ignored():  # torch's, about its own tree specs
             program = torch.export.export(_OneOperator(node), tuple(examples), strict=False)
             return lower(program, [node.target])
-    except Exception:  # noqa: BLE001 - no fallback then; the original finding stands
+    except Exception:  # no fallback then; the original finding stands
         return None

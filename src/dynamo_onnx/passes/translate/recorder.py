@@ -382,7 +382,7 @@ def _check_function_types(function: Any, opset: int, inputs: Mapping[str, Any]) 
     except onnx.shape_inference.InferenceError as exc:
         if "has unsupported type" in str(exc):
             raise InputTypeError(f"`{function.name}`: {exc}") from None
-    except Exception:  # noqa: BLE001, S110 - the inference could not tell; no finding
+    except Exception:  # the inference could not tell; no finding
         pass
 
 
@@ -440,19 +440,19 @@ def _num_outputs(signature: ir.schemas.OpSignature, attrs: Mapping[str, Any]) ->
 class _ArithmeticHandler:
     """Lets torch_lib write ``x + 1`` on values: onnx_ir routes Value arithmetic here."""
 
-    def Add(self, lhs: Any, rhs: Any) -> Any:  # noqa: N802 - onnx_ir's protocol names
+    def Add(self, lhs: Any, rhs: Any) -> Any:  # onnx_ir's protocol names
         return opset18.Add(lhs, rhs)
 
-    def Sub(self, lhs: Any, rhs: Any) -> Any:  # noqa: N802
+    def Sub(self, lhs: Any, rhs: Any) -> Any:
         return opset18.Sub(lhs, rhs)
 
-    def Mul(self, lhs: Any, rhs: Any) -> Any:  # noqa: N802
+    def Mul(self, lhs: Any, rhs: Any) -> Any:
         return opset18.Mul(lhs, rhs)
 
-    def Div(self, lhs: Any, rhs: Any) -> Any:  # noqa: N802
+    def Div(self, lhs: Any, rhs: Any) -> Any:
         return opset18.Div(lhs, rhs)
 
-    def Neg(self, operand: Any) -> Any:  # noqa: N802
+    def Neg(self, operand: Any) -> Any:
         return opset18.Neg(operand)
 
 

@@ -18,6 +18,7 @@ import torch
 import torch.fx
 from torch.export import graph_signature as gs
 
+from dynamo_onnx.defaults import VERIFY_ATOL, VERIFY_RTOL
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.foreign_text import fx_node_target, read_ort_error
@@ -33,10 +34,6 @@ from dynamo_onnx.passes.verify.divergence import first_divergence
 from dynamo_onnx.tensors import is_wrapper_subclass
 
 __all__ = ["Comparison", "VerifyPass", "VerifyRequest", "compare"]
-
-#: Tolerances of verify() unless given: tight enough to catch a wrong translation of fp32.
-DEFAULT_ATOL = 1e-4
-DEFAULT_RTOL = 1e-3
 
 
 def _leaves(value: Any) -> list[Any]:
@@ -70,8 +67,8 @@ class VerifyRequest:
     args: Sequence[Any] = ()
     kwargs: Mapping[str, Any] | None = None
     reference: Callable[..., Any] | None = None
-    atol: float = DEFAULT_ATOL
-    rtol: float = DEFAULT_RTOL
+    atol: float = VERIFY_ATOL
+    rtol: float = VERIFY_RTOL
     find_divergence: bool = False
     #: Also compare at a second size of every dynamic dimension.
     second_shape: bool = True
@@ -223,7 +220,7 @@ def _other_sizes(
     try:
         given = user_input_leaves(ep, args, kwargs)
         traced = user_input_leaves(ep, examples[0], examples[1] or {})
-    except Exception:  # noqa: BLE001 - inputs the program cannot take apart: not this case
+    except Exception:  # inputs the program cannot take apart: not this case
         return None
     shapes, traced_shapes, differs = [], [], False
     for spec, now, then in zip(specs, given, traced):

@@ -7,7 +7,7 @@ lacks, and the batch-norm forms torch.export keeps.
   opset. Below the opset a function needs it is never chosen.
 * torch_lib has no function for ``aten.batch_norm``, which torch.export keeps in the graph
   for every ``BatchNorm`` layer; without one the whole program is re-traced through
-  ``run_decompositions`` (0.7 s of a small CNN's 4.7 s export). With running statistics
+  ``run_decompositions`` (a second trace of the model). With running statistics
   it is one ``BatchNormalization``.
 * Training mode. torch_lib's batch-norm functions force inference mode (its comment: ONNX
   Runtime's training-mode ``BatchNormalization`` is limited), so a model exported in
@@ -57,7 +57,7 @@ def aten_conv_tbc(self: TFloat, weight: TFloat, bias: TFloat, pad: int = 0) -> T
 
 
 def _batch_statistics(
-    input: TFloat,  # noqa: A002 - ATen's parameter name
+    input: TFloat,  # ATen's parameter name
     weight: TFloat | None,
     bias: TFloat | None,
     eps: float,
@@ -86,7 +86,7 @@ def _batch_statistics(
 
 
 def _updated(
-    input: TFloat,  # noqa: A002
+    input: TFloat,
     running_mean: TFloat,
     running_var: TFloat,
     mean: TFloat,
@@ -107,13 +107,13 @@ def _updated(
     )
 
 
-def _nothing_saved(input: TFloat) -> TFloat:  # noqa: A002
+def _nothing_saved(input: TFloat) -> TFloat:
     """The empty save_mean/save_invstd eager returns in inference mode (shape [0])."""
     return opset18.CastLike(opset18.Constant(value=ir.tensor([], dtype=ir.DataType.FLOAT)), input)
 
 
 def _training_step(
-    input: TFloat,  # noqa: A002
+    input: TFloat,
     weight: TFloat | None,
     bias: TFloat | None,
     running_mean: TFloat,
@@ -128,11 +128,11 @@ def _training_step(
 
 
 def aten_batch_norm(
-    input: TFloat,  # noqa: A002 - ATen's parameter name
-    weight: Optional[TFloat],  # noqa: UP045 - onnxscript reads these annotations
-    bias: Optional[TFloat],  # noqa: UP045
-    running_mean: Optional[TFloat],  # noqa: UP045
-    running_var: Optional[TFloat],  # noqa: UP045
+    input: TFloat,  # ATen's parameter name
+    weight: Optional[TFloat],  # onnxscript reads these annotations
+    bias: Optional[TFloat],
+    running_mean: Optional[TFloat],
+    running_var: Optional[TFloat],
     training: bool,
     momentum: float,
     eps: float,
@@ -151,11 +151,11 @@ def aten_batch_norm(
 
 
 def native_batch_norm(
-    input: TFloat,  # noqa: A002
-    weight: Optional[TFloat],  # noqa: UP045
-    bias: Optional[TFloat],  # noqa: UP045
-    running_mean: Optional[TFloat],  # noqa: UP045
-    running_var: Optional[TFloat],  # noqa: UP045
+    input: TFloat,
+    weight: Optional[TFloat],
+    bias: Optional[TFloat],
+    running_mean: Optional[TFloat],
+    running_var: Optional[TFloat],
     training: bool,
     momentum: float,
     eps: float,
@@ -170,9 +170,9 @@ def native_batch_norm(
 
 
 def native_batch_norm_no_stats(
-    input: TFloat,  # noqa: A002
-    weight: Optional[TFloat],  # noqa: UP045
-    bias: Optional[TFloat],  # noqa: UP045
+    input: TFloat,
+    weight: Optional[TFloat],
+    bias: Optional[TFloat],
     training: bool,
     momentum: float,
     eps: float,
@@ -183,9 +183,9 @@ def native_batch_norm_no_stats(
 
 
 def native_batch_norm_functional(
-    input: TFloat,  # noqa: A002
-    weight: Optional[TFloat],  # noqa: UP045
-    bias: Optional[TFloat],  # noqa: UP045
+    input: TFloat,
+    weight: Optional[TFloat],
+    bias: Optional[TFloat],
     running_mean: TFloat,
     running_var: TFloat,
     training: bool,
@@ -203,9 +203,9 @@ def native_batch_norm_functional(
 
 
 def batch_norm_with_update(
-    input: TFloat,  # noqa: A002 - ATen's parameter name
-    weight: Optional[TFloat],  # noqa: UP045 - onnxscript reads these annotations
-    bias: Optional[TFloat],  # noqa: UP045
+    input: TFloat,  # ATen's parameter name
+    weight: Optional[TFloat],  # onnxscript reads these annotations
+    bias: Optional[TFloat],
     running_mean: TFloat,
     running_var: TFloat,
     momentum: float,

@@ -28,7 +28,7 @@ from onnxscript import INT64, opset23
 from onnxscript import values as onnxscript_values
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat, TTensor
 
-from dynamo_onnx.options import TORCHLIB_OPSET
+from dynamo_onnx.defaults import TORCHLIB_OPSET
 
 __all__ = [
     "attention_23",
@@ -169,7 +169,7 @@ def symbolic(
     metadata_props_keys: Sequence[str] = (),
     metadata_props_values: Sequence[str] = (),
     domain: str = "",
-    version: Optional[int] = None,  # noqa: UP045 - onnxscript reads these annotations
+    version: Optional[int] = None,  # onnxscript reads these annotations
 ) -> TTensor:
     """_symbolic(Tensor?[] inputs, str op_type, int onnx_dtype, *, SymInt[] shape, ...) -> Tensor"""
     del shape  # the FX node's value has it, with the user's dim names
@@ -195,7 +195,7 @@ def symbolic_multi_out(
     metadata_props_keys: Sequence[str] = (),
     metadata_props_values: Sequence[str] = (),
     domain: str = "",
-    version: Optional[int] = None,  # noqa: UP045
+    version: Optional[int] = None,
 ) -> Sequence[TTensor]:
     """_symbolic_multi_out(Tensor?[] inputs, str op_type, int[] onnx_dtypes, *,
     SymInt[][] shapes, ...) -> Tensor[]"""

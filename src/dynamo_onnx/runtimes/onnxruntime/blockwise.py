@@ -1,8 +1,8 @@
 """``MatMulNBits`` weights quantized one at a time, when the model is saved.
 
 ``MatMulNBitsQuantizer.process()`` takes the whole model as a ``ModelProto``: a copy of
-every float weight, then every quantized one beside it, at once (1.3B parameters in int4:
-12 GB of peak memory). The graph it writes is simple and known, so it is written here
+every float weight, then every quantized one beside it, at once (several times the
+weights' size at the peak: docs/performance.md). The graph it writes is simple and known, so it is written here
 without the data: each ``MatMul(x, W)`` of a 2-D float weight becomes
 ``MatMulNBits(x, W_Q<bits>, W_scales[, W_zero_points])`` with the attributes and names the
 quantizer gives them, and the quantized tensors are lazy: the first read of ``W_Q4``

@@ -1,5 +1,5 @@
 """Optimizing an exported model for ONNX Runtime: onnxscript's ORT fusions, in their order,
-with the rules of this package (``rules/``) beside onnxscript's and a model family's steps
+with the rewrite rules of this package (``rewrites/``) beside onnxscript's and a model family's steps
 (``RuntimeStep``) where the family places them, and the findings of what stayed unfused.
 
 The sequence is ``onnxscript.rewriter.ort_fusions.fuse_xformers``'s, step for step: the
@@ -47,13 +47,13 @@ from onnxscript.rewriter.rules.common import gemm_to_matmul_add_rule
 
 from dynamo_onnx.onnx_tools.rule_roots import root_filtered
 from dynamo_onnx.runtimes.onnxruntime.cross_cache import CrossAttentionOfHeadsCache
-from dynamo_onnx.runtimes.onnxruntime.mha import mha_rules
+from dynamo_onnx.runtimes.onnxruntime.mha import mha_rewrites
 from dynamo_onnx.runtimes.onnxruntime.packing import (
     PackedQKVOfSlices,
     PackedQKVOfSplit,
     pack_projections,
 )
-from dynamo_onnx.runtimes.onnxruntime.rules import (
+from dynamo_onnx.runtimes.onnxruntime.rewrites import (
     CosSinCacheOfProduct,
     GroupQueryAttentionOfIndexMask,
     SameShapeReshape,
@@ -99,7 +99,7 @@ def op_counts(model: ir.Model) -> collections.Counter[str]:
     return collections.Counter(node.op_type for node in model.graph)
 
 
-def _rules(*rules: pattern.RewriteRule) -> Fusion:
+def _rewrites(*rules: pattern.RewriteRule) -> Fusion:
     ruleset = pattern.RewriteRuleSet(list(rules))
 
     def apply(model: ir.Model, **kwargs: object) -> int:
@@ -112,7 +112,7 @@ Step = tuple[str, Fusion, dict[str, object]]
 
 
 def _steps(max_positions: int | None, family: Sequence[RuntimeStep] = ()) -> list[Step]:
-    """``fuse_xformers``'s fusions in its order, with this package's rules where they belong
+    """``fuse_xformers``'s fusions in its order, with this package's rewrite rules where they belong
     and each of ``family``'s steps right before the step it names (in the family's order)."""
     steps = _own_steps(max_positions)
     for extra in family:
@@ -133,18 +133,22 @@ def _own_steps(max_positions: int | None) -> list[Step]:
         ("skip_rms_normalization", fuse_skip_rms_normalization, {}),
         ("rotary_embedding", fuse_rotary_embedding, {}),
         ("cos_sin_cache", fuse_cos_sin_cache, {}),
-        ("cos_sin_cache_of_product", _rules(CosSinCacheOfProduct.rule(max_positions)), {}),
+        ("cos_sin_cache_of_product", _rewrites(CosSinCacheOfProduct.rule(max_positions)), {}),
         ("cse", _cse, {}),
         ("partial_rotary_embedding", fuse_partial_rotary_embedding, {}),
         ("sdpa", fuse_sdpa, {"apply_shape_inference": True}),
         ("canonical_dims", canonical_dims, {}),
         ("same_shape_reshape", _same_shape_reshapes, {}),
-        # onnxscript's GroupQueryAttention with its mask checked: rules/gqa.py
-        ("gqa", _rules(GroupQueryAttentionOfIndexMask.rule()), {}),
+        # onnxscript's GroupQueryAttention with its mask checked: rewrites/gqa.py
+        ("gqa", _rewrites(GroupQueryAttentionOfIndexMask.rule()), {}),
         # onnxscript's fuse_qkv_gqa with the attention's attributes kept: packing.py
-        ("packed_qkv_for_gqa", _rules(PackedQKVOfSlices.rule()), {}),
-        ("mha1", _rules(*mha_rules(has_past_present=True).rules), {}),  # mha.py: shape checked
-        ("mha2", _rules(*mha_rules(has_past_present=False).rules), {}),
+        ("packed_qkv_for_gqa", _rewrites(PackedQKVOfSlices.rule()), {}),
+        (
+            "mha1",
+            _rewrites(*mha_rewrites(has_past_present=True).rules),
+            {},
+        ),  # mha.py: shape checked
+        ("mha2", _rewrites(*mha_rewrites(has_past_present=False).rules), {}),
         ("mha_scale", fuse_mha_scale, {}),
         ("mha_bias", fuse_mha_bias, {"only_after_mha": True}),
         ("attention", fuse_attention, {"only_after_mha": True}),
@@ -153,12 +157,12 @@ def _own_steps(max_positions: int | None) -> list[Step]:
         ("sdpa_via_mha", replace_sdpa_by_mha, {}),
         # after the attention fusions, whose patterns read q, k and v from MatMuls of their own
         ("packed_projections", pack_projections, {}),
-        ("packed_qkv_of_split", _rules(PackedQKVOfSplit.rule()), {}),
+        ("packed_qkv_of_split", _rewrites(PackedQKVOfSplit.rule()), {}),
     ]
 
 
 def _same_shape_reshapes(model: ir.Model) -> int:
-    count = _rules(SameShapeReshape.rule())(model)
+    count = _rewrites(SameShapeReshape.rule())(model)
     common_passes.IdentityEliminationPass()(model)
     return count
 
@@ -169,12 +173,12 @@ def _cse(model: ir.Model) -> int:
     return 0
 
 
-def _pre_optimize(model: ir.Model, optimize: Callable[[ir.Model], None]) -> None:
+def _before_fusing(model: ir.Model, optimizer: Callable[[ir.Model], None]) -> None:
     """What ``fuse_xformers`` does before fusing: shapes, folding, shape arithmetic."""
     common_passes.ShapeInferencePass()(model)
-    optimize(model)
+    optimizer(model)
     shape_optimization.rules.apply_to_model(model)
-    optimize(model)
+    optimizer(model)
     canonical_dims(model)
 
 
@@ -224,20 +228,20 @@ def fuse(
     model: ir.Model,
     *,
     max_positions: int | None = None,
-    optimize: Callable[[ir.Model], None] = onnxscript.optimizer.optimize,
+    optimizer: Callable[[ir.Model], None] = onnxscript.optimizer.optimize,
     failures: list[MatchFailure] | None = None,
     family: Sequence[RuntimeStep] = (),
 ) -> dict[str, int]:
     """Fuse ``model`` in place for ONNX Runtime; the count of each fusion applied.
 
     ``max_positions`` is the number of rows of the rotary cos/sin caches (the model's
-    ``max_position_embeddings``); ``optimize`` the optimizer run between the steps. Into
+    ``max_position_embeddings``); ``optimizer`` runs between the steps. Into
     ``failures`` go the matcher's reasons where a block's fusion did not apply (normalization,
     rotary, attention), traced right after the step that would have fused it. ``family``:
     the model family's steps placed among the fusions (those with a ``before``).
     """
     rewrite(model, [gemm_to_matmul_add_rule])
-    _pre_optimize(model, optimize)
+    _before_fusing(model, optimizer)
     counts: dict[str, int] = {}
     for name, step, options in _steps(max_positions, family):
         kwargs = dict(options)
@@ -249,11 +253,11 @@ def fuse(
             kind, rules, left = _TRACED[name]
             if any(left(node) for node in model.graph):
                 failures.extend(match_failures(model, kind, rules()))
-    optimize(model)  # inlines the intermediate fusion functions no fusion consumed
+    optimizer(model)  # inlines the intermediate fusion functions no fusion consumed
     rewrite(model, root_filtered(ORT_PATTERN_REWRITE_RULES))  # the same rules, sooner
     # on the fused nodes the optimizer just inlined: a cross-attention reads its
     # [batch, heads, length, head] cache as it is (cross_cache.py)
-    counts["cross_attention_cache"] = _rules(CrossAttentionOfHeadsCache.rule())(model)
+    counts["cross_attention_cache"] = _rewrites(CrossAttentionOfHeadsCache.rule())(model)
     ir.passes.Sequential(
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=1),
         common_passes.RemoveInitializersFromInputsPass(),

@@ -17,7 +17,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.ort_fusions.mha import MultiHeadAttention
 
-__all__ = ["MultiHeadAttentionOfItsShape", "mha_rules"]
+__all__ = ["MultiHeadAttentionOfItsShape", "mha_rewrites"]
 
 
 class MultiHeadAttentionOfItsShape(MultiHeadAttention):
@@ -42,7 +42,7 @@ class MultiHeadAttentionOfItsShape(MultiHeadAttention):
         return result
 
 
-def mha_rules(has_past_present: bool) -> pattern.RewriteRuleSet:
+def mha_rewrites(has_past_present: bool) -> pattern.RewriteRuleSet:
     """onnxscript's ``mha_rules_with_past`` (``has_past_present``) or ``mha_rules_no_past``,
     the same rules in the same order, made of :class:`MultiHeadAttentionOfItsShape`."""
     rules = [

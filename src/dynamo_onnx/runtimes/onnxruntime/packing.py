@@ -40,7 +40,7 @@ from dynamo_onnx.passes.metadata import (
 from dynamo_onnx.tensors import transposed
 
 __all__ = [
-    "PackProjectionsPass",
+    "PackProjectionsStep",
     "PackedQKVOfSlices",
     "PackedQKVOfSplit",
     "Projection",
@@ -326,7 +326,7 @@ def pack_projections(model: ir.Model) -> int:
     return len(groups)
 
 
-class PackProjectionsPass(ir.passes.InPlacePass):
+class PackProjectionsStep(ir.passes.InPlacePass):
     """Projections of one input (weights stored as initializers) as one MatMul and a Split."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:

@@ -2,8 +2,8 @@
 
 MatMul weights become ``MatMulNBits`` blocks (com.microsoft), quantized by ONNX Runtime's own
 ``MatMulNBitsQuantizer`` with the settings onnxruntime-genai's model builder uses on the CPU
-(``onnxruntime_genai/models/builder.py`` and ``quantization/quant_config.py``: block size 32,
-symmetric, accuracy level 4, op types ``MatMul`` only). As in the builder, the embedding stays
+(``onnxruntime_genai/models/builder.py`` and ``quantization/quant_config.py``; the block
+size, symmetry and accuracy level in :mod:`dynamo_onnx.defaults`, op types ``MatMul`` only). As in the builder, the embedding stays
 in float (a ``Gather``, which the builder quantizes only when asked to) and the LM head, a
 MatMul, is quantized: a folder of ours and the builder's are quantized alike, so their token
 agreement and speed compare.
@@ -25,6 +25,12 @@ from typing import Any, ClassVar
 
 import onnx_ir as ir
 
+from dynamo_onnx.defaults import (
+    QUANTIZATION_ACCURACY_LEVEL,
+    QUANTIZATION_BLOCK_SIZE,
+    QUANTIZATION_PRECISION,
+    QUANTIZATION_SYMMETRIC,
+)
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, OptimizationError
 from dynamo_onnx.passes.base import PassName
@@ -45,8 +51,7 @@ __all__ = [
 PRECISIONS = ("fp32", "int8", "int4")
 #: The block sizes ``MatMulNBits`` takes (onnxruntime-genai's builder lists the same).
 BLOCK_SIZES = (16, 32, 64, 128, 256)
-#: ``accuracy_level``: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 activations (the builder's
-#: CPU default: the fastest kernels on the CPU).
+#: ``accuracy_level``: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 activations.
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 #: The logger of ``MatMulNBitsQuantizer`` (it names its module).
 _QUANTIZER_LOGGER = "onnxruntime.quantization.matmul_nbits_quantizer"
@@ -57,10 +62,10 @@ _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 class Quantization:
     """How MatMul weights are quantized. The defaults are the builder's on the CPU."""
 
-    precision: str = "int4"
-    block_size: int = 32
-    symmetric: bool = True
-    accuracy_level: int = 4
+    precision: str = QUANTIZATION_PRECISION
+    block_size: int = QUANTIZATION_BLOCK_SIZE
+    symmetric: bool = QUANTIZATION_SYMMETRIC
+    accuracy_level: int = QUANTIZATION_ACCURACY_LEVEL
 
     @property
     def bits(self) -> int:
@@ -253,10 +258,10 @@ def _root_logger_kept() -> Iterator[None]:
 
 
 def _quantizer_classes() -> tuple[Any, Any]:
-    """``MatMulNBitsQuantizer`` and ``QuantFormat``, imported when first needed (0.5 s)."""
+    """``MatMulNBitsQuantizer`` and ``QuantFormat``, imported when first needed (a slow import)."""
     with _root_logger_kept():
-        from onnxruntime.quantization import QuantFormat  # noqa: PLC0415
-        from onnxruntime.quantization.matmul_nbits_quantizer import (  # noqa: PLC0415
+        from onnxruntime.quantization import QuantFormat
+        from onnxruntime.quantization.matmul_nbits_quantizer import (
             MatMulNBitsQuantizer,
         )
     return MatMulNBitsQuantizer, QuantFormat
@@ -266,8 +271,8 @@ def _weight_quantizer(quantization: Quantization) -> Any:
     """ONNX Runtime's per-weight quantizer (``DefaultWeightOnlyQuantizer``) with the
     settings ``MatMulNBitsQuantizer`` would give it."""
     with _root_logger_kept():
-        from onnxruntime.quantization import QuantFormat  # noqa: PLC0415
-        from onnxruntime.quantization.matmul_nbits_quantizer import (  # noqa: PLC0415
+        from onnxruntime.quantization import QuantFormat
+        from onnxruntime.quantization.matmul_nbits_quantizer import (
             DefaultWeightOnlyQuantConfig,
             DefaultWeightOnlyQuantizer,
         )
@@ -297,7 +302,7 @@ def _quantized(model: ir.Model, quantization: Quantization) -> ir.Model:
             accuracy_level=quantization.accuracy_level,
         )
         return model
-    MatMulNBitsQuantizer, QuantFormat = _quantizer_classes()  # noqa: N806 (classes)
+    MatMulNBitsQuantizer, QuantFormat = _quantizer_classes()  # classes
     quantizer = MatMulNBitsQuantizer(
         ir.to_proto(model),
         bits=quantization.bits,

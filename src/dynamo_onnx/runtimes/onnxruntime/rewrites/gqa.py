@@ -11,7 +11,7 @@ from onnxscript.rewriter import pattern
 from onnxscript.rewriter.ort_fusions.gqa import GroupQueryAttention, _causal_mask_pattern
 
 from dynamo_onnx.onnx_tools.attention import keeps_last
-from dynamo_onnx.runtimes.onnxruntime.rules.index_mask import index_mask_form
+from dynamo_onnx.runtimes.onnxruntime.rewrites.index_mask import index_mask_form
 
 __all__ = ["GroupQueryAttentionOfIndexMask"]
 

@@ -6,9 +6,9 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 from onnxscript.rewriter import pattern
-from runtime_graphs import FLOAT
 
-from dynamo_onnx.runtimes.onnxruntime.rules import CosSinCacheOfProduct
+from dynamo_onnx.runtimes.onnxruntime.rewrites import CosSinCacheOfProduct
+from runtimes.runtime_graphs import FLOAT
 
 
 def _rotary_graph(axes: list[int]) -> ir.Model:

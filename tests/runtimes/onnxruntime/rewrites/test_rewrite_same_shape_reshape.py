@@ -5,9 +5,9 @@ from __future__ import annotations
 import onnx_ir as ir
 import pytest
 from onnxscript.rewriter import pattern
-from runtime_graphs import FLOAT, count
 
-from dynamo_onnx.runtimes.onnxruntime.rules import SameShapeReshape
+from dynamo_onnx.runtimes.onnxruntime.rewrites import SameShapeReshape
+from runtimes.runtime_graphs import FLOAT, count
 
 
 def _reshape_graph(result: list[int | str]) -> ir.Model:

@@ -20,11 +20,14 @@ from typing import TYPE_CHECKING, ClassVar
 
 import onnx_ir as ir
 
+from dynamo_onnx.defaults import TORCHLIB_OPSET
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
 from dynamo_onnx.onnx_tools.attention import local_window, windowed_present
 from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
-from dynamo_onnx.options import TORCHLIB_OPSET
+from dynamo_onnx.onnx_tools.loading import load_refusal, weights_as_inputs
+from dynamo_onnx.onnx_tools.older_opsets import drop_newer_attributes
+from dynamo_onnx.onnx_tools.optimizer_pipeline import run_optimizer
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.metadata import (
@@ -32,11 +35,9 @@ from dynamo_onnx.passes.metadata import (
     MODULE_PATH,
     PACKED,
     STACK_TRACE,
+    node_error_fields,
     stack_frames,
 )
-from dynamo_onnx.passes.onnx.load_check import runtime_refusal
-from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
-from dynamo_onnx.passes.onnx.optimizer_pipeline import optimize
 from dynamo_onnx.runtimes.onnxruntime.fusions import FUSED_OPS, MatchFailure, fuse, op_counts
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ __all__ = [
     "FusionRequest",
     "OnnxRuntimeFusionPass",
     "layer_spans",
-    "optimize_for_onnxruntime",
+    "fuse_for_onnxruntime",
 ]
 
 #: The rule of an unfused block, by kind.
@@ -117,7 +118,7 @@ class OnnxRuntimeFusionPass:
 
     def __call__(self, ctx: DiagnosticContext, request: FusionRequest) -> FusionReport:
         with dropped(*ONNX_IR_CHATTER):  # onnx_ir's remarks while it rewrites are not the user's
-            return optimize_for_onnxruntime(
+            return fuse_for_onnxruntime(
                 request.model, ctx, max_positions=request.max_positions, steps=request.steps
             )
 
@@ -243,15 +244,15 @@ def layer_spans(layers: list[str]) -> str:
     return ", ".join(texts + others)
 
 
-def optimize_for_onnxruntime(
+def fuse_for_onnxruntime(
     model: ir.Model,
     ctx: DiagnosticContext,
     *,
     max_positions: int | None = None,
     steps: Sequence[RuntimeStep] = (),
 ) -> FusionReport:
-    """Fuse a copy of ``model`` for ONNX Runtime (onnxscript's ORT fusions with the rules of
-    ``rules/`` and the family's steps; the copy shares the weights) and record what fused
+    """Fuse a copy of ``model`` for ONNX Runtime (onnxscript's ORT fusions with the rewrite rules of
+    ``rewrites/`` and the family's steps; the copy shares the weights) and record what fused
     (DO502) and each block that did not (DO503-DO505); a fused model ONNX Runtime refuses
     to load is DO512 (:class:`OptimizationError`), and ``model`` is left as it was.
 
@@ -268,7 +269,7 @@ def optimize_for_onnxruntime(
         fusions = fuse(
             model,
             max_positions=max_positions,
-            optimize=optimize,
+            optimizer=run_optimizer,
             failures=failures,
             family=[s for s in steps if s.before is not None],
         )
@@ -276,9 +277,13 @@ def optimize_for_onnxruntime(
     for step in steps:
         if step.before is None:
             fusions[step.name] = step.run(model)
-    refused = runtime_refusal(ctx, model)
+    # With ONNX Runtime's graph optimizations, as a user's session has them: they infer
+    # shapes through the com.microsoft operators again (load_refusal).
+    with weights_as_inputs(model):
+        proto = ir.to_proto(model)
+    refused = load_refusal(proto)
     if refused is not None:  # a rule matched where it must not: never hand that back
-        where, fields = refused
+        where, fields = node_error_fields(ctx, model, refused)
         ctx.fail("fused-model-invalid", OptimizationError, where, **fields)
     after = op_counts(model)
     by_module: dict[str, list[ir.Node]] = collections.defaultdict(list)

@@ -208,7 +208,7 @@ def test_unsupported_op_points_at_the_forward_line(logs):
 def test_findings_without_a_user_frame_are_anchored_at_the_export_call(logs):
     (note,) = [r for r in logs["clean"]["runs"][0]["results"] if r["ruleId"] == "DO302"]
     location = note["locations"][0]["physicalLocation"]
-    assert location["artifactLocation"]["uri"] == "tests/test_sarif.py"
+    assert location["artifactLocation"]["uri"] == "tests/reports/test_sarif.py"
     assert "dynamo_onnx.export(" in location["region"]["snippet"]["text"]
     assert note["properties"]["anchor"] == "call-site"
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Mapping
 import onnx
 import onnx_ir as ir
 
+from dynamo_onnx.onnx_tools.loading import weights_as_inputs
+
 __all__ = [
     "carried_over",
     "drop_newer_attributes",
@@ -158,13 +160,11 @@ def inferred_types(model: ir.Model) -> dict[str, str]:
     """Value name -> ONNX's name of its tensor type (``tensor(float)``), as ONNX's shape
     inference finds them on a copy of ``model`` without its weights: what the conversion
     checks each node's types against. The model is not changed; empty when inference fails."""
-    from dynamo_onnx.passes.onnx.load_check import weights_as_inputs  # noqa: PLC0415
-
     with weights_as_inputs(model):
         proto = ir.to_proto(model)
     try:
         graph = onnx.shape_inference.infer_shapes(proto, strict_mode=False).graph
-    except Exception:  # noqa: BLE001 - then only the types the model declares are known
+    except Exception:  # then only the types the model declares are known
         return {}
     types: dict[str, str] = {}
     for info in (*graph.value_info, *graph.input, *graph.output):
@@ -218,7 +218,7 @@ def _same_below_18(node: ir.Node, target: int, types: Mapping[str, str]) -> bool
     if node.domain not in ("", "ai.onnx"):
         return False
     since = _TYPES_ONLY_SINCE.get(node.op_type)
-    form: Callable[[ir.Node], bool] = lambda n: True  # noqa: E731
+    form: Callable[[ir.Node], bool] = lambda n: True  # noqa: E731 - the default the table may replace
     if since is None and node.op_type in _SAME_SINCE:
         since, form = _SAME_SINCE[node.op_type]
     return (

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 import torch
+from test_sarif import NanWeights
 
 import dynamo_onnx
 from conftest import MLPModel
 from sarif_tools import ROOT
-from test_sarif import NanWeights
 from test_unsupported_operators import TwoCustomOps
 
 

@@ -8,7 +8,6 @@ import copy
 import importlib.util
 import inspect
 import json
-import pathlib
 import warnings
 
 import numpy as np
@@ -20,8 +19,8 @@ from torch.export import pytree
 
 import dynamo_onnx
 import hf_models
+from sarif_tools import ROOT  # the top of the checkout
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
     "llm_generate", ROOT / "examples" / "llm_generate.py"
 )

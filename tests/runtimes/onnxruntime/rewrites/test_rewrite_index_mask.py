@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from dynamo_onnx.runtimes.onnxruntime.rules import index_mask_form
+from dynamo_onnx.runtimes.onnxruntime.rewrites import index_mask_form
 
 
 def _mask_graph(extra: str | None) -> ir.Value:

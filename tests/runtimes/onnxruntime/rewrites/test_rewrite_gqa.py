@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dynamo_onnx.runtimes.onnxruntime.rules import GroupQueryAttentionOfIndexMask
+from dynamo_onnx.runtimes.onnxruntime.rewrites import GroupQueryAttentionOfIndexMask
 
 
 def test_the_gqa_rule_is_onnxscripts_with_the_mask_checked():

@@ -33,10 +33,10 @@ import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
 import onnxscript.rewriter
 
+from dynamo_onnx.onnx_tools.names import ModelWideNamesStep
 from dynamo_onnx.onnx_tools.rule_roots import root_filtered
-from dynamo_onnx.passes.onnx.names import ModelWideNamesPass
 
-__all__ = ["optimize", "split_halves", "weights_kept"]
+__all__ = ["run_optimizer", "split_halves", "weights_kept"]
 
 _QUADRATIC_RULE = "SlicesSplit"
 _RESHAPE_RULE = "MaterializeReshapeShape"
@@ -75,7 +75,7 @@ class _MaterializeReshapeShape(onnxscript.rewriter.RewriteRuleClassBase):
         return op.Reshape(data, constant, allowzero=1)
 
 
-def optimize(model: ir.Model) -> None:
+def run_optimizer(model: ir.Model) -> None:
     """Optimize ``model`` in place, as ``onnxscript.optimizer.optimize_ir(model,
     should_fold=weights_kept)`` does."""
     rules = getattr(onnxscript.rewriter, "_DEFAULT_REWRITE_RULES", None)
@@ -84,7 +84,7 @@ def optimize(model: ir.Model) -> None:
     )
     if rules is None or folding is None or not any(_rule_name(r) == _QUADRATIC_RULE for r in rules):
         onnxscript.optimizer.optimize_ir(model, should_fold=weights_kept)
-        ModelWideNamesPass()(model)
+        ModelWideNamesStep()(model)
         return
     kept = [
         _MaterializeReshapeShape.rule() if _rule_name(rule) == _RESHAPE_RULE else rule
@@ -100,7 +100,7 @@ def optimize(model: ir.Model) -> None:
                 should_fold=weights_kept,
             ),
             onnxscript.rewriter.RewritePass(root_filtered(kept)),
-            _SplitHalvesPass(),
+            _SplitHalvesStep(),
             common_passes.RemoveUnusedNodesPass(),
             common_passes.RemoveUnusedFunctionsPass(),
             common_passes.RemoveUnusedOpsetsPass(),
@@ -118,7 +118,7 @@ def optimize(model: ir.Model) -> None:
         common_passes.CommonSubexpressionEliminationPass(),
         common_passes.OutputFixPass(),
         common_passes.NameFixPass(),
-        ModelWideNamesPass(),
+        ModelWideNamesStep(),
     )(model)
 
 
@@ -145,7 +145,7 @@ def _limit(kind: str) -> int:
     )
 
 
-class _SplitHalvesPass(ir.passes.InPlacePass):
+class _SplitHalvesStep(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         for graph in (model.graph, *model.functions.values()):

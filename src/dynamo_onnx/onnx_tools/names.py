@@ -6,7 +6,7 @@ same names as the main graph. onnx_ir's ``NameFixPass`` makes a name unique only
 the chain of scopes open when it meets it: a body's ``val_6`` stays when the main graph's
 ``val_6`` comes after the ``Loop``, and ONNX Runtime refuses the model ("Graph must be in
 single static assignment (SSA) form, however 'val_6' has been used as output names
-multiple times"). This pass gives every value one name no other value of the model has.
+multiple times"). This step gives every value one name no other value of the model has.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import collections
 
 import onnx_ir as ir
 
-__all__ = ["ModelWideNamesPass"]
+__all__ = ["ModelWideNamesStep"]
 
 
-class ModelWideNamesPass(ir.passes.InPlacePass):
+class ModelWideNamesStep(ir.passes.InPlacePass):
     """Rename every value whose name another value of the model (any graph) already has.
 
     The main graph's inputs, outputs and initializers are claimed first, so the names a

@@ -9,7 +9,6 @@ import copy
 import importlib.util
 import inspect
 import json
-import pathlib
 import warnings
 
 import numpy as np
@@ -27,16 +26,16 @@ import hf_models
 from cli_runner import run_cli
 from conftest import line_of
 from dynamo_onnx.passes.metadata import MODULE_PATH, PACKED
+from dynamo_onnx.runtimes.onnxruntime.fusion_pass import layer_spans
 from dynamo_onnx.runtimes.onnxruntime.fusions import canonical_dims
-from dynamo_onnx.runtimes.onnxruntime.optimize import layer_spans
 from dynamo_onnx.runtimes.onnxruntime.packing import (
     PackedQKVOfSlices,
     PackedQKVOfSplit,
-    PackProjectionsPass,
+    PackProjectionsStep,
     pack_projections,
 )
+from sarif_tools import ROOT  # the top of the checkout
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
     "llm_generate", ROOT / "examples" / "llm_generate.py"
 )
@@ -621,7 +620,7 @@ def test_projections_of_one_input_are_one_matmul_and_a_split_computing_the_same(
         "computed": rng.standard_normal((8, 3), np.float32),
     }
     want = _run(model, feeds)
-    assert PackProjectionsPass()(model).modified
+    assert PackProjectionsStep()(model).modified
     ops = collections.Counter(n.op_type for n in model.graph)
     # q, k, v: one MatMul, one Add (k adds zeros), one Split; the three others as they were
     assert (ops["MatMul"], ops["Add"], ops["Split"], ops["Transpose"]) == (4, 1, 1, 0)
@@ -642,7 +641,7 @@ def test_projections_of_one_input_are_one_matmul_and_a_split_computing_the_same(
     got = _run(model, feeds)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
-    assert not PackProjectionsPass()(model).modified  # nothing left to pack
+    assert not PackProjectionsStep()(model).modified  # nothing left to pack
 
 
 def test_projections_of_inputs_of_their_own_are_left_alone():
