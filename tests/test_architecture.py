@@ -1227,7 +1227,7 @@ TRACEBACK_READERS = {
     "dynamo_onnx.passes.capture.causes": "a library check's source line text, not locations",
     # issue 47: these call frame_locations once the capture split and the cli/ package land
     "dynamo_onnx.passes.capture": "pending: _frames and ShapeLog.filter (capture split)",
-    "dynamo_onnx.cli": "pending: the user factory's frames (cli/ package)",
+    "dynamo_onnx.cli.user_code": "the user's traceback printed as Python prints it (format_list)",
 }
 
 

@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 import onnx
-import onnxruntime  # noqa: F401 (onnxruntime_genai needs it loaded first)
+import onnxruntime  # onnxruntime_genai needs it loaded first
 import pytest
 import tokenizers
 import torch

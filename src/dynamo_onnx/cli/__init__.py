@@ -95,8 +95,8 @@ def console_main() -> NoReturn:
 
     Before it ends, the objects the export left (torch's and sympy's, millions of them) are
     frozen out of the garbage collector: the interpreter's final collections would walk
-    them all for ~1 s, a quarter of a small export's command, to free memory the process
-    gives back on exit anyway. Only here: :func:`main` called in a caller's process leaves
+    them all (a sizeable share of a small export's command: docs/performance.md) to free
+    memory the process gives back on exit anyway. Only here: :func:`main` called in a caller's process leaves
     its collector alone."""
     code = main()
     gc.freeze()

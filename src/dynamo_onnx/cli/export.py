@@ -36,8 +36,8 @@ from dynamo_onnx.cli.user_code import (
     model_and_inputs,
     registry_keywords,
 )
+from dynamo_onnx.defaults import EXPORT_OPSET
 from dynamo_onnx.diagnostics.context import default_source_root
-from dynamo_onnx.options import EXPORT_OPSET
 from dynamo_onnx.reports.terminal import ProgressPrinter
 
 

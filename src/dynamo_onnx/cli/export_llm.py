@@ -25,13 +25,14 @@ from dynamo_onnx.cli.exporting import (
     write_reports,
 )
 from dynamo_onnx.cli.output import bounded, emit
+from dynamo_onnx.defaults import QUANTIZATION_ACCURACY_LEVEL, QUANTIZATION_BLOCK_SIZE
 from dynamo_onnx.diagnostics.context import default_source_root
 from dynamo_onnx.reports.terminal import ProgressPrinter
 
 
 def _weights_figures(ctx: Any) -> str:
     """`` (4.85 GB of weights, peak memory 1.07 GB)`` after a streamed save, else nothing."""
-    from dynamo_onnx.llm_stream import MEASUREMENT  # noqa: PLC0415
+    from dynamo_onnx.llm_stream import MEASUREMENT
 
     figures = ctx.measurements.get(MEASUREMENT) if ctx is not None else None
     if not figures:
@@ -135,13 +136,16 @@ def add_parser(commands: Any) -> None:
         "default), or none: the plain model (docs/llm.md)",
     )
     llm.add_argument(
-        "--block-size", type=int, default=32, help="int4/int8 block size (default: 32)"
+        "--block-size",
+        type=int,
+        default=QUANTIZATION_BLOCK_SIZE,
+        help="int4/int8 block size (default: %(default)s)",
     )
     llm.add_argument(
         "--accuracy-level",
         type=int,
-        default=4,
-        help="MatMulNBits' accuracy level: 4 computes with int8 activations (default: 4)",
+        default=QUANTIZATION_ACCURACY_LEVEL,
+        help="MatMulNBits' accuracy level: 4 computes with int8 activations (default: %(default)s)",
     )
     add_diagnostics_arguments(llm)
     llm.set_defaults(func=run)

@@ -25,7 +25,7 @@ def read_log(path: str) -> dict[str, Any]:
     except ValueError as exc:
         raise UnreadableLogError(path, f"not JSON ({exc})") from None
     try:
-        log["runs"][0]["results"]  # noqa: B018 - the shape we need
+        log["runs"][0]["results"]  # the shape we need
     except (KeyError, IndexError, TypeError):
         raise UnreadableLogError(path, "not a SARIF log (it has no runs[0].results)") from None
     from dynamo_onnx.reports import sarif

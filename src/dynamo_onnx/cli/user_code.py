@@ -144,7 +144,7 @@ def call_user(function: Any, what: str) -> Any:
 
     try:
         return function()
-    except Exception as exc:  # noqa: BLE001 - reported as the user's error
+    except Exception as exc:  # reported as the user's error
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_users(f.filename)]
         lines = "".join(traceback.format_list(frames)).rstrip()
         cause = f"{type(exc).__name__}: {exc}".splitlines()[0]

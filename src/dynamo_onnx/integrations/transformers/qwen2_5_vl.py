@@ -274,7 +274,7 @@ def traceable_vision(ctx: DiagnosticContext, model: torch.nn.Module) -> Iterator
     if not attentions and not steps:  # not Qwen2.5-VL: transformers is not even imported
         yield
         return
-    from transformers import vision_utils  # noqa: PLC0415
+    from transformers import vision_utils
 
     sizes = [
         (_line(getattr(vision_utils, function), text), function, why)
@@ -372,7 +372,7 @@ class DecoderStep(torch.nn.Module):
         position_ids: torch.Tensor,
         *caches: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
-        import transformers  # noqa: PLC0415 (only a transformers model reaches here)
+        import transformers  # only a transformers model reaches here
 
         n = self.layers
         cache = transformers.DynamicCache()

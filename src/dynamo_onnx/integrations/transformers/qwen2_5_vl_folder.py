@@ -142,8 +142,8 @@ def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> QwenVLFolder:
     folder = pathlib.Path(path)
     problem = folder_problem(folder)
     if problem is None:
-        import torch  # noqa: PLC0415 (the CLI's parser imports this module)
-        import transformers  # noqa: PLC0415
+        import torch  # the CLI's parser imports this module
+        import transformers
 
         try:
             with quiet_loading(transformers):

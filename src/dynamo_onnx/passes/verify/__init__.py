@@ -18,19 +18,18 @@ import torch
 import torch.fx
 from torch.export import graph_signature as gs
 
-from dynamo_onnx.defaults import VERIFY_ATOL, VERIFY_RTOL
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import OnnxExporterError, VerificationError
 from dynamo_onnx.foreign_text import fx_node_target, read_ort_error
 from dynamo_onnx.integrations import copy_family_values, family_of, output_leaves
 from dynamo_onnx.io.inputs import user_input_leaves
-from dynamo_onnx.io.runner import Runner
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.fx import random_outputs, range_bounds
 from dynamo_onnx.passes.metadata import FX_NODE, STACK_TRACE, stack_frames
 from dynamo_onnx.passes.model import buffers_restored
 from dynamo_onnx.passes.verify.comparison import Comparison, compare
 from dynamo_onnx.passes.verify.divergence import first_divergence
+from dynamo_onnx.passes.verify.request import VerifyRequest
 from dynamo_onnx.tensors import is_wrapper_subclass
 
 __all__ = ["Comparison", "VerifyPass", "VerifyRequest", "compare"]
@@ -50,32 +49,6 @@ def _leaves(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return [leaf for v in value for leaf in _leaves(v)]
     return []
-
-
-@dataclasses.dataclass(frozen=True)
-class VerifyRequest:
-    """What to verify: the model, the program it came from, how to run it, on what inputs.
-
-    ``run`` runs the ONNX model in ONNX Runtime (a session the session pass made); ``reference``
-    computes the eager outputs (default: the exported program's module). The pass returns a
-    copy with ``comparisons``; the request it was given is not changed.
-    """
-
-    model: ir.Model
-    exported_program: torch.export.ExportedProgram | None
-    run: Runner
-    args: Sequence[Any] = ()
-    kwargs: Mapping[str, Any] | None = None
-    reference: Callable[..., Any] | None = None
-    atol: float = VERIFY_ATOL
-    rtol: float = VERIFY_RTOL
-    find_divergence: bool = False
-    #: Also compare at a second size of every dynamic dimension.
-    second_shape: bool = True
-    comparisons: tuple[Comparison, ...] = ()
-    #: The axis along which an output (by name) holds more than eager's, whose values are
-    #: its last positions (``FamilyInputs.longer_output``: a whole cache against a window).
-    longer_output: Callable[[str], int | None] | None = None
 
 
 class VerifyPass:

@@ -20,7 +20,7 @@ from dynamo_onnx.passes.verify.comparison import compare
 from dynamo_onnx.registry import target_name
 
 if TYPE_CHECKING:
-    from dynamo_onnx.passes.verify import VerifyRequest
+    from dynamo_onnx.passes.verify.request import VerifyRequest
 
 
 class _Recorder(torch.fx.Interpreter):
