@@ -173,14 +173,14 @@ def test_a_runtime_importing_a_pass_internal_is_found():
     edges = {
         module: [
             ("dynamo_onnx.passes.base", 3),
-            ("dynamo_onnx.passes.onnx.finalize", 4),
-            ("dynamo_onnx.passes.onnx.load_check", 5),
+            ("dynamo_onnx.passes.onnx_graph.finalize", 4),
+            ("dynamo_onnx.passes.onnx_graph.load_check", 5),
             ("dynamo_onnx.onnx_tools.loading", 6),
         ]
     }
     assert _against_the_layers(edges) == [
-        f"{module}:4 {module} -> dynamo_onnx.passes.onnx.finalize",
-        f"{module}:5 {module} -> dynamo_onnx.passes.onnx.load_check",
+        f"{module}:4 {module} -> dynamo_onnx.passes.onnx_graph.finalize",
+        f"{module}:5 {module} -> dynamo_onnx.passes.onnx_graph.load_check",
     ]
 
 
@@ -489,7 +489,7 @@ FAMILY_NAMES = {
     "a family's soft-capping (`attn_logit_softcapping`)": re.compile(r"softcapping"),
 }
 #: The folders that know no family, by their place in the source tree (a folder renamed
-#: within them, ``passes/onnx/`` -> ``passes/onnx_graph/``, stays covered): the runtimes,
+#: within them, ``passes/onnx_graph/`` -> ``passes/onnx_graph/``, stays covered): the runtimes,
 #: the ONNX helpers below them, the command line (export-llm hands a folder to export_llm;
 #: the family is found there) and every pass (a pass asks the installed families).
 FAMILY_FREE = ("runtimes", "onnx_tools", "cli", "passes")
@@ -722,7 +722,7 @@ SHARED_PASS_MODULES = {
 
 #: Folders of passes: each module of one that defines a pass is a pass of its own; the
 #: folder's other modules are shared by its passes.
-PASS_FOLDERS = {"onnx"}
+PASS_FOLDERS = {"onnx_graph"}
 
 
 def _defines_a_pass(tree: ast.Module) -> bool:
@@ -740,7 +740,7 @@ def _defines_a_pass(tree: ast.Module) -> bool:
 
 
 def _pass_of(module: str, pass_modules: set[str]) -> str | None:
-    """The pass ``module`` belongs to (``passes.capture``, ``passes.onnx.opset``), or None
+    """The pass ``module`` belongs to (``passes.capture``, ``passes.onnx_graph.opset``), or None
     for a module every pass shares (of SHARED_PASS_MODULES, or a folder's helper)."""
     parts = module.split(".")
     if parts[:2] != ["dynamo_onnx", "passes"] or len(parts) < 3:
@@ -778,33 +778,36 @@ def test_a_pass_never_imports_another_pass():
 
 
 def test_the_pass_internals_check_can_fail():
-    """The check above on made-up edges: a pass of passes/onnx/ importing another of the
+    """The check above on made-up edges: a pass of passes/onnx_graph/ importing another of the
     folder (opset -> optimize), a helper importing a pass (the load check), and a pass
     importing another package's pass are offenders; the folder's helpers, the shared
     modules and onnx_tools/ are not."""
     passes = {
-        "dynamo_onnx.passes.onnx.opset",
-        "dynamo_onnx.passes.onnx.optimize",
-        "dynamo_onnx.passes.onnx.load_check",
+        "dynamo_onnx.passes.onnx_graph.opset",
+        "dynamo_onnx.passes.onnx_graph.optimize",
+        "dynamo_onnx.passes.onnx_graph.load_check",
     }
     assert _defines_a_pass(ast.parse("class P:\n    changes_input: ClassVar[bool] = False\n"))
     assert not _defines_a_pass(ast.parse("def changes_input(): ...\n"))
-    opset, lowerings = "dynamo_onnx.passes.onnx.opset", "dynamo_onnx.passes.onnx.lowerings"
+    opset, lowerings = (
+        "dynamo_onnx.passes.onnx_graph.opset",
+        "dynamo_onnx.passes.onnx_graph.lowerings",
+    )
     edges = {
         opset: [
-            ("dynamo_onnx.passes.onnx.optimize", 3),
-            ("dynamo_onnx.passes.onnx.steps", 4),
-            ("dynamo_onnx.passes.onnx.lowerings", 5),
+            ("dynamo_onnx.passes.onnx_graph.optimize", 3),
+            ("dynamo_onnx.passes.onnx_graph.steps", 4),
+            ("dynamo_onnx.passes.onnx_graph.lowerings", 5),
             ("dynamo_onnx.passes.metadata", 6),
             ("dynamo_onnx.onnx_tools.older_opsets", 7),
             ("dynamo_onnx.passes.capture.causes", 8),
         ],
-        lowerings: [("dynamo_onnx.passes.onnx.load_check", 9)],
+        lowerings: [("dynamo_onnx.passes.onnx_graph.load_check", 9)],
     }
     assert _pass_internals(edges, passes) == [
-        f"{opset}:3 imports dynamo_onnx.passes.onnx.optimize",
+        f"{opset}:3 imports dynamo_onnx.passes.onnx_graph.optimize",
         f"{opset}:8 imports dynamo_onnx.passes.capture.causes",
-        f"{lowerings}:9 imports dynamo_onnx.passes.onnx.load_check",
+        f"{lowerings}:9 imports dynamo_onnx.passes.onnx_graph.load_check",
     ]
 
 

@@ -200,7 +200,7 @@ def test_a_reshape_to_a_computed_shape_converts_below_14():
     """Reshape 14 added ``allowzero``: torch's reshape to a shape computed at run time keeps
     a 0 as a size (``allowzero=1``), which an opset-13 ``Reshape`` reads as "the input's
     size". It was DO402 for a Llama with a dynamic sequence at opset 13; the reshapes are
-    lowered (passes/onnx/lowerings.py) and the model matches eager at two sizes."""
+    lowered (passes/onnx_graph/lowerings.py) and the model matches eager at two sizes."""
     model, make, shapes = _older_opset_cases()["llama"]
     program = dynamo_onnx.export(model, make(2), opset_version=13, dynamic_shapes=shapes)
     assert {o.domain: o.version for o in program.model_proto.opset_import}[""] == 13

@@ -9,7 +9,7 @@ import torch
 
 import dynamo_onnx
 from conftest import MLPModel
-from dynamo_onnx.passes.onnx.module_functions import DOMAIN
+from dynamo_onnx.passes.onnx_graph.module_functions import DOMAIN
 
 transformers = pytest.importorskip("transformers")
 

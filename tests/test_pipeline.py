@@ -13,7 +13,7 @@ import torch
 import dynamo_onnx
 from conftest import MLPModel
 from dynamo_onnx.passes.base import PassName
-from dynamo_onnx.passes.onnx import optimize as optimize_pass
+from dynamo_onnx.passes.onnx_graph import optimize as optimize_pass
 from dynamo_onnx.registry import torchlib
 
 

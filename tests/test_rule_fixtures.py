@@ -15,7 +15,7 @@ import torch
 
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext, Level
-from dynamo_onnx.passes.onnx import optimize as optimize_pass
+from dynamo_onnx.passes.onnx_graph import optimize as optimize_pass
 from dynamo_onnx.rules import catalog
 from dynamo_onnx.runtimes.onnxruntime import fusions as fusions_module
 from dynamo_onnx.runtimes.onnxruntime import quantize as quantize_pass

@@ -12,7 +12,7 @@ import torch.fx
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
-from dynamo_onnx.passes.onnx.finalize import AddOpsetImportsStep, FinalizePass, RenameDimsStep
+from dynamo_onnx.passes.onnx_graph.finalize import AddOpsetImportsStep, FinalizePass, RenameDimsStep
 from dynamo_onnx.passes.translate.builder import GraphBuilder
 from dynamo_onnx.passes.translate.interpreter import Translator
 from dynamo_onnx.passes.translate.problems import OperatorTally

@@ -21,12 +21,12 @@ from dynamo_onnx.passes.capture import CapturePass
 from dynamo_onnx.passes.decompose import DecomposePass, lower
 from dynamo_onnx.passes.dynamic_shapes import DynamicShapesPass
 from dynamo_onnx.passes.model import model_anchor
-from dynamo_onnx.passes.onnx.describe import describe_into
-from dynamo_onnx.passes.onnx.finalize import FinalizePass
-from dynamo_onnx.passes.onnx.load_check import LoadCheckPass
-from dynamo_onnx.passes.onnx.module_functions import ModuleFunctionsPass
-from dynamo_onnx.passes.onnx.opset import OpsetConversionPass
-from dynamo_onnx.passes.onnx.weights import WeightCheckPass
+from dynamo_onnx.passes.onnx_graph.describe import describe_into
+from dynamo_onnx.passes.onnx_graph.finalize import FinalizePass
+from dynamo_onnx.passes.onnx_graph.load_check import LoadCheckPass
+from dynamo_onnx.passes.onnx_graph.module_functions import ModuleFunctionsPass
+from dynamo_onnx.passes.onnx_graph.opset import OpsetConversionPass
+from dynamo_onnx.passes.onnx_graph.weights import WeightCheckPass
 from dynamo_onnx.passes.semantics import SemanticsPass
 from dynamo_onnx.passes.translate import TranslatePass
 from dynamo_onnx.passes.validate import ValidatePass

@@ -37,9 +37,9 @@ from dynamo_onnx.io.inputs import call_arguments
 from dynamo_onnx.io.runner import OrtRunner
 from dynamo_onnx.options import ONNXRuntimeOptions
 from dynamo_onnx.passes.base import Pass, run_pipeline
-from dynamo_onnx.passes.onnx.describe import describe_into
-from dynamo_onnx.passes.onnx.optimize import OptimizePass
-from dynamo_onnx.passes.onnx.weights import ApplyWeightsPass, WeightsRequest
+from dynamo_onnx.passes.onnx_graph.describe import describe_into
+from dynamo_onnx.passes.onnx_graph.optimize import OptimizePass
+from dynamo_onnx.passes.onnx_graph.weights import ApplyWeightsPass, WeightsRequest
 from dynamo_onnx.passes.save import SavePass, SaveRequest
 from dynamo_onnx.passes.session import SessionPass, SessionRequest, default_session
 from dynamo_onnx.passes.verify import (

@@ -1,4 +1,4 @@
-"""The lowerings for older opsets (passes/onnx/lowerings.py), each alone on a one-node
+"""The lowerings for older opsets (passes/onnx_graph/lowerings.py), each alone on a one-node
 opset-18 model: the node is gone, and the model gives what it gave, in ONNX Runtime, before
 and after conversion to the older opset."""
 
@@ -12,7 +12,7 @@ import pytest
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
-from dynamo_onnx.passes.onnx.lowerings import (
+from dynamo_onnx.passes.onnx_graph.lowerings import (
     CastLikeLowering,
     ConstantValueLowering,
     HardSwishLowering,
@@ -23,7 +23,7 @@ from dynamo_onnx.passes.onnx.lowerings import (
     SplitLowering,
     TriluLowering,
 )
-from dynamo_onnx.passes.onnx.opset import OpsetConversionPass
+from dynamo_onnx.passes.onnx_graph.opset import OpsetConversionPass
 
 FLOAT, INT64, BOOL = ir.DataType.FLOAT, ir.DataType.INT64, ir.DataType.BOOL
 

@@ -15,7 +15,7 @@ from helpers import Tiny, three_nodes
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.io.sessions import inference_session
-from dynamo_onnx.passes.onnx.weights import ApplyWeightsPass, WeightsRequest
+from dynamo_onnx.passes.onnx_graph.weights import ApplyWeightsPass, WeightsRequest
 from dynamo_onnx.passes.save import SavePass, SaveRequest
 from dynamo_onnx.passes.session import SessionPass, SessionRequest, default_session
 from dynamo_onnx.passes.verify import VerifyPass, VerifyRequest, compare

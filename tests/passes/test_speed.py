@@ -12,7 +12,7 @@ from onnxscript.rewriter import pattern
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.onnx_tools.rule_roots import root_filtered, root_op_type
-from dynamo_onnx.passes.onnx import weights
+from dynamo_onnx.passes.onnx_graph import weights
 from dynamo_onnx.tensors import torch_tensor_to_ir
 
 

@@ -32,8 +32,8 @@ from dynamo_onnx.onnx_tools.older_opsets import (
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.logs import dropped
 from dynamo_onnx.passes.metadata import STACK_TRACE, stack_frames
-from dynamo_onnx.passes.onnx.lowerings import lowerings_for
-from dynamo_onnx.passes.onnx.steps import report_inlined, run_steps
+from dynamo_onnx.passes.onnx_graph.lowerings import lowerings_for
+from dynamo_onnx.passes.onnx_graph.steps import report_inlined, run_steps
 
 __all__ = ["ConvertOpsetStep", "OpsetConversionPass"]
 

@@ -16,11 +16,11 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.onnx_tools.loading import weights_as_inputs
 from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
-from dynamo_onnx.passes.onnx.finalize import FinalizePass
-from dynamo_onnx.passes.onnx.load_check import LoadCheckPass
-from dynamo_onnx.passes.onnx.opset import ConvertOpsetStep, OpsetConversionPass
-from dynamo_onnx.passes.onnx.optimize import OptimizePass, count_nodes
-from dynamo_onnx.passes.onnx.weights import WeightCheckPass
+from dynamo_onnx.passes.onnx_graph.finalize import FinalizePass
+from dynamo_onnx.passes.onnx_graph.load_check import LoadCheckPass
+from dynamo_onnx.passes.onnx_graph.opset import ConvertOpsetStep, OpsetConversionPass
+from dynamo_onnx.passes.onnx_graph.optimize import OptimizePass, count_nodes
+from dynamo_onnx.passes.onnx_graph.weights import WeightCheckPass
 
 
 def _state(model: ir.Model, **checked) -> ExportState:

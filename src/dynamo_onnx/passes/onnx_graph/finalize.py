@@ -26,7 +26,7 @@ from dynamo_onnx.io.inputs import leaf_paths
 from dynamo_onnx.onnx_tools.names import ModelWideNamesStep
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.fx import none_outputs
-from dynamo_onnx.passes.onnx.steps import run_steps
+from dynamo_onnx.passes.onnx_graph.steps import run_steps
 
 __all__ = [
     "AddOpsetImportsStep",

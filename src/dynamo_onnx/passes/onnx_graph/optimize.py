@@ -19,7 +19,7 @@ from dynamo_onnx.onnx_tools.older_opsets import drop_newer_attributes
 from dynamo_onnx.onnx_tools.optimizer_pipeline import run_optimizer
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
-from dynamo_onnx.passes.onnx.steps import report_inlined
+from dynamo_onnx.passes.onnx_graph.steps import report_inlined
 
 __all__ = ["OptimizePass", "count_nodes"]
 

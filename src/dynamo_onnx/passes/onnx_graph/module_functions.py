@@ -24,7 +24,7 @@ from dynamo_onnx.passes.metadata import (
     MODULE_PATH,
     NAMESPACE,
 )
-from dynamo_onnx.passes.onnx.steps import run_steps
+from dynamo_onnx.passes.onnx_graph.steps import run_steps
 
 __all__ = ["DOMAIN", "GroupModulesStep", "ModuleFunctionsPass", "group_modules"]
 
