@@ -32,6 +32,7 @@ LAYERS = {
     "io": 4,
     "foreign_text": 4,
     "onnx_tools": 4,
+    "specs": 4,
     "integrations": 5,
     "passes": 6,
     "runtimes": 6,

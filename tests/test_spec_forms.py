@@ -472,7 +472,7 @@ def _dynamic_cache(layers: int, past: int = 4) -> transformers.DynamicCache:
 
 def test_each_cache_form_gives_every_tensor_its_spec_in_layer_order():
     from dynamo_onnx.integrations.transformers.spec_forms import cache_specs
-    from dynamo_onnx.io.specs import SpecMismatch
+    from dynamo_onnx.specs.messages import SpecMismatch
 
     cache = _dynamic_cache(3)
     k = [{0: "b", 2: f"k{i}"} for i in range(3)]

@@ -25,7 +25,7 @@ from dynamo_onnx.errors import (
     InvalidOptionValueError,
     OnnxExporterError,
 )
-from dynamo_onnx.integrations import FamilyInputs, ModelFamily, family_of, input_family
+from dynamo_onnx.integrations import FamilyInputs, ModelFamily, families, family_of, input_family
 from dynamo_onnx.io.inputs import call_arguments, spread
 from dynamo_onnx.options import (
     ExportOptions,
@@ -38,11 +38,13 @@ from dynamo_onnx.options import (
 )
 from dynamo_onnx.passes.base import CheckedRequest, ExportState, PassName
 from dynamo_onnx.passes.model import describe_value, forward_signature, model_anchor
-from dynamo_onnx.passes.validate import spec_forms, torch_onnx
+from dynamo_onnx.passes.validate import torch_onnx
 from dynamo_onnx.passes.validate.exportable import with_module_arguments
 from dynamo_onnx.registry import OnnxRegistry
+from dynamo_onnx.specs import forms as spec_forms
+from dynamo_onnx.specs import spellings
 
-__all__ = ["ValidatePass", "normalize_dynamic_shapes"]
+__all__ = ["ValidatePass"]
 
 #: Leaf types torch.export takes as inputs (others must be registered pytree containers).
 _LEAF_TYPES = (torch.Tensor, bool, int, float, complex, str, type(None), torch.dtype, torch.device)
@@ -178,19 +180,19 @@ class ValidatePass:
         # Two spellings of one request: every dimension dynamic where the model allows it.
         everything = spec is True or (isinstance(options, ExportOptions) and options.dynamic_shapes)
         if everything:
-            spec = {name: _auto_spec(value) for name, value in bound.items()}
+            spec = {name: spellings.every_dim(value) for name, value in bound.items()}
         # one spelling per request (see _by_index), by name or by position
         if isinstance(spec, dict):
-            spec = {name: _by_index(dims, bound.get(name)) for name, dims in spec.items()}
+            spec = {name: spellings.by_index(dims, bound.get(name)) for name, dims in spec.items()}
         elif isinstance(spec, (list, tuple)) and len(spec) == len(bound):
-            spec = type(spec)(_by_index(d, v) for d, v in zip(spec, bound.values()))
+            spec = type(spec)(spellings.by_index(d, v) for d, v in zip(spec, bound.values()))
         named_spec = spec
-        spec = normalize_dynamic_shapes(spec)
+        spec = spellings.normalize(spec)
         if isinstance(spec, dict) and bound and set(spec) <= set(bound):
             # torch.export wants every input named; one the caller left out is static
             # (a flag beside a spec for the token ids)
             spec = {name: spec.get(name) for name in bound}
-        requested = _requested_dynamic(spec, bound)
+        requested = spellings.requested_dims(spec, bound)
         labels = _input_labels(bound, request.input_names)
         if family_inputs is not None and not request.input_names:
             labels = dict(family_inputs.names)
@@ -255,7 +257,7 @@ def _checked_spec(
             )
     try:
         checked = spec_forms.spec_by_parameter(
-            spec, signature, bound, spread_out, request.input_names
+            spec, signature, bound, spread_out, request.input_names, families()
         )
     except spec_forms.SpecMismatch as problem:
         ctx.fail(
@@ -578,74 +580,3 @@ def _input_labels(bound: Mapping[str, Any], input_names: Any) -> dict[str, str]:
             labels[name] = str(input_names[position])
         position += sum(isinstance(leaf, torch.Tensor) for leaf in leaves)
     return labels
-
-
-def _auto_spec(value: Any) -> Any:
-    """``dynamic_shapes=True`` for one input: every dimension of every tensor dynamic.
-
-    ``Dim.AUTO`` lets torch.export keep a dimension static where the model requires it (the
-    8 input features of a Linear(8, ...)) instead of failing; the seed's "most compatible"
-    meaning.
-    """
-    if isinstance(value, torch.Tensor):
-        return {dim: torch.export.Dim.AUTO for dim in range(value.dim())} or None
-    if isinstance(value, (list, tuple)):
-        return type(value)(_auto_spec(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _auto_spec(v) for k, v in value.items()}
-    return None
-
-
-def _by_index(dims: Any, value: Any) -> Any:
-    """A tensor's spec written as a list of its dimensions (``["batch", None, "past", None]``)
-    or as a dict with static ones (``{0: "batch", 1: None}``) as the dict torch.export reads
-    the same way (``{0: "batch", 2: "past"}``): the passes after validation see one request
-    whichever the caller wrote, and torch.export is never handed a None dimension (it logs
-    a deprecation for each, torch.onnx's own idiom); any other spec as it is."""
-    if not isinstance(value, torch.Tensor):
-        return dims
-    if isinstance(dims, dict):
-        items = list(dims.items())
-    elif isinstance(dims, (list, tuple)) and len(dims) == value.dim():
-        items = list(enumerate(dims))
-    else:
-        return dims
-    if any(isinstance(d, (list, tuple, dict)) for _, d in items):
-        return dims
-    return {index: dim for index, dim in items if dim is not None} or None
-
-
-def normalize_dynamic_shapes(spec: Any) -> Any:
-    """torch.export's specs, plus names as strings: ``{0: "batch"}`` -> ``{0: Dim.AUTO}``.
-
-    A named string is dynamic where the model allows it: a dimension the model specializes
-    becomes a ``dynamic-dim-specialized`` warning instead of a failed capture (``Dim``
-    objects keep torch's strict meaning). The names are applied to the ONNX dims after.
-    """
-    if isinstance(spec, str):
-        return torch.export.Dim.AUTO
-    if isinstance(spec, dict):
-        return {k: normalize_dynamic_shapes(v) for k, v in spec.items()}
-    if isinstance(spec, (list, tuple)):
-        return type(spec)(normalize_dynamic_shapes(v) for v in spec)
-    return spec
-
-
-def _requested_dynamic(spec: Any, bound: Mapping[str, Any]) -> dict[tuple[str, int], int]:
-    """(input name, dimension) -> example size, for every dimension the spec makes dynamic."""
-    if spec is None or not bound:
-        return {}
-    if isinstance(spec, (list, tuple)):
-        spec = dict(zip(bound, spec))
-    requested: dict[tuple[str, int], int] = {}
-    if not isinstance(spec, dict):
-        return requested
-    for name, dims in spec.items():
-        value = bound.get(name)
-        if not isinstance(value, torch.Tensor):
-            continue
-        items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
-        for index, dim in items:
-            if dim is not None and dim is not torch.export.Dim.STATIC and int(index) < value.dim():
-                requested[(name, int(index))] = int(value.shape[int(index)])
-    return requested
