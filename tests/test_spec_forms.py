@@ -186,11 +186,11 @@ def _checked(
     request = ExportRequest(model, (), kwargs=inputs, dynamic_shapes=spec, **axes)
     checked = ValidatePass()(ctx, ExportState(request)).valid
     seen = {
-        "named_spec": checked.named_spec,
-        "dynamic_shapes": checked.dynamic_shapes,
-        "requested_dims": checked.requested_dims,
-        "declared_dims": checked.declared_dims,
-        "all_dims_dynamic": checked.all_dims_dynamic,
+        "named_spec": checked.shapes.named,
+        "dynamic_shapes": checked.shapes.spec,
+        "requested_dims": checked.shapes.requested,
+        "declared_dims": checked.shapes.declared,
+        "all_dims_dynamic": checked.shapes.everything,
         "input_labels": checked.input_labels,
         "input_names": checked.input_names,
         "family_names": checked.family_inputs.names,

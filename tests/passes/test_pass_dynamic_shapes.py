@@ -20,8 +20,8 @@ def test_a_declared_dim_the_program_keeps_static_is_a_warning():
         Tiny(),
         (torch.randn(2, 4),),
         {"x": {0: AUTO, 1: AUTO}},
-        requested_dims={("x", 0): 2, ("x", 1): 4},
-        declared_dims=frozenset({("x", 0), ("x", 1)}),
+        requested={("x", 0): 2, ("x", 1): 4},
+        declared=frozenset({("x", 0), ("x", 1)}),
     )
     ctx = DiagnosticContext()
     DynamicShapesPass()(ctx, state)
@@ -34,8 +34,8 @@ def test_every_dimension_dynamic_lists_the_static_ones_in_one_note():
         Tiny(),
         (torch.randn(2, 4),),
         {"x": {0: AUTO, 1: AUTO}},
-        requested_dims={("x", 0): 2, ("x", 1): 4},
-        all_dims_dynamic=True,
+        requested={("x", 0): 2, ("x", 1): 4},
+        everything=True,
     )
     ctx = DiagnosticContext()
     DynamicShapesPass()(ctx, state)
@@ -52,9 +52,7 @@ def test_dynamic_dims_get_the_callers_names_else_input_and_index():
 
 
 def test_the_pass_returns_the_names_in_a_new_state():
-    state = program_state(
-        Tiny(), (torch.randn(2, 4),), {"x": {0: AUTO}}, requested_dims={("x", 0): 2}
-    )
+    state = program_state(Tiny(), (torch.randn(2, 4),), {"x": {0: AUTO}}, requested={("x", 0): 2})
     result = DynamicShapesPass()(DiagnosticContext(), state)
     assert list(result.dim_names.values()) == ["x_dim_0"] and not state.dim_names
 
@@ -69,8 +67,8 @@ def _do106(messages: list[str]) -> str:
         Specialized(),
         (torch.randn(8),),
         {"x": {0: AUTO}},
-        requested_dims={("x", 0): 8},
-        declared_dims=frozenset({("x", 0)}),
+        requested={("x", 0): 8},
+        declared=frozenset({("x", 0)}),
     )
     state = state.replace(
         capture=CaptureRecord("recorded", None, tuple(ShapeLogRecord(m) for m in messages))

@@ -65,16 +65,16 @@ def test_both_spellings_of_every_dimension_dynamic_give_one_checked_request():
     options = dynamo_onnx.ExportOptions(dynamic_shapes=True)
     optioned = validated(Tiny(), (x,), export_options=options).valid
     for checked in (spelled, optioned):
-        assert checked.all_dims_dynamic and not checked.declared_dims
-        assert dict(checked.requested_dims) == {("x", 0): 2, ("x", 1): 4}
-    assert spelled.dynamic_shapes == optioned.dynamic_shapes
+        assert checked.shapes.everything and not checked.shapes.declared
+        assert dict(checked.shapes.requested) == {("x", 0): 2, ("x", 1): 4}
+    assert spelled.shapes.spec == optioned.shapes.spec
 
 
 def test_a_named_dimension_is_declared_and_becomes_auto():
     checked = validated(Tiny(), (torch.randn(2, 4),), dynamic_shapes={"x": {0: "batch"}}).valid
-    assert checked.declared_dims == frozenset({("x", 0)})
-    assert checked.dynamic_shapes == {"x": {0: torch.export.Dim.AUTO}}
-    assert checked.named_spec == {"x": {0: "batch"}}
+    assert checked.shapes.declared == frozenset({("x", 0)})
+    assert checked.shapes.spec == {"x": {0: torch.export.Dim.AUTO}}
+    assert checked.shapes.named == {"x": {0: "batch"}}
 
 
 @pytest.mark.parametrize(
@@ -86,18 +86,18 @@ def test_a_tensors_list_of_dims_is_checked_into_the_dict_it_means(dims):
     x = torch.randn(2, 4)
     listed = validated(Tiny(), (x,), dynamic_shapes={"x": dims}).valid
     as_dict = validated(Tiny(), (x,), dynamic_shapes={"x": {0: dims[0]}}).valid
-    assert listed.named_spec == as_dict.named_spec == {"x": {0: dims[0]}}
-    assert listed.dynamic_shapes == as_dict.dynamic_shapes
-    assert listed.declared_dims == as_dict.declared_dims == frozenset({("x", 0)})
+    assert listed.shapes.named == as_dict.shapes.named == {"x": {0: dims[0]}}
+    assert listed.shapes.spec == as_dict.shapes.spec
+    assert listed.shapes.declared == as_dict.shapes.declared == frozenset({("x", 0)})
     static = validated(Tiny(), (x,), dynamic_shapes={"x": [None, None]}).valid
-    assert static.named_spec == {"x": None} and not static.requested_dims
+    assert static.shapes.named == {"x": None} and not static.shapes.requested
     with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match=r"\[DO131 "):
         validated(Tiny(), (x,), dynamic_shapes={"x": ["batch"]})  # not a list of its dims
     with_none = validated(Tiny(), (x,), dynamic_shapes={"x": {0: dims[0], 1: None}}).valid
-    assert with_none.named_spec == as_dict.named_spec  # None is a static dimension
+    assert with_none.shapes.named == as_dict.shapes.named  # None is a static dimension
     by_position = validated(Tiny(), (x,), dynamic_shapes=(dims,)).valid
-    assert by_position.named_spec == ({0: dims[0]},)
-    assert by_position.declared_dims == as_dict.declared_dims
+    assert by_position.shapes.named == ({0: dims[0]},)
+    assert by_position.shapes.declared == as_dict.shapes.declared
 
 
 def test_a_bad_opset_fails_in_validate_with_its_rule():

@@ -22,6 +22,7 @@ from dynamo_onnx.passes import contract
 from dynamo_onnx.passes.collector import collections_spaced
 from dynamo_onnx.passes.logs import deprecations_ignored
 from dynamo_onnx.rules import catalog
+from dynamo_onnx.specs import ShapeRequest
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -119,15 +120,9 @@ class CheckedRequest:
         model_location: where the model's code starts (its ``forward``), the anchor of
             findings that have no line of their own.
         registry: the ONNX functions to translate with.
-        dynamic_shapes: torch.export's spec, in one normal form (strings turned into
-            ``Dim.AUTO``; "every dimension dynamic" expanded, whichever spelling asked).
-        named_spec: the spec with the caller's dimension names (from ``dynamic_shapes`` or
-            ``dynamic_axes``), for the names of the ONNX dims.
-        requested_dims: (input name, dimension) -> example size, for every dimension asked
-            to be dynamic.
-        declared_dims: the requested dimensions the caller named or declared one by one
-            (not those of "every dimension dynamic", which the model may keep static).
-        all_dims_dynamic: ``dynamic_shapes=True`` or ``ExportOptions(dynamic_shapes=True)``.
+        shapes: the dynamic-shape request in one normal form, whichever spelling asked
+            (:class:`~dynamo_onnx.specs.ShapeRequest`: torch.export's spec, the caller's
+            dimension names, the dimensions requested and declared).
         input_labels: ``forward`` parameter -> the name the caller gave that input
             (``input_names``), for messages.
         module_functions: group submodule calls into ONNX local functions.
@@ -146,11 +141,7 @@ class CheckedRequest:
     output_names: tuple[str, ...] | None = None
     model_location: Location | None = None
     registry: OnnxRegistry | None = None
-    dynamic_shapes: Any = None
-    named_spec: Any = None
-    requested_dims: Mapping[tuple[str, int], int] = dataclasses.field(default_factory=dict)
-    declared_dims: frozenset[tuple[str, int]] = frozenset()
-    all_dims_dynamic: bool = False
+    shapes: ShapeRequest = ShapeRequest()
     input_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     module_functions: bool = False
     custom_opsets: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -167,12 +158,6 @@ class CheckedRequest:
     def label(self, input_name: str) -> str:
         """The caller's name of an input (``input_names``), else the parameter's name."""
         return self.input_labels.get(input_name, input_name)
-
-    def parameter_names(self, spec: Any) -> Any:
-        """A spec given as a tuple (one entry per input, in order) as a dict by name."""
-        if isinstance(spec, (list, tuple)):
-            return dict(zip(self.bound, spec))
-        return spec
 
 
 @dataclasses.dataclass(frozen=True)

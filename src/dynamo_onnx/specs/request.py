@@ -110,10 +110,9 @@ class ShapeRequest:
 
     # -- questions ------------------------------------------------------------------------
 
-    def by_name(self, spec: Any = None) -> Any:
-        """``spec`` (default: this request's) given as a tuple (one entry per input, in
-        order) as a dict by input name; a dict or None as it is."""
-        spec = self.spec if spec is None else spec
+    def by_name(self, spec: Any) -> Any:
+        """``spec`` (this request's, its named form, or one torch refined) given as a tuple
+        (one entry per input, in order) as a dict by input name; a dict or None as it is."""
         if isinstance(spec, (list, tuple)):
             return dict(zip(self.inputs, spec))
         return spec
@@ -142,7 +141,7 @@ class ShapeRequest:
     def without(self, dims: Iterable[tuple[str, int]]) -> ShapeRequest | None:
         """This request with ``dims`` static (by name); None when one is not a dimension of
         a top-level tensor's ``{dim: ...}`` entry (a nested input's spec is left alone)."""
-        spec = self.by_name()
+        spec = self.by_name(self.spec)
         if not isinstance(spec, dict):
             return None
         spec = dict(spec)

@@ -275,7 +275,7 @@ class CapturePass:
             _lines_for_regions(program)
             _check_outputs(ctx, program, state.valid.model_location)
             return state.replace(
-                capture=CaptureRecord(given, state.valid.dynamic_shapes),
+                capture=CaptureRecord(given, state.valid.shapes.spec),
                 exported_program=program,
             )
         module = as_module(model)
@@ -297,10 +297,10 @@ class CapturePass:
         inputs = state.valid.capture_inputs()
         causes: list[str] = []
         failures: list[tuple[BaseException, Location | None]] = []
-        for strategy, deferred in self._attempts(failures, state.valid.dynamic_shapes):
+        for strategy, deferred in self._attempts(failures, state.valid.shapes.spec):
             label = strategy.label + (_DEFERRING if deferred else "")
             shape_log = _ShapeLog(show=state.valid.verbose)
-            spec = state.valid.dynamic_shapes
+            spec = state.valid.shapes.spec
             try:
                 with shape_log.listening():
                     try:
@@ -532,8 +532,8 @@ def _size_one_dims(state: ExportState) -> list[tuple[str, int]]:
     """Dimensions the caller declared dynamic whose example has size 1."""
     return [
         key
-        for key, size in state.valid.requested_dims.items()
-        if size == 1 and key in state.valid.declared_dims
+        for key, size in state.valid.shapes.requested.items()
+        if size == 1 and key in state.valid.shapes.declared
     ]
 
 
@@ -587,7 +587,7 @@ def _repeated_capture(
     try:
         with shape_log.listening():
             program = strategy.capture(
-                module, bound.args, bound.kwargs, state.valid.dynamic_shapes, deferred=deferred
+                module, bound.args, bound.kwargs, state.valid.shapes.spec, deferred=deferred
             )
     except Exception:  # noqa: BLE001 - captured as given instead, with DO105
         return None
@@ -599,8 +599,8 @@ def _repeated_capture(
             locations=[ctx.call_site],
             input=state.valid.label(name),
             dim=dim,
-            size=state.valid.requested_dims.get((name, dim), 1),
-            traced=2 * state.valid.requested_dims.get((name, dim), 1),
+            size=state.valid.shapes.requested.get((name, dim), 1),
+            traced=2 * state.valid.shapes.requested.get((name, dim), 1),
             reason=reason,
         )
     if not unpins:
@@ -610,7 +610,7 @@ def _repeated_capture(
         _check_outputs(ctx, program, state.valid.model_location)
     _lines_for_regions(program)
     label = strategy.label + (_DEFERRING if deferred else "")
-    record = CaptureRecord(label, state.valid.dynamic_shapes, tuple(shape_log.records))
+    record = CaptureRecord(label, state.valid.shapes.spec, tuple(shape_log.records))
     return state.replace(capture=record, exported_program=program)
 
 
@@ -628,7 +628,7 @@ def _sizes_pinned_at_zero_or_one(
         if condition.fixes_a_computed_size and condition.value in ("0", "1")
     ]
     for keys in [*found, *_asserted_at_zero_or_one(program)]:
-        if keys and all(key in state.valid.declared_dims for key in keys):
+        if keys and all(key in state.valid.shapes.declared for key in keys):
             dims.extend(key for key in keys if key not in dims)
     return dims
 
@@ -745,7 +745,7 @@ def _kept_dynamic(
             return None
         if working == set(symbols):
             return deferred, spec, tuple(shape_log.records)
-        spec = _without_dims(state.valid.parameter_names(spec), set(symbols) - working)
+        spec = _without_dims(state.valid.shapes.by_name(spec), set(symbols) - working)
         if spec is None:
             return None
         fixed = {dim: fixed[dim] for dim in working}
@@ -759,7 +759,7 @@ def _fixed_requested(
     has as a constant (size-0/1 examples aside: torch's 0/1 rule, not the model's)."""
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     fixed: dict[tuple[str, int], int] = {}
-    for (name, dim), example in state.valid.requested_dims.items():
+    for (name, dim), example in state.valid.shapes.requested.items():
         node = placeholders.get(name)
         val = node.meta.get("val") if node is not None else None
         if not isinstance(val, torch.Tensor) or dim >= val.dim() or example in (0, 1):

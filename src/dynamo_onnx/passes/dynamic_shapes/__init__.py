@@ -45,7 +45,7 @@ class DynamicShapesPass:
         assert program is not None
         log = read_shape_log(state.captured.shape_log)  # torch's words, read once
         _report_specializations(ctx, program, state, log)
-        names = dimension_names(program, state.valid.parameter_names(state.valid.named_spec))
+        names = dimension_names(program, state.valid.shapes.by_name(state.valid.shapes.named))
         _report_narrowing(ctx, program, state, names, log)
         _report_constant_guards(ctx, program, state, log)
         return state.replace(dim_names=names)
@@ -103,7 +103,7 @@ def _report_specializations(
     kept: list[str] = []
     #: the model's lines that fix a kept dimension: the note is at the first, as it says
     fixed_at: list[Location] = []
-    for (input_name, dim), example in state.valid.requested_dims.items():
+    for (input_name, dim), example in state.valid.shapes.requested.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
         if not isinstance(val, torch.Tensor) or dim >= val.dim():
@@ -111,7 +111,7 @@ def _report_specializations(
         value = static_size(val.shape[dim])
         if value is None:
             continue
-        declared = (input_name, dim) in state.valid.declared_dims
+        declared = (input_name, dim) in state.valid.shapes.declared
         if declared and example in (0, 1):
             continue  # torch's 0/1 rule, not a line of the model: DO105 says it
         symbol = log.symbol_of(input_name, dim)
@@ -162,13 +162,13 @@ def _report_narrowing(
 ) -> None:
     """A warning for each requested-dynamic dimension that torch.export kept dynamic over a
     narrower range than asked, or only as a multiple of a number."""
-    if not state.valid.requested_dims:
+    if not state.valid.shapes.requested:
         return
     ranges = {str(symbol): vr for symbol, vr in program.range_constraints.items()}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     reported: set[str] = set()
-    asked = state.valid.parameter_names(state.captured.dynamic_shapes)  # the spec by name
-    for (input_name, dim), _ in state.valid.requested_dims.items():
+    asked = state.valid.shapes.by_name(state.captured.dynamic_shapes)  # the spec by name
+    for (input_name, dim), _ in state.valid.shapes.requested.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
         if not isinstance(val, torch.Tensor) or dim >= val.dim():
@@ -341,12 +341,12 @@ def _report_constant_guards(
     shared symbols, divisibility has its own finding); the line is the guard's in torch's
     log, matched by its constant.
     """
-    if not state.valid.requested_dims:
+    if not state.valid.shapes.requested:
         return
     for condition in program_conditions(program):
         if not condition.fixes_a_computed_size or condition.value is None:
             continue
-        if _holds_at_other_sizes(condition, state.valid.requested_dims):
+        if _holds_at_other_sizes(condition, state.valid.shapes.requested):
             continue  # a check on the sizes (reshape's), not a size standing for a constant
         written = condition.written_with(state.valid.label)
         first = condition.sizes[0] if condition.sizes else None

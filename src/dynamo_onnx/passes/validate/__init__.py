@@ -36,13 +36,13 @@ from dynamo_onnx.options import (
     opset_problem,
     optimize_problem,
 )
-from dynamo_onnx.passes.base import CheckedRequest, ExportState, PassName
+from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState, PassName
 from dynamo_onnx.passes.model import describe_value, forward_signature, model_anchor
 from dynamo_onnx.passes.validate import torch_onnx
 from dynamo_onnx.passes.validate.exportable import with_module_arguments
 from dynamo_onnx.registry import OnnxRegistry
+from dynamo_onnx.specs import ShapeRequest, Spelling
 from dynamo_onnx.specs import forms as spec_forms
-from dynamo_onnx.specs import spellings
 
 __all__ = ["ValidatePass"]
 
@@ -89,13 +89,7 @@ class ValidatePass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         # torch.onnx.ExportableModule: export(module) with the module's own arguments
         request = with_module_arguments(ctx, state.request)
-        for problem in (
-            diagnostic_options_problem(request.diagnostic_options),
-            export_options_problem(request.export_options),
-            opset_problem(request.opset_version),
-            optimize_problem(request.torch_onnx.optimize if request.torch_onnx else True),
-        ):
-            _fail_option(ctx, problem)
+        _check_options(ctx, request)
         _check_model(ctx, request.model)
         # torch.onnx.export's export_modules_as_functions=True is module_functions=True
         module_functions = bool(request.module_functions) or bool(
@@ -105,9 +99,6 @@ class ValidatePass:
             torch_onnx.report_arguments(ctx, request.torch_onnx, request.model, module_functions)
         torch_onnx.check_names(ctx, request.input_names, request.output_names)
         args, kwargs = _check_arguments(ctx, request.args, request.kwargs)
-        registry = request.registry if request.registry is not None else OnnxRegistry()
-        if request.custom_translation_table:
-            registry = torch_onnx.register_translations(registry, request.custom_translation_table)
         checked = CheckedRequest(
             request.model,
             args,
@@ -117,19 +108,12 @@ class ValidatePass:
             else default_opset(torch_onnx_call=request.torch_onnx is not None),
             input_names=_names(request.input_names),
             output_names=_names(request.output_names),
-            registry=registry,
+            registry=_registry(request),
             module_functions=module_functions,
             custom_opsets=dict(request.custom_opsets or {}),
             verbose=bool(getattr(request.torch_onnx, "verbose", False)),
         )
-        if request.dynamic_axes is not None and request.dynamic_shapes is not None:
-            ctx.fail(
-                "invalid-option",
-                InvalidOptionValueError,
-                option="dynamic_axes",
-                problem="is given together with dynamic_shapes",
-                allowed="give one of them: dynamic_shapes (preferred) or dynamic_axes",
-            )
+        _check_one_spelling(ctx, request)
         if isinstance(request.model, torch.export.ExportedProgram):
             _report_spec_of_program(ctx, request)
             return state.replace(checked=checked)
@@ -137,87 +121,140 @@ class ValidatePass:
         bound = _check_inputs(ctx, signature, args, kwargs, request.torch_onnx is not None)
         spread_out = spread(signature, bound) if signature is not None else bound
         spec = _checked_spec(ctx, request, args, kwargs, signature, bound, spread_out)
-        family_inputs = None
-        family = (
-            input_family(request.model, signature, spread_out.values())
-            if signature is not None
-            else None
-        )
-        if family is not None and signature is not None:
-            flat_from = spread_out
-            family_inputs = _family_inputs(ctx, family, signature, flat_from)
-            if spec is not True and request.dynamic_axes is None:
-                spec = family.flat_spec(
-                    spec_forms.named(spec, signature, bound), flat_from, family_inputs
-                )
-            bound = family_inputs.flat(flat_from)
-            if isinstance(spec, dict):
-                bound, widened = family.widen_example(bound, family_inputs, spec)
-                for input_name, dim in widened:
-                    ctx.record(
-                        "dynamic-dim-example-widened",
-                        locations=[ctx.call_site],
-                        input=family_inputs.names[input_name],
-                        dim=dim,
-                        size=1,
-                        traced=2,
-                        reason="",
-                    )
-            checked = dataclasses.replace(
-                checked,
-                family_inputs=family_inputs,
-                input_names=checked.input_names or tuple(family_inputs.names.values()),
-            )
+        family_inputs, bound, spec = _family_view(ctx, request, signature, bound, spread_out, spec)
         if request.dynamic_axes is not None:
+            keys = _axes_keys(bound, request.input_names, family_inputs)
             spec = torch_onnx.dynamic_axes_to_shapes(
-                ctx,
-                request.dynamic_axes,
-                request.input_names,
-                request.output_names,
-                _axes_keys(bound, request.input_names, family_inputs),
+                ctx, request.dynamic_axes, request.input_names, request.output_names, keys
             )
-        options = request.export_options
-        # Two spellings of one request: every dimension dynamic where the model allows it.
-        everything = spec is True or (isinstance(options, ExportOptions) and options.dynamic_shapes)
-        if everything:
-            spec = {name: spellings.every_dim(value) for name, value in bound.items()}
-        # one spelling per request (see _by_index), by name or by position
-        if isinstance(spec, dict):
-            spec = {name: spellings.by_index(dims, bound.get(name)) for name, dims in spec.items()}
-        elif isinstance(spec, (list, tuple)) and len(spec) == len(bound):
-            spec = type(spec)(spellings.by_index(d, v) for d, v in zip(spec, bound.values()))
-        named_spec = spec
-        spec = spellings.normalize(spec)
-        if isinstance(spec, dict) and bound and set(spec) <= set(bound):
-            # torch.export wants every input named; one the caller left out is static
-            # (a flag beside a spec for the token ids)
-            spec = {name: spec.get(name) for name in bound}
-        requested = spellings.requested_dims(spec, bound)
+        shapes = ShapeRequest.build(
+            spec,
+            bound,
+            every_dim=_every_dim_option(request),
+            spelling=_spelling(request),
+            location=ctx.call_site,
+        )
         labels = _input_labels(bound, request.input_names)
         if family_inputs is not None and not request.input_names:
             labels = dict(family_inputs.names)
-        if not everything:  # there, a size-1 dimension is one the model may keep static
-            for (input_name, dim), size in requested.items():
-                if size == 0:  # size 1: capture traces it at size 2 (DO129), or says DO105
-                    ctx.record(
-                        "dynamic-dim-example-too-small",
-                        locations=[ctx.call_site],
-                        input=labels.get(input_name, input_name),
-                        dim=dim,
-                        size=size,
-                    )
-        checked = dataclasses.replace(
-            checked,
-            bound=bound,
-            model_location=model_anchor(request.model, ctx.library_prefixes, ctx.call_site),
-            dynamic_shapes=spec,
-            named_spec=named_spec,
-            requested_dims=requested,
-            declared_dims=frozenset() if everything else frozenset(requested),
-            all_dims_dynamic=bool(everything),
-            input_labels=labels,
+        _report_empty_examples(ctx, shapes, labels)
+        return state.replace(
+            checked=dataclasses.replace(
+                checked,
+                bound=bound,
+                input_names=checked.input_names
+                or (tuple(family_inputs.names.values()) if family_inputs is not None else None),
+                model_location=model_anchor(request.model, ctx.library_prefixes, ctx.call_site),
+                shapes=shapes,
+                input_labels=labels,
+                family_inputs=family_inputs,
+            )
         )
-        return state.replace(checked=checked)
+
+
+def _check_options(ctx: DiagnosticContext, request: ExportRequest) -> None:
+    """Every option checked where options are (``options.py``), before anything runs."""
+    for problem in (
+        diagnostic_options_problem(request.diagnostic_options),
+        export_options_problem(request.export_options),
+        opset_problem(request.opset_version),
+        optimize_problem(request.torch_onnx.optimize if request.torch_onnx else True),
+    ):
+        _fail_option(ctx, problem)
+
+
+def _registry(request: ExportRequest) -> OnnxRegistry:
+    """The caller's registry (or a new one), with ``custom_translation_table``'s functions."""
+    registry = request.registry if request.registry is not None else OnnxRegistry()
+    if request.custom_translation_table:
+        registry = torch_onnx.register_translations(registry, request.custom_translation_table)
+    return registry
+
+
+def _check_one_spelling(ctx: DiagnosticContext, request: ExportRequest) -> None:
+    """``dynamic_axes`` and ``dynamic_shapes`` are two spellings of one request: one only."""
+    if request.dynamic_axes is not None and request.dynamic_shapes is not None:
+        ctx.fail(
+            "invalid-option",
+            InvalidOptionValueError,
+            option="dynamic_axes",
+            problem="is given together with dynamic_shapes",
+            allowed="give one of them: dynamic_shapes (preferred) or dynamic_axes",
+        )
+
+
+def _every_dim_option(request: ExportRequest) -> bool:
+    """``ExportOptions(dynamic_shapes=True)``: dynamo_export's "every dimension dynamic"."""
+    options = request.export_options
+    return isinstance(options, ExportOptions) and bool(options.dynamic_shapes)
+
+
+def _spelling(request: ExportRequest) -> str | None:
+    """The argument that asked for dynamic dimensions, as a message names it."""
+    if request.dynamic_shapes is True:
+        return Spelling.EVERY_DIM
+    if _every_dim_option(request):
+        return Spelling.EXPORT_OPTIONS
+    if request.dynamic_axes is not None:
+        return Spelling.DYNAMIC_AXES
+    return Spelling.DYNAMIC_SHAPES if request.dynamic_shapes is not None else None
+
+
+def _family_view(
+    ctx: DiagnosticContext,
+    request: ExportRequest,
+    signature: inspect.Signature | None,
+    bound: dict[str, Any],
+    spread_out: dict[str, Any],
+    spec: Any,
+) -> tuple[FamilyInputs | None, dict[str, Any], Any]:
+    """With a model family's values among the inputs (a KV cache): how its family takes
+    them as flat tensors, the flat inputs, and the spec by them (the family's default dim
+    names for a value the caller gave none; its sizes of 0 or 1 widened, DO129). Else the
+    inputs and the spec as they are."""
+    family = (
+        input_family(request.model, signature, spread_out.values())
+        if signature is not None
+        else None
+    )
+    if family is None or signature is None:
+        return None, bound, spec
+    family_inputs = _family_inputs(ctx, family, signature, spread_out)
+    if spec is not True and request.dynamic_axes is None:
+        spec = family.flat_spec(spec_forms.named(spec, signature, bound), spread_out, family_inputs)
+    flat = family_inputs.flat(spread_out)
+    if isinstance(spec, dict):
+        flat, widened = family.widen_example(flat, family_inputs, spec)
+        for input_name, dim in widened:
+            ctx.record(
+                "dynamic-dim-example-widened",
+                locations=[ctx.call_site],
+                input=family_inputs.names[input_name],
+                dim=dim,
+                size=1,
+                traced=2,
+                reason="",
+            )
+    return family_inputs, flat, spec
+
+
+def _report_empty_examples(
+    ctx: DiagnosticContext, shapes: ShapeRequest, labels: Mapping[str, str]
+) -> None:
+    """DO105 for each dimension declared dynamic whose example has size 0 (size 1: capture
+    traces it at size 2, DO129, or says DO105). Not for "every dimension dynamic", where a
+    small dimension is one the model may keep static."""
+    if shapes.everything:
+        return
+    for (input_name, dim), size in shapes.requested.items():
+        if size == 0:
+            ctx.record(
+                "dynamic-dim-example-too-small",
+                locations=[ctx.call_site],
+                input=labels.get(input_name, input_name),
+                dim=dim,
+                size=size,
+            )
 
 
 def _checked_spec(
