@@ -111,7 +111,7 @@ def caller_logging(request):
 # diagnostics context). A test there that runs a full export fails (``_no_full_export``), so
 # the lane cannot silently grow slow: such a test is marked ``e2e`` or moved. A new module
 # not listed is in the end-to-end layer only, which `make test` runs along with this one.
-UNIT_DIRECTORIES = ("passes", "runtimes")
+UNIT_DIRECTORIES = ("passes", "runtimes", "specs")
 UNIT_MODULES = frozenset(
     {
         "test_architecture.py",
