@@ -641,8 +641,8 @@ def test_a_pass_never_imports_another_pass():
 
 #: What the passes after validation read instead of the raw request: the checked one.
 _RAW_STATE = {
-    "request": "the raw request (read the checked one: state.valid)",
-    "model_location": "the context's report anchor (read state.valid.model_location)",
+    "request": "the raw request (read the checked one: state.checked)",
+    "model_location": "the context's report anchor (read state.checked.model_location)",
 }
 #: The findings log is an output: no pass decides anything from it.
 _LOG_READS = {"findings", "by_rule", "passes", "visible", "has_errors"}

@@ -184,7 +184,7 @@ def _checked(
     validation read these, never the caller's spelling."""
     ctx = DiagnosticContext()
     request = ExportRequest(model, (), kwargs=inputs, dynamic_shapes=spec, **axes)
-    checked = ValidatePass()(ctx, ExportState(request)).valid
+    checked = ValidatePass()(ctx, ExportState(request)).checked
     seen = {
         "named_spec": checked.shapes.named,
         "dynamic_shapes": checked.shapes.spec,

@@ -60,12 +60,12 @@ def test_capture_returns_its_record_and_leaves_the_checked_request_alone():
     state = validated(BranchesOnSize(), (torch.randn(6, 3),), dynamic_shapes={"x": {0: batch}})
     ctx = DiagnosticContext()
     captured = CapturePass()(ctx, state)
-    assert captured.valid is state.valid and state.capture is None
-    assert state.valid.shapes.spec == {"x": {0: batch}}
+    assert captured.checked is state.checked and state.capture is None
+    assert state.checked.shapes.spec == {"x": {0: batch}}
     record = captured.captured
     assert record.strategy == "torch.export.export(strict=False)"
     (refined,) = ctx.by_rule("dynamic-shapes-refined")
-    assert record.dynamic_shapes != state.valid.shapes.spec
+    assert record.dynamic_shapes != state.checked.shapes.spec
     assert record.dynamic_shapes["x"][0].min == 5  # torch's fix: x.shape[0] > 4
     assert record.shape_log  # torch's symbolic-shape records of this capture
 
@@ -73,7 +73,7 @@ def test_capture_returns_its_record_and_leaves_the_checked_request_alone():
 def test_the_record_of_a_plain_capture_keeps_the_checked_spec():
     state = validated(Tiny(), (torch.randn(3, 4),), dynamic_shapes={"x": {0: "batch"}})
     captured = CapturePass()(DiagnosticContext(), state)
-    assert captured.captured.dynamic_shapes is state.valid.shapes.spec
+    assert captured.captured.dynamic_shapes is state.checked.shapes.spec
     given = torch.export.export(Tiny(), (torch.randn(2, 4),))
     record = CapturePass()(DiagnosticContext(), validated(given)).captured
     assert record.strategy == "the given ExportedProgram" and record.shape_log == ()

@@ -183,7 +183,8 @@ class ExportState:
 
     Attributes:
         request: the caller's arguments, as given: only the validate pass reads them.
-        checked: the request as validation checked it, for every later pass.
+        checked: the request as validation checked it, for every later pass (None only
+            before the validate pass has run: a pass after it reads ``state.checked``).
         capture: what the capture pass did (its strategy, the spec it used, torch's
             symbolic-shape log), for the passes after it.
         exported_program: the captured, then decomposed, program (never the caller's object).
@@ -203,12 +204,6 @@ class ExportState:
     captured_program: torch.export.ExportedProgram | None = None
     dim_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     onnx_model: ir.Model | None = None
-
-    @property
-    def valid(self) -> CheckedRequest:
-        """The checked request (the validate pass has run)."""
-        assert self.checked is not None, "the validate pass runs first"
-        return self.checked
 
     @property
     def captured(self) -> CaptureRecord:

@@ -41,7 +41,7 @@ from dynamo_onnx.passes.capture.recapture import (
     unpinned_capture,
     widened_capture,
 )
-from dynamo_onnx.passes.capture.shape_log import ShapeLog
+from dynamo_onnx.passes.capture.shape_log import ShapeLogListener
 from dynamo_onnx.passes.capture.strategies import DEFERRING, STRATEGIES, TorchExportStrategy
 from dynamo_onnx.passes.logs import torch_deprecations_ignored
 from dynamo_onnx.passes.model import as_module, flat_forward, return_location
@@ -66,21 +66,21 @@ class CapturePass:
             return self._run(ctx, state)
 
     def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        model = state.valid.model
+        model = state.checked.model
         if isinstance(model, torch.export.ExportedProgram):
             given = "the given ExportedProgram"
             ctx.record("capture-strategy-succeeded", strategy=given, nodes=len(model.graph.nodes))
             program = copy_program(model)
             lines_for_regions(program)
-            check_outputs(ctx, program, state.valid.model_location)
+            check_outputs(ctx, program, state.checked.model_location)
             return state.replace(
-                capture=CaptureRecord(given, state.valid.shapes.spec),
+                capture=CaptureRecord(given, state.checked.shapes.spec),
                 exported_program=program,
             )
         module = as_module(model)
-        with capturing(ctx, module, state.valid.registry):
-            if state.valid.family_inputs is not None:
-                with flat_forward(module, state.valid.family_inputs):
+        with capturing(ctx, module, state.checked.registry):
+            if state.checked.family_inputs is not None:
+                with flat_forward(module, state.checked.family_inputs):
                     return self._capture(ctx, module, state)
             widened = widened_capture(ctx, self.strategies[0], module, state)
             if widened is not None:
@@ -93,13 +93,13 @@ class CapturePass:
     ) -> ExportState:
         """Each strategy in turn; the first program wins, every failure is a finding."""
         report_size_one(ctx, state)
-        inputs = state.valid.capture_inputs()
+        inputs = state.checked.capture_inputs()
         causes: list[str] = []
         failures: list[tuple[BaseException, Location | None]] = []
-        for strategy, deferred in self._attempts(failures, state.valid.shapes.spec):
+        for strategy, deferred in self._attempts(failures, state.checked.shapes.spec):
             label = strategy.label + (DEFERRING if deferred else "")
-            shape_log = ShapeLog(show=state.valid.verbose)
-            shapes = state.valid.shapes
+            shape_log = ShapeLogListener(show=state.checked.verbose)
+            shapes = state.checked.shapes
             try:
                 with shape_log.listening():
                     try:
@@ -113,7 +113,7 @@ class CapturePass:
                         report_refined(
                             ctx,
                             exc,
-                            as_called(refined.spec, state.valid.family_inputs),
+                            as_called(refined.spec, state.checked.family_inputs),
                             shape_log.records,
                         )
                         shapes = refined
@@ -146,12 +146,12 @@ class CapturePass:
                 nodes=len(program.graph.nodes),
             )
             lines_for_regions(program)
-            check_outputs(ctx, program, state.valid.model_location)
+            check_outputs(ctx, program, state.checked.model_location)
             return state.replace(
                 capture=CaptureRecord(label, shapes.spec, records),
                 exported_program=program,
             )
-        returned = return_location(state.valid.model) or state.valid.model_location
+        returned = return_location(state.checked.model) or state.checked.model_location
         fail_with_cause(ctx, module, inputs, failures, returned)
         ctx.fail(
             "capture-failed",

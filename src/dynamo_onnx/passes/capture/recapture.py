@@ -18,7 +18,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.foreign_text import program_conditions
 from dynamo_onnx.passes.base import CaptureRecord, ExportState, ShapeLogRecord
 from dynamo_onnx.passes.capture.program_copy import check_outputs, lines_for_regions
-from dynamo_onnx.passes.capture.shape_log import ShapeLog
+from dynamo_onnx.passes.capture.shape_log import ShapeLogListener
 from dynamo_onnx.passes.capture.strategies import DEFERRING, TorchExportStrategy
 from dynamo_onnx.passes.fx import static_size
 from dynamo_onnx.passes.model import forward_signature
@@ -45,7 +45,7 @@ def widened_capture(
     at size 2, or fixes the dimension at 2 (the ONNX model would then refuse the example
     itself), is captured as given instead, and the dimension is a DO105 warning.
     """
-    ones = state.valid.shapes.size_one()
+    ones = state.checked.shapes.size_one()
     if not ones:
         return None
     return _repeated_capture(ctx, strategy, module, state, ones, "", unpins=False)
@@ -67,13 +67,13 @@ def _repeated_capture(
     still holds a computed size at 0 or 1. ``unpins`` also keeps the first capture's
     DO102, which the caller recorded; ``deferred``: size guards deferred, as the first
     capture had them."""
-    signature = forward_signature(state.valid.model)
+    signature = forward_signature(state.checked.model)
     if signature is None:
         return None
-    shapes = state.valid.shapes
-    widened = shapes.widen(state.valid.bound, dims)
+    shapes = state.checked.shapes
+    widened = shapes.widen(state.checked.bound, dims)
     bound = inspect.BoundArguments(signature, widened)  # type: ignore[arg-type]
-    shape_log = ShapeLog(show=state.valid.verbose)
+    shape_log = ShapeLogListener(show=state.checked.verbose)
     try:
         with shape_log.listening():
             program = strategy.capture(
@@ -87,7 +87,7 @@ def _repeated_capture(
         ctx.record(
             "dynamic-dim-example-widened",
             locations=[ctx.call_site],
-            input=state.valid.label(name),
+            input=state.checked.label(name),
             dim=dim,
             size=shapes.example(name, dim),
             traced=2 * shapes.example(name, dim),
@@ -97,7 +97,7 @@ def _repeated_capture(
         ctx.record(
             "capture-strategy-succeeded", strategy=strategy.label, nodes=len(program.graph.nodes)
         )
-        check_outputs(ctx, program, state.valid.model_location)
+        check_outputs(ctx, program, state.checked.model_location)
     lines_for_regions(program)
     label = strategy.label + (DEFERRING if deferred else "")
     record = CaptureRecord(label, shapes.spec, tuple(shape_log.records))
@@ -118,7 +118,7 @@ def _sizes_pinned_at_zero_or_one(
         if condition.fixes_a_computed_size and condition.value in ("0", "1")
     ]
     for keys in [*found, *_asserted_at_zero_or_one(program)]:
-        if keys and all(key in state.valid.shapes.declared for key in keys):
+        if keys and all(key in state.checked.shapes.declared for key in keys):
             dims.extend(key for key in keys if key not in dims)
     return dims
 
@@ -212,9 +212,9 @@ def kept_dynamic(
     fixed = _fixed_requested(program, shapes)
     if not fixed or shapes.spec is None:
         return None
-    model_inputs = (tuple(state.valid.args), dict(state.valid.kwargs))
+    model_inputs = (tuple(state.checked.args), dict(state.checked.kwargs))
     for _ in range(2):
-        shape_log = ShapeLog(show=False)
+        shape_log = ShapeLogListener(show=False)
         try:
             with shape_log.listening():
                 deferred = strategy.capture(module, *inputs, shapes.spec, deferred=True)
@@ -226,7 +226,7 @@ def kept_dynamic(
             for dim, symbol in symbols.items()
             if agrees_outside(
                 deferred,
-                state.valid.model,
+                state.checked.model,
                 model_inputs,
                 symbol,
                 [fixed[dim] + step for step in _PROBE_STEPS],
@@ -294,11 +294,11 @@ def _specialized(program: torch.export.ExportedProgram, dims: list[tuple[str, in
 
 def report_size_one(ctx: DiagnosticContext, state: ExportState) -> None:
     """DO105 for each declared dimension whose example of size 1 torch will make static."""
-    for name, dim in state.valid.shapes.size_one():
+    for name, dim in state.checked.shapes.size_one():
         ctx.record(
             "dynamic-dim-example-too-small",
             locations=[ctx.call_site],
-            input=state.valid.label(name),
+            input=state.checked.label(name),
             dim=dim,
             size=1,
         )

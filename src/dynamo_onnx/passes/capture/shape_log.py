@@ -14,10 +14,10 @@ from dynamo_onnx.foreign_text import is_about_a_guard
 from dynamo_onnx.passes.base import ShapeLogRecord
 from dynamo_onnx.passes.logs import dropped, filtered, partial_graphs_dropped
 
-__all__ = ["ShapeLog"]
+__all__ = ["ShapeLogListener"]
 
 
-class ShapeLog(logging.Filter):
+class ShapeLogListener(logging.Filter):
     """Where torch's symbolic shapes came from: each record of its symbolic-shape logger
     during capture, with the Python stack when it adds a guard (torch names its own frame
     for a guard; the stack still holds the user's line behind it).

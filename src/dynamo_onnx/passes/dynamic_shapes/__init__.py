@@ -45,7 +45,7 @@ class DynamicShapesPass:
         assert program is not None
         log = read_shape_log(state.captured.shape_log)  # torch's words, read once
         _report_specializations(ctx, program, state, log)
-        names = dimension_names(program, state.valid.shapes.by_name(state.valid.shapes.named))
+        names = dimension_names(program, state.checked.shapes.by_name(state.checked.shapes.named))
         _report_narrowing(ctx, program, state, names, log)
         _report_constant_guards(ctx, program, state, log)
         return state.replace(dim_names=names)
@@ -103,7 +103,7 @@ def _report_specializations(
     kept: list[str] = []
     #: the model's lines that fix a kept dimension: the note is at the first, as it says
     fixed_at: list[Location] = []
-    for (input_name, dim), example in state.valid.shapes.requested.items():
+    for (input_name, dim), example in state.checked.shapes.requested.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
         if not isinstance(val, torch.Tensor) or dim >= val.dim():
@@ -111,7 +111,7 @@ def _report_specializations(
         value = static_size(val.shape[dim])
         if value is None:
             continue
-        declared = (input_name, dim) in state.valid.shapes.declared
+        declared = (input_name, dim) in state.checked.shapes.declared
         if declared and example in (0, 1):
             continue  # torch's 0/1 rule, not a line of the model: DO105 says it
         symbol = log.symbol_of(input_name, dim)
@@ -119,13 +119,13 @@ def _report_specializations(
         guard, where = (culprit[0], culprit[2]) if culprit is not None else ("unknown", None)
         if not declared:
             because = f", because of `{guard}` at {ctx.display(where)}" if where else ""
-            kept.append(f"`{state.valid.label(input_name)}` dimension {dim} = {value}{because}")
+            kept.append(f"`{state.checked.label(input_name)}` dimension {dim} = {value}{because}")
             fixed_at += [where] if where else []
             continue
         ctx.record(
             "dynamic-dim-specialized",
             locations=[where],
-            input=state.valid.label(input_name),
+            input=state.checked.label(input_name),
             dim=dim,
             value=value,
             guard=guard,
@@ -162,13 +162,13 @@ def _report_narrowing(
 ) -> None:
     """A warning for each requested-dynamic dimension that torch.export kept dynamic over a
     narrower range than asked, or only as a multiple of a number."""
-    if not state.valid.shapes.requested:
+    if not state.checked.shapes.requested:
         return
     ranges = {str(symbol): vr for symbol, vr in program.range_constraints.items()}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     reported: set[str] = set()
-    asked = state.valid.shapes.by_name(state.captured.dynamic_shapes)  # the spec by name
-    for (input_name, dim), _ in state.valid.shapes.requested.items():
+    asked = state.checked.shapes.by_name(state.captured.dynamic_shapes)  # the spec by name
+    for (input_name, dim), _ in state.checked.shapes.requested.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
         if not isinstance(val, torch.Tensor) or dim >= val.dim():
@@ -205,7 +205,7 @@ def _report_narrowing(
                 else f"the expression {expression}"
             )
         else:
-            if _report_divisibility(ctx, log, state.valid.label(input_name), dim, symbol, name):
+            if _report_divisibility(ctx, log, state.checked.label(input_name), dim, symbol, name):
                 continue
             narrower_low = got_low is not None and got_low > low
             narrower_high = got_high is not None and (high is None or got_high < high)
@@ -229,8 +229,8 @@ def _report_narrowing(
             continue
         if expression == symbol and agrees_outside(
             program,
-            state.valid.model,
-            (tuple(state.valid.args), dict(state.valid.kwargs)),
+            state.checked.model,
+            (tuple(state.checked.args), dict(state.checked.kwargs)),
             symbol,
             _outside(low, high, got_low, got_high),
         ):
@@ -239,7 +239,7 @@ def _report_narrowing(
             continue
         _narrowed(
             ctx,
-            state.valid.label(input_name),
+            state.checked.label(input_name),
             dim,
             valid,
             guard,
@@ -341,14 +341,14 @@ def _report_constant_guards(
     shared symbols, divisibility has its own finding); the line is the guard's in torch's
     log, matched by its constant.
     """
-    if not state.valid.shapes.requested:
+    if not state.checked.shapes.requested:
         return
     for condition in program_conditions(program):
         if not condition.fixes_a_computed_size or condition.value is None:
             continue
-        if _holds_at_other_sizes(condition, state.valid.shapes.requested):
+        if _holds_at_other_sizes(condition, state.checked.shapes.requested):
             continue  # a check on the sizes (reshape's), not a size standing for a constant
-        written = condition.written_with(state.valid.label)
+        written = condition.written_with(state.checked.label)
         first = condition.sizes[0] if condition.sizes else None
         input_name, dim = (first.input, first.dim) if first else ("?", 0)
         guard, where = _constant_guard_line(ctx, log, condition.value)
@@ -361,7 +361,7 @@ def _report_constant_guards(
         )
         _narrowed(
             ctx,
-            state.valid.label(input_name),
+            state.checked.label(input_name),
             dim,
             f"sizes where `{written}` (the ONNX model uses {condition.value} at every size)",
             guard or written,

@@ -91,28 +91,12 @@ class ValidatePass:
         request = with_module_arguments(ctx, state.request)
         _check_options(ctx, request)
         _check_model(ctx, request.model)
-        # torch.onnx.export's export_modules_as_functions=True is module_functions=True
-        module_functions = bool(request.module_functions) or bool(
-            getattr(request.torch_onnx, "export_modules_as_functions", False)
-        )
+        module_functions = _module_functions(request)
         if request.torch_onnx is not None:
             torch_onnx.report_arguments(ctx, request.torch_onnx, request.model, module_functions)
         torch_onnx.check_names(ctx, request.input_names, request.output_names)
         args, kwargs = _check_arguments(ctx, request.args, request.kwargs)
-        checked = CheckedRequest(
-            request.model,
-            args,
-            kwargs,
-            opset=request.opset_version
-            if request.opset_version is not None
-            else default_opset(torch_onnx_call=request.torch_onnx is not None),
-            input_names=_names(request.input_names),
-            output_names=_names(request.output_names),
-            registry=_registry(request),
-            module_functions=module_functions,
-            custom_opsets=dict(request.custom_opsets or {}),
-            verbose=bool(getattr(request.torch_onnx, "verbose", False)),
-        )
+        checked = _checked_request(request, args, kwargs, module_functions)
         _check_one_spelling(ctx, request)
         if isinstance(request.model, torch.export.ExportedProgram):
             _report_spec_of_program(ctx, request)
@@ -134,9 +118,7 @@ class ValidatePass:
             spelling=_spelling(request),
             location=ctx.call_site,
         )
-        labels = _input_labels(bound, request.input_names)
-        if family_inputs is not None and not request.input_names:
-            labels = dict(family_inputs.names)
+        labels = _input_labels(bound, request.input_names, family_inputs)
         _report_empty_examples(ctx, shapes, labels)
         return state.replace(
             checked=dataclasses.replace(
@@ -150,6 +132,34 @@ class ValidatePass:
                 family_inputs=family_inputs,
             )
         )
+
+
+def _module_functions(request: ExportRequest) -> bool:
+    """torch.onnx.export's ``export_modules_as_functions=True`` is ``module_functions=True``."""
+    return bool(request.module_functions) or bool(
+        getattr(request.torch_onnx, "export_modules_as_functions", False)
+    )
+
+
+def _checked_request(
+    request: ExportRequest, args: tuple[Any, ...], kwargs: dict[str, Any], module_functions: bool
+) -> CheckedRequest:
+    """What every request has, the model's inputs aside: the opset with its entry point's
+    default, the names as tuples, the registry, the options merged."""
+    return CheckedRequest(
+        request.model,
+        args,
+        kwargs,
+        opset=request.opset_version
+        if request.opset_version is not None
+        else default_opset(torch_onnx_call=request.torch_onnx is not None),
+        input_names=_names(request.input_names),
+        output_names=_names(request.output_names),
+        registry=_registry(request),
+        module_functions=module_functions,
+        custom_opsets=dict(request.custom_opsets or {}),
+        verbose=bool(getattr(request.torch_onnx, "verbose", False)),
+    )
 
 
 def _check_options(ctx: DiagnosticContext, request: ExportRequest) -> None:
@@ -604,11 +614,14 @@ def _check_inputs(
     )
 
 
-def _input_labels(bound: Mapping[str, Any], input_names: Any) -> dict[str, str]:
+def _input_labels(
+    bound: Mapping[str, Any], input_names: Any, family_inputs: FamilyInputs | None
+) -> dict[str, str]:
     """``forward`` parameter -> the caller's name for it in ``input_names`` (which name the
-    ONNX inputs: the tensors among the inputs, in order), for the top-level tensor inputs."""
+    ONNX inputs: the tensors among the inputs, in order), for the top-level tensor inputs;
+    without ``input_names``, a family's flat inputs by their ONNX names."""
     if not input_names:
-        return {}
+        return dict(family_inputs.names) if family_inputs is not None else {}
     labels: dict[str, str] = {}
     position = 0
     for name, value in bound.items():
