@@ -370,12 +370,12 @@ def _report_spec_of_program(ctx: DiagnosticContext, request: Any) -> None:
     beside an ExportedProgram: its dims were fixed when it was captured, so the argument
     changes nothing. A warning where it asks for a dim the program has static (the ONNX
     model will not take other sizes there), else a note: never dropped in silence."""
-    for argument in ("dynamic_shapes", "dynamic_axes"):
+    for argument in (Spelling.DYNAMIC_SHAPES, Spelling.DYNAMIC_AXES):
         value = getattr(request, argument)
         if value is None:
             continue
         static = _static_in_program(
-            request.model, value, request.input_names, axes=argument == "dynamic_axes"
+            request.model, value, request.input_names, axes=argument == Spelling.DYNAMIC_AXES
         )
         reason = (
             "the ExportedProgram's dims were fixed when torch.export.export captured it"
@@ -384,8 +384,7 @@ def _report_spec_of_program(ctx: DiagnosticContext, request: Any) -> None:
             "it, or pass the model itself to dynamo_onnx.export"
         )
         torch_onnx.ignored(ctx, argument, _short_repr(value), reason, warning=bool(static))
-    options = request.export_options
-    if isinstance(options, ExportOptions) and options.dynamic_shapes:
+    if _every_dim_option(request):
         # dynamo_export's spelling of "every dimension dynamic": a warning when the program
         # has no dynamic dimension at all (features a Linear fixes are static in any case)
         dims = _tensor_dims(request.model)
@@ -397,7 +396,7 @@ def _report_spec_of_program(ctx: DiagnosticContext, request: Any) -> None:
             "it, or pass the model itself to dynamo_onnx.dynamo_export"
         )
         torch_onnx.ignored(
-            ctx, "ExportOptions.dynamic_shapes", "True", reason, warning=static and bool(dims)
+            ctx, Spelling.EXPORT_OPTIONS, "True", reason, warning=static and bool(dims)
         )
 
 
