@@ -62,7 +62,7 @@ def test_capture_returns_its_record_and_leaves_the_checked_request_alone():
     captured = CapturePass()(ctx, state)
     assert captured.checked is state.checked and state.capture is None
     assert state.checked.shapes.spec == {"x": {0: batch}}
-    record = captured.captured
+    record = captured.capture
     assert record.strategy == "torch.export.export(strict=False)"
     (refined,) = ctx.by_rule("dynamic-shapes-refined")
     assert record.dynamic_shapes != state.checked.shapes.spec
@@ -73,7 +73,7 @@ def test_capture_returns_its_record_and_leaves_the_checked_request_alone():
 def test_the_record_of_a_plain_capture_keeps_the_checked_spec():
     state = validated(Tiny(), (torch.randn(3, 4),), dynamic_shapes={"x": {0: "batch"}})
     captured = CapturePass()(DiagnosticContext(), state)
-    assert captured.captured.dynamic_shapes is state.checked.shapes.spec
+    assert captured.capture.dynamic_shapes is state.checked.shapes.spec
     given = torch.export.export(Tiny(), (torch.randn(2, 4),))
-    record = CapturePass()(DiagnosticContext(), validated(given)).captured
+    record = CapturePass()(DiagnosticContext(), validated(given)).capture
     assert record.strategy == "the given ExportedProgram" and record.shape_log == ()

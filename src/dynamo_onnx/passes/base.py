@@ -185,8 +185,9 @@ class ExportState:
         request: the caller's arguments, as given: only the validate pass reads them.
         checked: the request as validation checked it, for every later pass (None only
             before the validate pass has run: a pass after it reads ``state.checked``).
-        capture: what the capture pass did (its strategy, the spec it used, torch's
-            symbolic-shape log), for the passes after it.
+        capture: what the capture pass did (its strategy, the request it captured with,
+            torch's symbolic-shape log), for the passes after it (None only before the
+            capture pass has run: a pass after it reads ``state.capture``).
         exported_program: the captured, then decomposed, program (never the caller's object).
         captured_program: the program as captured, kept by decomposition: the user's
             in-place operators as written (the semantics pass's lines for what the
@@ -204,12 +205,6 @@ class ExportState:
     captured_program: torch.export.ExportedProgram | None = None
     dim_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     onnx_model: ir.Model | None = None
-
-    @property
-    def captured(self) -> CaptureRecord:
-        """What the capture pass did (it has run)."""
-        assert self.capture is not None, "the capture pass runs first"
-        return self.capture
 
     def replace(self, **changes: Any) -> ExportState:
         """A copy with ``changes``: passes never change the state they were given."""

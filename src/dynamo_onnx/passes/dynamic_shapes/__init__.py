@@ -43,7 +43,7 @@ class DynamicShapesPass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         program = state.exported_program
         assert program is not None
-        log = read_shape_log(state.captured.shape_log)  # torch's words, read once
+        log = read_shape_log(state.capture.shape_log)  # torch's words, read once
         _report_specializations(ctx, program, state, log)
         names = dimension_names(program, state.checked.shapes.by_name(state.checked.shapes.named))
         _report_narrowing(ctx, program, state, names, log)
@@ -167,7 +167,7 @@ def _report_narrowing(
     ranges = {str(symbol): vr for symbol, vr in program.range_constraints.items()}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     reported: set[str] = set()
-    asked = state.checked.shapes.by_name(state.captured.dynamic_shapes)  # the spec by name
+    asked = state.checked.shapes.by_name(state.capture.dynamic_shapes)  # the spec by name
     for (input_name, dim), _ in state.checked.shapes.requested.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
