@@ -43,7 +43,7 @@ def program_state(
         registry=dynamo_onnx.OnnxRegistry(),
         shapes=ShapeRequest(spec=dynamic_shapes, inputs=tuple(bound), **shapes),
     )
-    capture = CaptureRecord("torch.export.export", dynamic_shapes)
+    capture = CaptureRecord("torch.export.export", request.shapes)
     return ExportState(
         ExportRequest(model, args), checked=request, capture=capture, exported_program=ep
     )

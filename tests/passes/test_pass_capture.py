@@ -65,15 +65,17 @@ def test_capture_returns_its_record_and_leaves_the_checked_request_alone():
     record = captured.capture
     assert record.strategy == "torch.export.export(strict=False)"
     (refined,) = ctx.by_rule("dynamic-shapes-refined")
-    assert record.dynamic_shapes != state.checked.shapes.spec
-    assert record.dynamic_shapes["x"][0].min == 5  # torch's fix: x.shape[0] > 4
+    assert record.shapes.spec != state.checked.shapes.spec
+    assert record.shapes.spec["x"][0].min == 5  # torch's fix: x.shape[0] > 4
+    assert record.shapes.asked_range("x", 0) == (5, None)  # what the dynamic-shapes pass reads
+    assert record.shapes.requested == state.checked.shapes.requested
     assert record.shape_log  # torch's symbolic-shape records of this capture
 
 
 def test_the_record_of_a_plain_capture_keeps_the_checked_spec():
     state = validated(Tiny(), (torch.randn(3, 4),), dynamic_shapes={"x": {0: "batch"}})
     captured = CapturePass()(DiagnosticContext(), state)
-    assert captured.capture.dynamic_shapes is state.checked.shapes.spec
+    assert captured.capture.shapes is state.checked.shapes
     given = torch.export.export(Tiny(), (torch.randn(2, 4),))
     record = CapturePass()(DiagnosticContext(), validated(given)).capture
     assert record.strategy == "the given ExportedProgram" and record.shape_log == ()

@@ -11,8 +11,10 @@ from helpers import Tiny, program_state
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.passes.base import CaptureRecord, ShapeLogRecord
 from dynamo_onnx.passes.dynamic_shapes import DynamicShapesPass, dimension_names
+from dynamo_onnx.specs import ShapeRequest
 
 AUTO = torch.export.Dim.AUTO
+Dim = torch.export.Dim
 
 
 def test_a_declared_dim_the_program_keeps_static_is_a_warning():
@@ -46,9 +48,11 @@ def test_every_dimension_dynamic_lists_the_static_ones_in_one_note():
 
 def test_dynamic_dims_get_the_callers_names_else_input_and_index():
     ep = torch.export.export(Tiny(), (torch.randn(2, 4),), dynamic_shapes={"x": {0: AUTO}})
-    names = dimension_names(ep, {"x": {0: "batch"}})
-    assert list(names.values()) == ["batch"]
-    assert list(dimension_names(ep, None).values()) == ["x_dim_0"]
+    x = torch.randn(2, 4)
+    for spelled in ({"x": {0: "batch"}}, {"x": ["batch", None]}, ({0: Dim("batch")},)):
+        names = dimension_names(ep, ShapeRequest.build(spelled, {"x": x}).names())
+        assert list(names.values()) == ["batch"], spelled
+    assert list(dimension_names(ep, ShapeRequest().names()).values()) == ["x_dim_0"]
 
 
 def test_the_pass_returns_the_names_in_a_new_state():
@@ -71,7 +75,9 @@ def _do106(messages: list[str]) -> str:
         declared=frozenset({("x", 0)}),
     )
     state = state.replace(
-        capture=CaptureRecord("recorded", None, tuple(ShapeLogRecord(m) for m in messages))
+        capture=CaptureRecord(
+            "recorded", state.checked.shapes, tuple(ShapeLogRecord(m) for m in messages)
+        )
     )
     ctx = DiagnosticContext()
     DynamicShapesPass()(ctx, state)

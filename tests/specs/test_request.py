@@ -104,6 +104,50 @@ def test_the_request_is_frozen_and_says_who_asked_and_where():
         request.spec = None  # type: ignore[misc]
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"x": {0: Dim("batch", min=3, max=64)}},
+        {"x": [Dim("batch", min=3, max=64), None]},
+        ({0: Dim("batch", min=3, max=64)}, None),
+    ],
+    ids=["dict", "list", "by-position"],
+)
+def test_asked_range_reads_the_dims_range_whichever_spelling(spec):
+    request = ShapeRequest.build(spec, _bound())
+    assert request.asked_range("x", 0) == (3, 64)
+    assert request.asked_range("x", 1) == (2, None)  # not asked: torch's [2, inf)
+    assert request.asked_range("mask", 0) == (2, None)
+    assert ShapeRequest.build({"x": {0: Dim("b")}}, _bound()).asked_range("x", 0) == (2, None)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"x": {0: "batch"}},
+        {"x": ["batch", None]},
+        {"x": {0: Dim("batch")}},
+        ({0: "batch"}, None),
+    ],
+    ids=["string", "list", "Dim", "by-position"],
+)
+def test_names_are_the_callers_whichever_spelling(spec):
+    assert ShapeRequest.build(spec, _bound()).names() == {("x", 0): "batch"}
+
+
+def test_names_of_tensors_a_parameter_holds_and_of_dynamic_axes():
+    caches = {"caches": [torch.ones(2, 3), torch.ones(2, 3)]}
+    request = ShapeRequest.build({"caches": [{0: "batch"}, {0: "batch", 1: "past"}]}, caches)
+    assert request.names() == {
+        ("caches_0", 0): "batch",
+        ("caches_1", 0): "batch",
+        ("caches_1", 1): "past",
+    }
+    spec, _ = spellings.from_dynamic_axes({"x": [0]}, {"x": ["x"]})
+    assert ShapeRequest.build(spec, _bound()).names() == {("x", 0): "x_dim_0"}
+    assert ShapeRequest.build(True, _bound()).names() == {}  # Dim.AUTO: no name given
+
+
 def test_size_one_lists_the_declared_dims_whose_example_is_one():
     request = ShapeRequest.build({"x": {0: "batch"}, "mask": {0: "batch", 1: "n"}}, _bound())
     assert request.size_one() == [("mask", 1)]

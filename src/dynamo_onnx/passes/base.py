@@ -168,12 +168,13 @@ class CaptureRecord:
     Attributes:
         strategy: the strategy that captured the program (``torch.export.export(strict=False)``),
             or ``the given ExportedProgram``.
-        dynamic_shapes: the spec the program was captured with: the checked request's, or
-            torch's refinement of it (its suggested fixes, tried once: DO125).
+        shapes: the shape request the program was captured with: the checked one, torch's
+            refinement of it (its suggested fixes, tried once: DO125), or it with the
+            dimensions a model fixes made static (a capture deferring size guards).
     """
 
     strategy: str
-    dynamic_shapes: Any = None
+    shapes: ShapeRequest = ShapeRequest()
     shape_log: tuple[ShapeLogRecord, ...] = ()
 
 

@@ -117,6 +117,25 @@ class ShapeRequest:
             return dict(zip(self.inputs, spec))
         return spec
 
+    def asked_range(self, input_name: str, dim: int) -> tuple[int, int | None]:
+        """The range asked for a dimension: its ``Dim``'s min and max, else [2, inf)
+        (torch.export never makes sizes 0 and 1 dynamic); ``max`` None when unbounded."""
+        spec = self.by_name(self.spec)
+        dims = spec.get(input_name) if isinstance(spec, dict) else None
+        asked = dims.get(dim) if isinstance(dims, dict) else None
+        if asked is None and isinstance(dims, (list, tuple)) and dim < len(dims):
+            asked = dims[dim]
+        low = getattr(asked, "min", None)
+        high = getattr(asked, "max", None)
+        finite = isinstance(high, int) and high < 2**62
+        return max(int(low) if isinstance(low, int) else 2, 2), (int(high) if finite else None)
+
+    def names(self) -> dict[tuple[str, int], str]:
+        """(input name, dimension) -> the name the caller gave it (a string or a ``Dim``'s
+        name), for the names of the ONNX dims: top-level tensors, and those a parameter
+        holds in a list or tuple (``*caches``), which torch.export names ``caches_0``..."""
+        return spellings.given_names(self.by_name(self.named))
+
     def example(self, input_name: str, dim: int) -> int:
         """The example's size of a requested dimension (1 for one not requested)."""
         return self.requested.get((input_name, dim), 1)

@@ -14,7 +14,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["by_index", "every_dim", "from_dynamic_axes", "normalize", "requested_dims"]
+__all__ = [
+    "by_index",
+    "every_dim",
+    "from_dynamic_axes",
+    "given_names",
+    "normalize",
+    "requested_dims",
+]
 
 
 def every_dim(value: Any) -> Any:
@@ -112,3 +119,32 @@ def from_dynamic_axes(
         for target in inputs[key]:
             spec[target] = named
     return spec, others
+
+
+def given_names(spec: Any) -> dict[tuple[str, int], str]:
+    """(input name, dimension) -> the name the caller gave it (``spec`` by parameter name,
+    as written: strings and ``Dim`` objects), for tensor inputs: top-level ones, and those a
+    parameter holds in a list or tuple (``*caches``, ``caches: list``), which torch.export
+    names ``caches_0``, ``caches_1``..."""
+    names: dict[tuple[str, int], str] = {}
+    if isinstance(spec, dict):
+        for input_name, dims in spec.items():
+            _collect_names(names, str(input_name), dims)
+    return names
+
+
+def _collect_names(names: dict[tuple[str, int], str], input_name: str, dims: Any) -> None:
+    if isinstance(dims, dict):
+        items: Any = dims.items()
+    elif isinstance(dims, (list, tuple)):
+        if any(isinstance(d, (dict, list, tuple)) for d in dims):  # one spec per tensor held
+            for position, inner in enumerate(dims):
+                _collect_names(names, f"{input_name}_{position}", inner)
+            return
+        items = enumerate(dims)
+    else:
+        return  # None, or a Dim hint for a whole non-tensor input (``y: Dim.STATIC``)
+    for index, dim in items:
+        name = dim if isinstance(dim, str) else getattr(dim, "__name__", None)
+        if isinstance(name, str) and name.isidentifier():
+            names[(input_name, int(index))] = name

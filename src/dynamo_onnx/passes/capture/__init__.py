@@ -9,7 +9,7 @@ exception, the rest (DO126, DO309) from its text (``causes``); else DO100 listin
 cause. When a strategy refuses the dynamic shapes for a guard no ``Dim`` range expresses,
 a last attempt defers such guards to assertions in the graph (``CapturePass._attempts``).
 A program the caller passed in is copied, never rewritten. What capture did (the strategy,
-the spec it captured with: the checked one or torch's refinement of it, torch's
+the shape request it captured with: the checked one or torch's refinement of it, torch's
 symbolic-shape log) is its own ``CaptureRecord``; the checked request is left as it was.
 """
 
@@ -74,7 +74,7 @@ class CapturePass:
             lines_for_regions(program)
             check_outputs(ctx, program, state.checked.model_location)
             return state.replace(
-                capture=CaptureRecord(given, state.checked.shapes.spec),
+                capture=CaptureRecord(given, state.checked.shapes),
                 exported_program=program,
             )
         module = as_module(model)
@@ -148,7 +148,7 @@ class CapturePass:
             lines_for_regions(program)
             check_outputs(ctx, program, state.checked.model_location)
             return state.replace(
-                capture=CaptureRecord(label, shapes.spec, records),
+                capture=CaptureRecord(label, shapes, records),
                 exported_program=program,
             )
         returned = return_location(state.checked.model) or state.checked.model_location

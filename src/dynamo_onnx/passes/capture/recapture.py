@@ -100,7 +100,7 @@ def _repeated_capture(
         check_outputs(ctx, program, state.checked.model_location)
     lines_for_regions(program)
     label = strategy.label + (DEFERRING if deferred else "")
-    record = CaptureRecord(label, shapes.spec, tuple(shape_log.records))
+    record = CaptureRecord(label, shapes, tuple(shape_log.records))
     return state.replace(capture=record, exported_program=program)
 
 

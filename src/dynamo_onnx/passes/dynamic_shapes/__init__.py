@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -45,7 +45,7 @@ class DynamicShapesPass:
         assert program is not None
         log = read_shape_log(state.capture.shape_log)  # torch's words, read once
         _report_specializations(ctx, program, state, log)
-        names = dimension_names(program, state.checked.shapes.by_name(state.checked.shapes.named))
+        names = dimension_names(program, state.checked.shapes.names())
         _report_narrowing(ctx, program, state, names, log)
         _report_constant_guards(ctx, program, state, log)
         return state.replace(dim_names=names)
@@ -140,19 +140,6 @@ def _report_specializations(
         )
 
 
-def _asked_range(spec: Any, input_name: str, dim: int) -> tuple[int, int | None]:
-    """The range the caller asked for a dimension (``spec`` by parameter name): a ``Dim``'s
-    min and max, else [2, inf) (torch.export never makes sizes 0 and 1 dynamic)."""
-    dims = spec.get(input_name) if isinstance(spec, dict) else None
-    asked = dims.get(dim) if isinstance(dims, dict) else None
-    if asked is None and isinstance(dims, (list, tuple)) and dim < len(dims):
-        asked = dims[dim]
-    low = getattr(asked, "min", None)
-    high = getattr(asked, "max", None)
-    finite = isinstance(high, int) and high < 2**62
-    return max(int(low) if isinstance(low, int) else 2, 2), (int(high) if finite else None)
-
-
 def _report_narrowing(
     ctx: DiagnosticContext,
     program: torch.export.ExportedProgram,
@@ -167,7 +154,7 @@ def _report_narrowing(
     ranges = {str(symbol): vr for symbol, vr in program.range_constraints.items()}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     reported: set[str] = set()
-    asked = state.checked.shapes.by_name(state.capture.dynamic_shapes)  # the spec by name
+    asked = state.capture.shapes  # the caller's request, or torch's refinement of it (DO125)
     for (input_name, dim), _ in state.checked.shapes.requested.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
@@ -191,8 +178,7 @@ def _report_narrowing(
             if expression.isidentifier()
             else f"{input_name}_dim_{dim}"
         )
-        # the spec capture used (its record's): the caller's, or torch's refinement (DO125)
-        low, high = _asked_range(asked, input_name, dim)
+        low, high = asked.asked_range(input_name, dim)
         got_low, got_high = range_bounds(ranges[symbol])
         parts = []
         if expression != symbol:  # e.g. 32*s12: only multiples are accepted
@@ -426,38 +412,11 @@ def _narrowing_guard(
     return found
 
 
-def _given_names(spec: Any) -> dict[tuple[str, int], str]:
-    """(input name, dimension) -> the name the caller gave it (``spec`` by parameter name),
-    for tensor inputs: top-level ones, and those a parameter holds in a list or tuple
-    (``*caches``, ``caches: list``), which torch.export names ``caches_0``, ``caches_1``..."""
-    names: dict[tuple[str, int], str] = {}
-    if isinstance(spec, dict):
-        for input_name, dims in spec.items():
-            _collect_names(names, str(input_name), dims)
-    return names
-
-
-def _collect_names(names: dict[tuple[str, int], str], input_name: str, dims: Any) -> None:
-    if isinstance(dims, dict):
-        items: Any = dims.items()
-    elif isinstance(dims, (list, tuple)):
-        if any(isinstance(d, (dict, list, tuple)) for d in dims):  # one spec per tensor held
-            for position, inner in enumerate(dims):
-                _collect_names(names, f"{input_name}_{position}", inner)
-            return
-        items = enumerate(dims)
-    else:
-        return  # None, or a Dim hint for a whole non-tensor input (``y: Dim.STATIC``)
-    for index, dim in items:
-        name = dim if isinstance(dim, str) else getattr(dim, "__name__", None)
-        if isinstance(name, str) and name.isidentifier():
-            names[(input_name, int(index))] = name
-
-
-def dimension_names(program: torch.export.ExportedProgram, spec: Any) -> dict[str, str]:
-    """torch's symbols (``s17``) -> names for the ONNX dims: the caller's (``spec`` by
-    parameter name), else ``<input>_dim_<i>``."""
-    given = _given_names(spec) if spec is not None and spec is not True else {}
+def dimension_names(
+    program: torch.export.ExportedProgram, given: Mapping[tuple[str, int], str]
+) -> dict[str, str]:
+    """torch's symbols (``s17``) -> names for the ONNX dims: the caller's (``given``, by
+    input and dimension: :meth:`ShapeRequest.names`), else ``<input>_dim_<i>``."""
     user_inputs = {
         s.arg.name
         for s in program.graph_signature.input_specs
