@@ -7,8 +7,10 @@ import torch
 from helpers import Tiny, validated
 
 import dynamo_onnx
-from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.passes.base import ExportRequest, ExportState
 from dynamo_onnx.passes.capture import CapturePass
+from dynamo_onnx.passes.validate import ValidatePass
 
 
 class ReturnsANumber(torch.nn.Module):
@@ -79,3 +81,26 @@ def test_the_record_of_a_plain_capture_keeps_the_checked_spec():
     given = torch.export.export(Tiny(), (torch.randn(2, 4),))
     record = CapturePass()(DiagnosticContext(), validated(given)).capture
     assert record.strategy == "the given ExportedProgram" and record.shape_log == ()
+
+
+class FixesTwo(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(2, -1) if x.shape[0] == 2 else x
+
+
+def test_findings_about_the_request_point_at_the_line_that_wrote_it():
+    """DO129 (an example of size 1 traced at 2) and DO105 (one that cannot be) are at the
+    request's line, as validation read it, not at whatever the capture's context holds."""
+    where = Location(__file__, 7, "main")
+    for model, rule in ((Tiny(), "DO129"), (FixesTwo(), "DO105")):
+        state = ValidatePass()(
+            DiagnosticContext(call_site=where),
+            ExportState(
+                ExportRequest(model, (torch.randn(1, 4),), dynamic_shapes={"x": {0: "batch"}})
+            ),
+        )
+        assert state.checked.shapes.location == where
+        ctx = DiagnosticContext()
+        CapturePass()(ctx, state)
+        (finding,) = ctx.by_rule(rule)
+        assert finding.primary == where, rule

@@ -11,7 +11,7 @@ from helpers import Tiny, program_state
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.passes.base import CaptureRecord, ShapeLogRecord
 from dynamo_onnx.passes.dynamic_shapes import DynamicShapesPass, dimension_names
-from dynamo_onnx.specs import ShapeRequest
+from dynamo_onnx.specs import ShapeRequest, Spelling
 
 AUTO = torch.export.Dim.AUTO
 Dim = torch.export.Dim
@@ -37,7 +37,7 @@ def test_every_dimension_dynamic_lists_the_static_ones_in_one_note():
         (torch.randn(2, 4),),
         {"x": {0: AUTO, 1: AUTO}},
         requested={("x", 0): 2, ("x", 1): 4},
-        everything=True,
+        spelling=Spelling.EVERY_DIM,
     )
     ctx = DiagnosticContext()
     DynamicShapesPass()(ctx, state)

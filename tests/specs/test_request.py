@@ -72,9 +72,12 @@ def test_torch_onnx_dynamic_axes_give_the_request_dynamic_shapes_gives():
 
 def test_both_spellings_of_every_dimension_dynamic_give_one_request():
     spelled = ShapeRequest.build(True, _bound(), spelling=Spelling.EVERY_DIM)
-    optioned = ShapeRequest.build(None, _bound(), every_dim=True)
-    assert _fields(spelled) == _fields(optioned)
+    optioned = ShapeRequest.build(None, _bound(), spelling=Spelling.EXPORT_OPTIONS)
+    unsaid = ShapeRequest.build(True, _bound())  # ``True`` says it alone
+    assert _fields(spelled) == _fields(optioned) == _fields(unsaid)
     assert spelled.everything and optioned.everything and not spelled.declared
+    assert unsaid.spelling == Spelling.EVERY_DIM and unsaid.everything
+    assert optioned.spelling == "ExportOptions.dynamic_shapes"
     assert spelled.spec == {"x": {0: AUTO, 1: AUTO}, "mask": {0: AUTO, 1: AUTO}}
     assert dict(spelled.requested) == {("x", 0): 2, ("x", 1): 4, ("mask", 0): 2, ("mask", 1): 1}
     assert spelled.size_one() == []  # the model may keep them static: nothing to widen

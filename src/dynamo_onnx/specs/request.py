@@ -33,6 +33,8 @@ class Spelling:
     EVERY_DIM = "dynamic_shapes=True"
     EXPORT_OPTIONS = "ExportOptions.dynamic_shapes"
     DYNAMIC_AXES = "dynamic_axes"
+    #: the spellings of "every dimension dynamic"
+    EVERYTHING = frozenset({EVERY_DIM, EXPORT_OPTIONS})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +51,11 @@ class ShapeRequest:
             be dynamic.
         declared: the requested dimensions the caller named or declared one by one (not
             those of "every dimension dynamic", which the model may keep static).
-        everything: every dimension asked dynamic (``dynamic_shapes=True`` or
-            ``ExportOptions(dynamic_shapes=True)``).
-        spelling: the argument that asked (a :class:`Spelling`), None when nothing did.
-        location: the line of the caller's export call, where the request was written.
+        spelling: the argument that asked (a :class:`Spelling`), None when nothing did;
+            "every dimension dynamic" is one of its spellings (:attr:`everything`).
+        location: the line of the caller's export call, where the request was written:
+            the findings about the request (an example too small to stay dynamic, one
+            widened) point there.
         inputs: the export's inputs by name, in order (a spec by position zips with them).
     """
 
@@ -60,7 +63,6 @@ class ShapeRequest:
     named: Any = None
     requested: Mapping[tuple[str, int], int] = dataclasses.field(default_factory=dict)
     declared: frozenset[tuple[str, int]] = frozenset()
-    everything: bool = False
     spelling: str | None = None
     location: Location | None = None
     inputs: tuple[str, ...] = ()
@@ -71,19 +73,21 @@ class ShapeRequest:
         spec: Any,
         bound: Mapping[str, Any],
         *,
-        every_dim: bool = False,
         spelling: str | None = None,
         location: Location | None = None,
     ) -> ShapeRequest:
         """The one normalization: ``spec`` (already checked against the inputs, by
         parameter name or by position, a family value's entries by its flat inputs) for
-        the inputs ``bound``; ``spec is True`` or ``every_dim`` ask every dimension.
+        the inputs ``bound``; ``spec is True`` or a ``spelling`` of
+        :attr:`Spelling.EVERYTHING` ask every dimension.
 
         Every spelling of one request gives the same value: a tensor's list of dims and
         its dict by index, a dict with static dims and one without, a string and
         ``Dim.AUTO`` (``named`` keeps the string for the ONNX dim's name).
         """
-        everything = spec is True or every_dim
+        if spec is True and spelling not in Spelling.EVERYTHING:
+            spelling = Spelling.EVERY_DIM
+        everything = spelling in Spelling.EVERYTHING
         if everything:
             spec = {name: spellings.every_dim(value) for name, value in bound.items()}
         if isinstance(spec, dict):
@@ -102,13 +106,18 @@ class ShapeRequest:
             named=named,
             requested=requested,
             declared=frozenset() if everything else frozenset(requested),
-            everything=bool(everything),
             spelling=spelling,
             location=location,
             inputs=tuple(bound),
         )
 
     # -- questions ------------------------------------------------------------------------
+
+    @property
+    def everything(self) -> bool:
+        """Every dimension asked dynamic (``dynamic_shapes=True`` or
+        ``ExportOptions(dynamic_shapes=True)``): the model may keep some static."""
+        return self.spelling in Spelling.EVERYTHING
 
     def by_name(self, spec: Any) -> Any:
         """``spec`` (this request's, its named form, or one torch refined) given as a tuple

@@ -86,7 +86,7 @@ def _repeated_capture(
     for name, dim in dims:
         ctx.record(
             "dynamic-dim-example-widened",
-            locations=[ctx.call_site],
+            locations=[shapes.location],
             input=state.checked.label(name),
             dim=dim,
             size=shapes.example(name, dim),
@@ -297,7 +297,7 @@ def report_size_one(ctx: DiagnosticContext, state: ExportState) -> None:
     for name, dim in state.checked.shapes.size_one():
         ctx.record(
             "dynamic-dim-example-too-small",
-            locations=[ctx.call_site],
+            locations=[state.checked.shapes.location],
             input=state.checked.label(name),
             dim=dim,
             size=1,

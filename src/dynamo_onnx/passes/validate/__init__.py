@@ -114,7 +114,6 @@ class ValidatePass:
         shapes = ShapeRequest.build(
             spec,
             bound,
-            every_dim=_every_dim_option(request),
             spelling=_spelling(request),
             location=ctx.call_site,
         )
@@ -260,7 +259,7 @@ def _report_empty_examples(
         if size == 0:
             ctx.record(
                 "dynamic-dim-example-too-small",
-                locations=[ctx.call_site],
+                locations=[shapes.location],
                 input=labels.get(input_name, input_name),
                 dim=dim,
                 size=size,
