@@ -40,8 +40,8 @@ def check_one_spelling(ctx: DiagnosticContext, request: ExportRequest) -> None:
         ctx.fail(
             "invalid-option",
             InvalidOptionValueError,
-            option="dynamic_axes",
-            problem="is given together with dynamic_shapes",
+            option=Spelling.DYNAMIC_AXES,
+            problem=f"is given together with {Spelling.DYNAMIC_SHAPES}",
             allowed="give one of them: dynamic_shapes (preferred) or dynamic_axes",
         )
 
@@ -163,7 +163,7 @@ def checked_spec(
             ctx.fail(
                 "dynamic-spec-mismatch",
                 InvalidExportOptionsError,
-                entry="dynamic_shapes",
+                entry=Spelling.DYNAMIC_SHAPES,
                 given=f"a {type(spec).__name__} that finds no tensor of the cache (it looks "
                 "into registered pytree classes only)",
                 expected="a dict by forward's parameter names, or a tuple by position",
@@ -184,7 +184,7 @@ def checked_spec(
             spec=problem.spec,
         )
     except spec_forms.UnknownSpecName as problem:
-        _unknown_name(ctx, "dynamic_shapes", problem, "input of this call")
+        _unknown_name(ctx, Spelling.DYNAMIC_SHAPES, problem, "input of this call")
     if isinstance(spec, Mapping) and isinstance(checked, dict) and not structured:
         # torch.export wants the given inputs' names only: an entry of None for a
         # parameter given no input says nothing (a family value's spec is read by its

@@ -19,7 +19,7 @@ from dynamo_onnx.diagnostics import DiagnosticContext, Level
 from dynamo_onnx.errors import InvalidExportOptionsError, InvalidOptionTypeError
 from dynamo_onnx.io.onnx_file import is_file_object
 from dynamo_onnx.registry import OnnxRegistry, target_name
-from dynamo_onnx.specs import spellings
+from dynamo_onnx.specs import Spelling, spellings
 from dynamo_onnx.specs.forms import did_you_mean
 from dynamo_onnx.torch_onnx_names import OperatorExportTypes, TrainingMode
 
@@ -214,7 +214,7 @@ def dynamic_axes_to_shapes(
         ctx.fail(
             "invalid-option",
             InvalidOptionTypeError,
-            option="dynamic_axes",
+            option=Spelling.DYNAMIC_AXES,
             problem=f"is a {type(dynamic_axes).__name__}",
             allowed='it takes a dict like {"x": {0: "batch"}} or {"x": [0]}',
         )
@@ -227,7 +227,7 @@ def dynamic_axes_to_shapes(
     if output_keys:
         ignored(
             ctx,
-            "dynamic_axes",
+            Spelling.DYNAMIC_AXES,
             ", ".join(repr(o) for o in output_keys),
             "these keys are outputs; an output's dimensions follow from the inputs'",
         )
@@ -252,7 +252,7 @@ def _unknown_axes_key(
     ctx.fail(
         "dynamic-spec-unknown-name",
         InvalidExportOptionsError,
-        option="dynamic_axes",
+        option=Spelling.DYNAMIC_AXES,
         name=key,
         what="input or output name",
         suggestion=hint,
