@@ -112,13 +112,14 @@ def caller_logging(request):
 # `make test-fast` runs the unit layer (`-m unit`): the tests of tests/passes/ (each pass on
 # hand-built input), of tests/runtimes/onnxruntime/rewrites/ (each rewrite rule on a
 # hand-built graph), tests/foreign_text/ (each reader on its recorded text) and of the modules
-# below (rules, the SARIF builder, parsers, the architecture, the diagnostics context).
-# tests/ mirrors src/: passes/, runtimes/, integrations/, reports/, foreign_text/. A test there
+# below (rules, the SARIF builder, parsers, the architecture, the diagnostics context), and
+# tests/specs/ (the shape request). tests/ mirrors src/: passes/, runtimes/, integrations/,
+# reports/, foreign_text/, specs/. A test there
 # that runs a full export fails (``_no_full_export``), so the lane cannot silently grow slow:
 # such a test is marked ``e2e`` or moved. A new module not listed is in the end-to-end layer
 # only, which `make test` runs along with this one.
 #: Folders under tests/ (POSIX paths) whose every module is in the unit layer.
-UNIT_DIRECTORIES = ("foreign_text", "passes", "runtimes/onnxruntime/rewrites")
+UNIT_DIRECTORIES = ("foreign_text", "passes", "runtimes/onnxruntime/rewrites", "specs")
 UNIT_MODULES = frozenset(
     {
         "test_architecture.py",

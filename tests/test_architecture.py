@@ -33,6 +33,7 @@ LAYERS = {
     "io": 4,
     "foreign_text": 4,
     "onnx_tools": 5,  # reads sessions (io); below families, passes and runtimes
+    "specs": 5,  # the shape request: families raise its SpecMismatch
     "integrations": 6,
     "passes": 7,
     "runtimes": 7,
@@ -850,8 +851,8 @@ def test_the_step_name_check_can_fail():
 
 #: What the passes after validation read instead of the raw request: the checked one.
 _RAW_STATE = {
-    "request": "the raw request (read the checked one: state.valid)",
-    "model_location": "the context's report anchor (read state.valid.model_location)",
+    "request": "the raw request (read the checked one: state.checked)",
+    "model_location": "the context's report anchor (read state.checked.model_location)",
 }
 #: The findings log is an output: no pass decides anything from it.
 _LOG_READS = {"findings", "by_rule", "passes", "visible", "has_errors"}
@@ -1228,8 +1229,6 @@ TRACEBACK_READERS = {
     "dynamo_onnx.diagnostics.findings": "frame_locations: the one place",
     "dynamo_onnx.diagnostics.context": "exception_frames: an exception's, through it",
     "dynamo_onnx.passes.capture.causes": "a library check's source line text, not locations",
-    # issue 47: these call frame_locations once the capture split and the cli/ package land
-    "dynamo_onnx.passes.capture": "pending: _frames and ShapeLog.filter (capture split)",
     "dynamo_onnx.cli.user_code": "the user's traceback printed as Python prints it (format_list)",
 }
 

@@ -184,13 +184,13 @@ def _checked(
     validation read these, never the caller's spelling."""
     ctx = DiagnosticContext()
     request = ExportRequest(model, (), kwargs=inputs, dynamic_shapes=spec, **axes)
-    checked = ValidatePass()(ctx, ExportState(request)).valid
+    checked = ValidatePass()(ctx, ExportState(request)).checked
     seen = {
-        "named_spec": checked.named_spec,
-        "dynamic_shapes": checked.dynamic_shapes,
-        "requested_dims": checked.requested_dims,
-        "declared_dims": checked.declared_dims,
-        "all_dims_dynamic": checked.all_dims_dynamic,
+        "named_spec": checked.shapes.named,
+        "dynamic_shapes": checked.shapes.spec,
+        "requested_dims": checked.shapes.requested,
+        "declared_dims": checked.shapes.declared,
+        "all_dims_dynamic": checked.shapes.everything,
         "input_labels": checked.input_labels,
         "input_names": checked.input_names,
         "family_names": checked.family_inputs.names,
@@ -472,7 +472,7 @@ def _dynamic_cache(layers: int, past: int = 4) -> transformers.DynamicCache:
 
 def test_each_cache_form_gives_every_tensor_its_spec_in_layer_order():
     from dynamo_onnx.integrations.transformers.spec_forms import cache_specs
-    from dynamo_onnx.io.specs import SpecMismatch
+    from dynamo_onnx.specs.messages import SpecMismatch
 
     cache = _dynamic_cache(3)
     k = [{0: "b", 2: f"k{i}"} for i in range(3)]

@@ -12,6 +12,7 @@ import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.passes.base import CaptureRecord, CheckedRequest, ExportRequest, ExportState
 from dynamo_onnx.passes.validate import ValidatePass
+from dynamo_onnx.specs import ShapeRequest
 
 
 class Tiny(torch.nn.Module):
@@ -29,19 +30,20 @@ def validated(model: Any, args: tuple[Any, ...] = (), **request: Any) -> ExportS
 
 
 def program_state(
-    model: torch.nn.Module, args: tuple[Any, ...], dynamic_shapes: Any = None, **checked: Any
+    model: torch.nn.Module, args: tuple[Any, ...], dynamic_shapes: Any = None, **shapes: Any
 ) -> ExportState:
-    """A state holding a program torch.export captured directly (no capture pass)."""
+    """A state holding a program torch.export captured directly (no capture pass);
+    ``shapes``: the :class:`ShapeRequest`'s other fields (``requested``, ``declared``...)."""
     ep = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
+    bound = dict(zip(["x", "y", "z"], args))
     request = CheckedRequest(
         model,
         args,
-        bound=dict(zip(["x", "y", "z"], args)),
+        bound=bound,
         registry=dynamo_onnx.OnnxRegistry(),
-        dynamic_shapes=dynamic_shapes,
-        **checked,
+        shapes=ShapeRequest(spec=dynamic_shapes, inputs=tuple(bound), **shapes),
     )
-    capture = CaptureRecord("torch.export.export", dynamic_shapes)
+    capture = CaptureRecord("torch.export.export", request.shapes)
     return ExportState(
         ExportRequest(model, args), checked=request, capture=capture, exported_program=ep
     )

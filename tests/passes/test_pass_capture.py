@@ -7,8 +7,10 @@ import torch
 from helpers import Tiny, validated
 
 import dynamo_onnx
-from dynamo_onnx.diagnostics import DiagnosticContext
+from dynamo_onnx.diagnostics import DiagnosticContext, Location
+from dynamo_onnx.passes.base import ExportRequest, ExportState
 from dynamo_onnx.passes.capture import CapturePass
+from dynamo_onnx.passes.validate import ValidatePass
 
 
 class ReturnsANumber(torch.nn.Module):
@@ -60,20 +62,45 @@ def test_capture_returns_its_record_and_leaves_the_checked_request_alone():
     state = validated(BranchesOnSize(), (torch.randn(6, 3),), dynamic_shapes={"x": {0: batch}})
     ctx = DiagnosticContext()
     captured = CapturePass()(ctx, state)
-    assert captured.valid is state.valid and state.capture is None
-    assert state.valid.dynamic_shapes == {"x": {0: batch}}
-    record = captured.captured
+    assert captured.checked is state.checked and state.capture is None
+    assert state.checked.shapes.spec == {"x": {0: batch}}
+    record = captured.capture
     assert record.strategy == "torch.export.export(strict=False)"
     (refined,) = ctx.by_rule("dynamic-shapes-refined")
-    assert record.dynamic_shapes != state.valid.dynamic_shapes
-    assert record.dynamic_shapes["x"][0].min == 5  # torch's fix: x.shape[0] > 4
+    assert record.shapes.spec != state.checked.shapes.spec
+    assert record.shapes.spec["x"][0].min == 5  # torch's fix: x.shape[0] > 4
+    assert record.shapes.asked_range("x", 0) == (5, None)  # what the dynamic-shapes pass reads
+    assert record.shapes.requested == state.checked.shapes.requested
     assert record.shape_log  # torch's symbolic-shape records of this capture
 
 
 def test_the_record_of_a_plain_capture_keeps_the_checked_spec():
     state = validated(Tiny(), (torch.randn(3, 4),), dynamic_shapes={"x": {0: "batch"}})
     captured = CapturePass()(DiagnosticContext(), state)
-    assert captured.captured.dynamic_shapes is state.valid.dynamic_shapes
+    assert captured.capture.shapes is state.checked.shapes
     given = torch.export.export(Tiny(), (torch.randn(2, 4),))
-    record = CapturePass()(DiagnosticContext(), validated(given)).captured
+    record = CapturePass()(DiagnosticContext(), validated(given)).capture
     assert record.strategy == "the given ExportedProgram" and record.shape_log == ()
+
+
+class FixesTwo(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(2, -1) if x.shape[0] == 2 else x
+
+
+def test_findings_about_the_request_point_at_the_line_that_wrote_it():
+    """DO129 (an example of size 1 traced at 2) and DO105 (one that cannot be) are at the
+    request's line, as validation read it, not at whatever the capture's context holds."""
+    where = Location(__file__, 7, "main")
+    for model, rule in ((Tiny(), "DO129"), (FixesTwo(), "DO105")):
+        state = ValidatePass()(
+            DiagnosticContext(call_site=where),
+            ExportState(
+                ExportRequest(model, (torch.randn(1, 4),), dynamic_shapes={"x": {0: "batch"}})
+            ),
+        )
+        assert state.checked.shapes.location == where
+        ctx = DiagnosticContext()
+        CapturePass()(ctx, state)
+        (finding,) = ctx.by_rule(rule)
+        assert finding.primary == where, rule

@@ -11,8 +11,10 @@ from helpers import Tiny, program_state
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.passes.base import CaptureRecord, ShapeLogRecord
 from dynamo_onnx.passes.dynamic_shapes import DynamicShapesPass, dimension_names
+from dynamo_onnx.specs import ShapeRequest, Spelling
 
 AUTO = torch.export.Dim.AUTO
+Dim = torch.export.Dim
 
 
 def test_a_declared_dim_the_program_keeps_static_is_a_warning():
@@ -20,8 +22,8 @@ def test_a_declared_dim_the_program_keeps_static_is_a_warning():
         Tiny(),
         (torch.randn(2, 4),),
         {"x": {0: AUTO, 1: AUTO}},
-        requested_dims={("x", 0): 2, ("x", 1): 4},
-        declared_dims=frozenset({("x", 0), ("x", 1)}),
+        requested={("x", 0): 2, ("x", 1): 4},
+        declared=frozenset({("x", 0), ("x", 1)}),
     )
     ctx = DiagnosticContext()
     DynamicShapesPass()(ctx, state)
@@ -34,8 +36,8 @@ def test_every_dimension_dynamic_lists_the_static_ones_in_one_note():
         Tiny(),
         (torch.randn(2, 4),),
         {"x": {0: AUTO, 1: AUTO}},
-        requested_dims={("x", 0): 2, ("x", 1): 4},
-        all_dims_dynamic=True,
+        requested={("x", 0): 2, ("x", 1): 4},
+        spelling=Spelling.EVERY_DIM,
     )
     ctx = DiagnosticContext()
     DynamicShapesPass()(ctx, state)
@@ -46,15 +48,15 @@ def test_every_dimension_dynamic_lists_the_static_ones_in_one_note():
 
 def test_dynamic_dims_get_the_callers_names_else_input_and_index():
     ep = torch.export.export(Tiny(), (torch.randn(2, 4),), dynamic_shapes={"x": {0: AUTO}})
-    names = dimension_names(ep, {"x": {0: "batch"}})
-    assert list(names.values()) == ["batch"]
-    assert list(dimension_names(ep, None).values()) == ["x_dim_0"]
+    x = torch.randn(2, 4)
+    for spelled in ({"x": {0: "batch"}}, {"x": ["batch", None]}, ({0: Dim("batch")},)):
+        names = dimension_names(ep, ShapeRequest.build(spelled, {"x": x}).names())
+        assert list(names.values()) == ["batch"], spelled
+    assert list(dimension_names(ep, ShapeRequest().names()).values()) == ["x_dim_0"]
 
 
 def test_the_pass_returns_the_names_in_a_new_state():
-    state = program_state(
-        Tiny(), (torch.randn(2, 4),), {"x": {0: AUTO}}, requested_dims={("x", 0): 2}
-    )
+    state = program_state(Tiny(), (torch.randn(2, 4),), {"x": {0: AUTO}}, requested={("x", 0): 2})
     result = DynamicShapesPass()(DiagnosticContext(), state)
     assert list(result.dim_names.values()) == ["x_dim_0"] and not state.dim_names
 
@@ -69,11 +71,13 @@ def _do106(messages: list[str]) -> str:
         Specialized(),
         (torch.randn(8),),
         {"x": {0: AUTO}},
-        requested_dims={("x", 0): 8},
-        declared_dims=frozenset({("x", 0)}),
+        requested={("x", 0): 8},
+        declared=frozenset({("x", 0)}),
     )
     state = state.replace(
-        capture=CaptureRecord("recorded", None, tuple(ShapeLogRecord(m) for m in messages))
+        capture=CaptureRecord(
+            "recorded", state.checked.shapes, tuple(ShapeLogRecord(m) for m in messages)
+        )
     )
     ctx = DiagnosticContext()
     DynamicShapesPass()(ctx, state)

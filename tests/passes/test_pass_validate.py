@@ -16,7 +16,7 @@ from dynamo_onnx.passes.validate.torch_onnx import TorchOnnxArguments
 
 def test_the_checked_request_applies_the_default_opset_and_binds_forward_once():
     x = torch.randn(2, 4)
-    checked = validated(Tiny(), (x,)).valid
+    checked = validated(Tiny(), (x,)).checked
     assert checked.opset == 18
     assert list(checked.bound) == ["x"] and checked.bound["x"] is x
     assert checked.model_location is not None and checked.model_location.function == "forward"
@@ -28,13 +28,13 @@ def test_each_entry_points_default_opset_is_applied_by_validation_alone():
     point's default: torch.onnx.export's 20 for a call in its form, the seed's 18 else."""
     x = torch.randn(2, 4)
     as_export = TorchOnnxArguments(passed=frozenset({"model", "args"}))
-    assert validated(Tiny(), (x,), torch_onnx=as_export).valid.opset == EXPORT_OPSET == 20
-    assert validated(Tiny(), (x,)).valid.opset == DYNAMO_EXPORT_OPSET == 18
+    assert validated(Tiny(), (x,), torch_onnx=as_export).checked.opset == EXPORT_OPSET == 20
+    assert validated(Tiny(), (x,)).checked.opset == DYNAMO_EXPORT_OPSET == 18
     for opset in (17, 21):
-        assert validated(Tiny(), (x,), opset_version=opset, torch_onnx=as_export).valid.opset == (
+        assert validated(Tiny(), (x,), opset_version=opset, torch_onnx=as_export).checked.opset == (
             opset
         )
-        assert validated(Tiny(), (x,), opset_version=opset).valid.opset == opset
+        assert validated(Tiny(), (x,), opset_version=opset).checked.opset == opset
 
 
 @pytest.mark.parametrize(
@@ -47,34 +47,34 @@ def test_export_modules_as_functions_is_merged_into_module_functions_by_validati
     arguments = TorchOnnxArguments(export_modules_as_functions=as_functions)
     checked = validated(
         Tiny(), (torch.randn(2, 4),), module_functions=module_functions, torch_onnx=arguments
-    ).valid
+    ).checked
     assert checked.module_functions is expected
 
 
 def test_names_and_labels_are_checked_and_typed():
     checked = validated(
         Tiny(), (torch.randn(2, 4),), input_names=["tokens"], output_names=["probs"]
-    ).valid
+    ).checked
     assert checked.input_names == ("tokens",) and checked.output_names == ("probs",)
     assert checked.label("x") == "tokens"
 
 
 def test_both_spellings_of_every_dimension_dynamic_give_one_checked_request():
     x = torch.randn(2, 4)
-    spelled = validated(Tiny(), (x,), dynamic_shapes=True).valid
+    spelled = validated(Tiny(), (x,), dynamic_shapes=True).checked
     options = dynamo_onnx.ExportOptions(dynamic_shapes=True)
-    optioned = validated(Tiny(), (x,), export_options=options).valid
+    optioned = validated(Tiny(), (x,), export_options=options).checked
     for checked in (spelled, optioned):
-        assert checked.all_dims_dynamic and not checked.declared_dims
-        assert dict(checked.requested_dims) == {("x", 0): 2, ("x", 1): 4}
-    assert spelled.dynamic_shapes == optioned.dynamic_shapes
+        assert checked.shapes.everything and not checked.shapes.declared
+        assert dict(checked.shapes.requested) == {("x", 0): 2, ("x", 1): 4}
+    assert spelled.shapes.spec == optioned.shapes.spec
 
 
 def test_a_named_dimension_is_declared_and_becomes_auto():
-    checked = validated(Tiny(), (torch.randn(2, 4),), dynamic_shapes={"x": {0: "batch"}}).valid
-    assert checked.declared_dims == frozenset({("x", 0)})
-    assert checked.dynamic_shapes == {"x": {0: torch.export.Dim.AUTO}}
-    assert checked.named_spec == {"x": {0: "batch"}}
+    checked = validated(Tiny(), (torch.randn(2, 4),), dynamic_shapes={"x": {0: "batch"}}).checked
+    assert checked.shapes.declared == frozenset({("x", 0)})
+    assert checked.shapes.spec == {"x": {0: torch.export.Dim.AUTO}}
+    assert checked.shapes.named == {"x": {0: "batch"}}
 
 
 @pytest.mark.parametrize(
@@ -84,20 +84,20 @@ def test_a_tensors_list_of_dims_is_checked_into_the_dict_it_means(dims):
     """``{"x": ["batch", None]}`` and ``{"x": {0: "batch"}}`` are one request to torch.export:
     validation hands the later passes one spelling."""
     x = torch.randn(2, 4)
-    listed = validated(Tiny(), (x,), dynamic_shapes={"x": dims}).valid
-    as_dict = validated(Tiny(), (x,), dynamic_shapes={"x": {0: dims[0]}}).valid
-    assert listed.named_spec == as_dict.named_spec == {"x": {0: dims[0]}}
-    assert listed.dynamic_shapes == as_dict.dynamic_shapes
-    assert listed.declared_dims == as_dict.declared_dims == frozenset({("x", 0)})
-    static = validated(Tiny(), (x,), dynamic_shapes={"x": [None, None]}).valid
-    assert static.named_spec == {"x": None} and not static.requested_dims
+    listed = validated(Tiny(), (x,), dynamic_shapes={"x": dims}).checked
+    as_dict = validated(Tiny(), (x,), dynamic_shapes={"x": {0: dims[0]}}).checked
+    assert listed.shapes.named == as_dict.shapes.named == {"x": {0: dims[0]}}
+    assert listed.shapes.spec == as_dict.shapes.spec
+    assert listed.shapes.declared == as_dict.shapes.declared == frozenset({("x", 0)})
+    static = validated(Tiny(), (x,), dynamic_shapes={"x": [None, None]}).checked
+    assert static.shapes.named == {"x": None} and not static.shapes.requested
     with pytest.raises(dynamo_onnx.InvalidExportOptionsError, match=r"\[DO131 "):
         validated(Tiny(), (x,), dynamic_shapes={"x": ["batch"]})  # not a list of its dims
-    with_none = validated(Tiny(), (x,), dynamic_shapes={"x": {0: dims[0], 1: None}}).valid
-    assert with_none.named_spec == as_dict.named_spec  # None is a static dimension
-    by_position = validated(Tiny(), (x,), dynamic_shapes=(dims,)).valid
-    assert by_position.named_spec == ({0: dims[0]},)
-    assert by_position.declared_dims == as_dict.declared_dims
+    with_none = validated(Tiny(), (x,), dynamic_shapes={"x": {0: dims[0], 1: None}}).checked
+    assert with_none.shapes.named == as_dict.shapes.named  # None is a static dimension
+    by_position = validated(Tiny(), (x,), dynamic_shapes=(dims,)).checked
+    assert by_position.shapes.named == ({0: dims[0]},)
+    assert by_position.shapes.declared == as_dict.shapes.declared
 
 
 def test_a_bad_opset_fails_in_validate_with_its_rule():
@@ -134,7 +134,7 @@ def test_a_spec_beside_an_exported_program_is_read_and_reported(request_fields, 
     assert finding.rule.id == "DO111" and finding.level.name == level
     assert f"`{argument}`" in finding.message or argument in finding.message
     assert "fixed when torch.export.export captured it" in finding.message
-    assert state.valid.model is program  # never changed, never re-captured
+    assert state.checked.model is program  # never changed, never re-captured
 
 
 def test_every_dimension_dynamic_beside_a_dynamic_exported_program_is_a_note():

@@ -67,6 +67,12 @@ def frame_locations(frames: Iterable[traceback.FrameSummary]) -> tuple[Location,
     return tuple(Location(fs.filename, fs.lineno or 1, fs.name) for fs in reversed(list(frames)))
 
 
+def stack_locations() -> tuple[Location, ...]:
+    """The caller's Python stack as locations, innermost first (its own frame left out):
+    where a log record about a guard was emitted, for the user's line among them."""
+    return frame_locations(traceback.extract_stack()[:-1])
+
+
 # `  File "/path/x.py", line 12, in forward`
 _FRAME_RE = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
 

@@ -147,7 +147,7 @@ class ModelFamily(Protocol):
     def value_specs(self, entry: Any, value: Any, parameter: str) -> list[Any]:
         """The spec of every tensor of ``value`` (in :meth:`FamilyInputs.parts` order) from
         the entry the caller wrote for it, in any form the family accepts; raises
-        :class:`dynamo_onnx.io.specs.SpecMismatch` when it fits none."""
+        :class:`dynamo_onnx.specs.messages.SpecMismatch` when it fits none."""
         ...
 
     def spec_example(self, parameter: str) -> str:

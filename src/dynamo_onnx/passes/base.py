@@ -22,6 +22,7 @@ from dynamo_onnx.passes import contract
 from dynamo_onnx.passes.collector import collections_spaced
 from dynamo_onnx.passes.logs import deprecations_ignored
 from dynamo_onnx.rules import catalog
+from dynamo_onnx.specs import ShapeRequest
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -119,15 +120,9 @@ class CheckedRequest:
         model_location: where the model's code starts (its ``forward``), the anchor of
             findings that have no line of their own.
         registry: the ONNX functions to translate with.
-        dynamic_shapes: torch.export's spec, in one normal form (strings turned into
-            ``Dim.AUTO``; "every dimension dynamic" expanded, whichever spelling asked).
-        named_spec: the spec with the caller's dimension names (from ``dynamic_shapes`` or
-            ``dynamic_axes``), for the names of the ONNX dims.
-        requested_dims: (input name, dimension) -> example size, for every dimension asked
-            to be dynamic.
-        declared_dims: the requested dimensions the caller named or declared one by one
-            (not those of "every dimension dynamic", which the model may keep static).
-        all_dims_dynamic: ``dynamic_shapes=True`` or ``ExportOptions(dynamic_shapes=True)``.
+        shapes: the dynamic-shape request in one normal form, whichever spelling asked
+            (:class:`~dynamo_onnx.specs.ShapeRequest`: torch.export's spec, the caller's
+            dimension names, the dimensions requested and declared).
         input_labels: ``forward`` parameter -> the name the caller gave that input
             (``input_names``), for messages.
         module_functions: group submodule calls into ONNX local functions.
@@ -146,11 +141,7 @@ class CheckedRequest:
     output_names: tuple[str, ...] | None = None
     model_location: Location | None = None
     registry: OnnxRegistry | None = None
-    dynamic_shapes: Any = None
-    named_spec: Any = None
-    requested_dims: Mapping[tuple[str, int], int] = dataclasses.field(default_factory=dict)
-    declared_dims: frozenset[tuple[str, int]] = frozenset()
-    all_dims_dynamic: bool = False
+    shapes: ShapeRequest = ShapeRequest()
     input_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     module_functions: bool = False
     custom_opsets: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -168,12 +159,6 @@ class CheckedRequest:
         """The caller's name of an input (``input_names``), else the parameter's name."""
         return self.input_labels.get(input_name, input_name)
 
-    def parameter_names(self, spec: Any) -> Any:
-        """A spec given as a tuple (one entry per input, in order) as a dict by name."""
-        if isinstance(spec, (list, tuple)):
-            return dict(zip(self.bound, spec))
-        return spec
-
 
 @dataclasses.dataclass(frozen=True)
 class CaptureRecord:
@@ -183,12 +168,13 @@ class CaptureRecord:
     Attributes:
         strategy: the strategy that captured the program (``torch.export.export(strict=False)``),
             or ``the given ExportedProgram``.
-        dynamic_shapes: the spec the program was captured with: the checked request's, or
-            torch's refinement of it (its suggested fixes, tried once: DO125).
+        shapes: the shape request the program was captured with: the checked one, torch's
+            refinement of it (its suggested fixes, tried once: DO125), or it with the
+            dimensions a model fixes made static (a capture deferring size guards).
     """
 
     strategy: str
-    dynamic_shapes: Any = None
+    shapes: ShapeRequest = ShapeRequest()
     shape_log: tuple[ShapeLogRecord, ...] = ()
 
 
@@ -198,9 +184,11 @@ class ExportState:
 
     Attributes:
         request: the caller's arguments, as given: only the validate pass reads them.
-        checked: the request as validation checked it, for every later pass.
-        capture: what the capture pass did (its strategy, the spec it used, torch's
-            symbolic-shape log), for the passes after it.
+        checked: the request as validation checked it, for every later pass (None only
+            before the validate pass has run: a pass after it reads ``state.checked``).
+        capture: what the capture pass did (its strategy, the request it captured with,
+            torch's symbolic-shape log), for the passes after it (None only before the
+            capture pass has run: a pass after it reads ``state.capture``).
         exported_program: the captured, then decomposed, program (never the caller's object).
         captured_program: the program as captured, kept by decomposition: the user's
             in-place operators as written (the semantics pass's lines for what the
@@ -218,18 +206,6 @@ class ExportState:
     captured_program: torch.export.ExportedProgram | None = None
     dim_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     onnx_model: ir.Model | None = None
-
-    @property
-    def valid(self) -> CheckedRequest:
-        """The checked request (the validate pass has run)."""
-        assert self.checked is not None, "the validate pass runs first"
-        return self.checked
-
-    @property
-    def captured(self) -> CaptureRecord:
-        """What the capture pass did (it has run)."""
-        assert self.capture is not None, "the capture pass runs first"
-        return self.capture
 
     def replace(self, **changes: Any) -> ExportState:
         """A copy with ``changes``: passes never change the state they were given."""

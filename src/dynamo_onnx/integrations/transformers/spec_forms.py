@@ -6,7 +6,7 @@ of its tensors, transformers' ``register_dynamic_cache_export_support()`` nestin
 :func:`~dynamo_onnx.integrations.transformers.dynamic_shapes.cache_dynamic_shapes`
 (``[k0, v0, k1, v1, ...]``), and for an encoder-decoder cache one entry per side. Each is
 read into one spec per tensor, in :func:`cache_parts` order; an entry that fits none raises
-:class:`~dynamo_onnx.io.specs.SpecMismatch` with the forms this cache takes.
+:class:`~dynamo_onnx.specs.messages.SpecMismatch` with the forms this cache takes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from dynamo_onnx.integrations.transformers.caches import cache_parts
-from dynamo_onnx.io.specs import SpecMismatch, describe, first_tensor_spec, fits_tensor, literal
+from dynamo_onnx.specs.messages import (
+    SpecMismatch,
+    describe,
+    first_tensor_spec,
+    fits_tensor,
+    literal,
+)
 
 __all__ = ["CACHE_EXAMPLE", "cache_expected", "cache_specs"]
 

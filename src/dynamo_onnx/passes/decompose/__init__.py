@@ -76,7 +76,7 @@ class DecomposePass:
             return self._run(ctx, state)
 
     def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        ep, registry, opset = state.exported_program, state.valid.registry, state.valid.opset
+        ep, registry, opset = state.exported_program, state.checked.registry, state.checked.opset
         assert ep is not None and registry is not None
         rewrite_aliases(ep)
         bypass_lifted_copies(ep)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -43,9 +43,9 @@ class DynamicShapesPass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         program = state.exported_program
         assert program is not None
-        log = read_shape_log(state.captured.shape_log)  # torch's words, read once
+        log = read_shape_log(state.capture.shape_log)  # torch's words, read once
         _report_specializations(ctx, program, state, log)
-        names = dimension_names(program, state.valid.parameter_names(state.valid.named_spec))
+        names = dimension_names(program, state.checked.shapes.names())
         _report_narrowing(ctx, program, state, names, log)
         _report_constant_guards(ctx, program, state, log)
         return state.replace(dim_names=names)
@@ -103,7 +103,7 @@ def _report_specializations(
     kept: list[str] = []
     #: the model's lines that fix a kept dimension: the note is at the first, as it says
     fixed_at: list[Location] = []
-    for (input_name, dim), example in state.valid.requested_dims.items():
+    for (input_name, dim), example in state.checked.shapes.requested.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
         if not isinstance(val, torch.Tensor) or dim >= val.dim():
@@ -111,7 +111,7 @@ def _report_specializations(
         value = static_size(val.shape[dim])
         if value is None:
             continue
-        declared = (input_name, dim) in state.valid.declared_dims
+        declared = (input_name, dim) in state.checked.shapes.declared
         if declared and example in (0, 1):
             continue  # torch's 0/1 rule, not a line of the model: DO105 says it
         symbol = log.symbol_of(input_name, dim)
@@ -119,13 +119,13 @@ def _report_specializations(
         guard, where = (culprit[0], culprit[2]) if culprit is not None else ("unknown", None)
         if not declared:
             because = f", because of `{guard}` at {ctx.display(where)}" if where else ""
-            kept.append(f"`{state.valid.label(input_name)}` dimension {dim} = {value}{because}")
+            kept.append(f"`{state.checked.label(input_name)}` dimension {dim} = {value}{because}")
             fixed_at += [where] if where else []
             continue
         ctx.record(
             "dynamic-dim-specialized",
             locations=[where],
-            input=state.valid.label(input_name),
+            input=state.checked.label(input_name),
             dim=dim,
             value=value,
             guard=guard,
@@ -140,19 +140,6 @@ def _report_specializations(
         )
 
 
-def _asked_range(spec: Any, input_name: str, dim: int) -> tuple[int, int | None]:
-    """The range the caller asked for a dimension (``spec`` by parameter name): a ``Dim``'s
-    min and max, else [2, inf) (torch.export never makes sizes 0 and 1 dynamic)."""
-    dims = spec.get(input_name) if isinstance(spec, dict) else None
-    asked = dims.get(dim) if isinstance(dims, dict) else None
-    if asked is None and isinstance(dims, (list, tuple)) and dim < len(dims):
-        asked = dims[dim]
-    low = getattr(asked, "min", None)
-    high = getattr(asked, "max", None)
-    finite = isinstance(high, int) and high < 2**62
-    return max(int(low) if isinstance(low, int) else 2, 2), (int(high) if finite else None)
-
-
 def _report_narrowing(
     ctx: DiagnosticContext,
     program: torch.export.ExportedProgram,
@@ -162,13 +149,13 @@ def _report_narrowing(
 ) -> None:
     """A warning for each requested-dynamic dimension that torch.export kept dynamic over a
     narrower range than asked, or only as a multiple of a number."""
-    if not state.valid.requested_dims:
+    if not state.checked.shapes.requested:
         return
     ranges = {str(symbol): vr for symbol, vr in program.range_constraints.items()}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     reported: set[str] = set()
-    asked = state.valid.parameter_names(state.captured.dynamic_shapes)  # the spec by name
-    for (input_name, dim), _ in state.valid.requested_dims.items():
+    asked = state.capture.shapes  # the caller's request, or torch's refinement of it (DO125)
+    for (input_name, dim), _ in state.checked.shapes.requested.items():
         node = placeholders.get(input_name)
         val = node.meta.get("val") if node is not None else None
         if not isinstance(val, torch.Tensor) or dim >= val.dim():
@@ -191,8 +178,7 @@ def _report_narrowing(
             if expression.isidentifier()
             else f"{input_name}_dim_{dim}"
         )
-        # the spec capture used (its record's): the caller's, or torch's refinement (DO125)
-        low, high = _asked_range(asked, input_name, dim)
+        low, high = asked.asked_range(input_name, dim)
         got_low, got_high = range_bounds(ranges[symbol])
         parts = []
         if expression != symbol:  # e.g. 32*s12: only multiples are accepted
@@ -205,7 +191,7 @@ def _report_narrowing(
                 else f"the expression {expression}"
             )
         else:
-            if _report_divisibility(ctx, log, state.valid.label(input_name), dim, symbol, name):
+            if _report_divisibility(ctx, log, state.checked.label(input_name), dim, symbol, name):
                 continue
             narrower_low = got_low is not None and got_low > low
             narrower_high = got_high is not None and (high is None or got_high < high)
@@ -229,8 +215,8 @@ def _report_narrowing(
             continue
         if expression == symbol and agrees_outside(
             program,
-            state.valid.model,
-            (tuple(state.valid.args), dict(state.valid.kwargs)),
+            state.checked.model,
+            (tuple(state.checked.args), dict(state.checked.kwargs)),
             symbol,
             _outside(low, high, got_low, got_high),
         ):
@@ -239,7 +225,7 @@ def _report_narrowing(
             continue
         _narrowed(
             ctx,
-            state.valid.label(input_name),
+            state.checked.label(input_name),
             dim,
             valid,
             guard,
@@ -341,15 +327,15 @@ def _report_constant_guards(
     shared symbols, divisibility has its own finding); the line is the guard's in torch's
     log, matched by its constant.
     """
-    if not state.valid.requested_dims:
+    if not state.checked.shapes.requested:
         return
     multiples = _declared_multiples(program)
     for condition in program_conditions(program):
         if not condition.fixes_a_computed_size or condition.value is None:
             continue
-        if _holds_at_other_sizes(condition, state.valid.requested_dims, multiples):
+        if _holds_at_other_sizes(condition, state.checked.shapes.requested, multiples):
             continue  # a check on the sizes (reshape's), not a size standing for a constant
-        written = condition.written_with(state.valid.label)
+        written = condition.written_with(state.checked.label)
         first = condition.sizes[0] if condition.sizes else None
         input_name, dim = (first.input, first.dim) if first else ("?", 0)
         guard, where = _constant_guard_line(ctx, log, condition.value)
@@ -362,7 +348,7 @@ def _report_constant_guards(
         )
         _narrowed(
             ctx,
-            state.valid.label(input_name),
+            state.checked.label(input_name),
             dim,
             f"sizes where `{written}` (the ONNX model uses {condition.value} at every size)",
             guard or written,
@@ -447,38 +433,11 @@ def _narrowing_guard(
     return found
 
 
-def _given_names(spec: Any) -> dict[tuple[str, int], str]:
-    """(input name, dimension) -> the name the caller gave it (``spec`` by parameter name),
-    for tensor inputs: top-level ones, and those a parameter holds in a list or tuple
-    (``*caches``, ``caches: list``), which torch.export names ``caches_0``, ``caches_1``..."""
-    names: dict[tuple[str, int], str] = {}
-    if isinstance(spec, dict):
-        for input_name, dims in spec.items():
-            _collect_names(names, str(input_name), dims)
-    return names
-
-
-def _collect_names(names: dict[tuple[str, int], str], input_name: str, dims: Any) -> None:
-    if isinstance(dims, dict):
-        items: Any = dims.items()
-    elif isinstance(dims, (list, tuple)):
-        if any(isinstance(d, (dict, list, tuple)) for d in dims):  # one spec per tensor held
-            for position, inner in enumerate(dims):
-                _collect_names(names, f"{input_name}_{position}", inner)
-            return
-        items = enumerate(dims)
-    else:
-        return  # None, or a Dim hint for a whole non-tensor input (``y: Dim.STATIC``)
-    for index, dim in items:
-        name = dim if isinstance(dim, str) else getattr(dim, "__name__", None)
-        if isinstance(name, str) and name.isidentifier():
-            names[(input_name, int(index))] = name
-
-
-def dimension_names(program: torch.export.ExportedProgram, spec: Any) -> dict[str, str]:
-    """torch's symbols (``s17``) -> names for the ONNX dims: the caller's (``spec`` by
-    parameter name), else ``<input>_dim_<i>``."""
-    given = _given_names(spec) if spec is not None and spec is not True else {}
+def dimension_names(
+    program: torch.export.ExportedProgram, given: Mapping[tuple[str, int], str]
+) -> dict[str, str]:
+    """torch's symbols (``s17``) -> names for the ONNX dims: the caller's (``given``, by
+    input and dimension: :meth:`ShapeRequest.names`), else ``<input>_dim_<i>``."""
     user_inputs = {
         s.arg.name
         for s in program.graph_signature.input_specs

@@ -152,7 +152,7 @@ def _registered_family_inputs(state: ExportState, model: ir.Model) -> list[str] 
     nodes, the graph inputs' names with those values' tensors named as their family names
     them (torch names them after the path to them); None for any other program."""
     ep = state.exported_program
-    if state.valid.family_inputs is not None or ep is None or ep.call_spec.in_spec is None:
+    if state.checked.family_inputs is not None or ep is None or ep.call_spec.in_spec is None:
         return None
     user = [s for s in ep.graph_signature.input_specs if s.kind == gs.InputKind.USER_INPUT]
     paths = list(leaf_paths(ep.call_spec.in_spec))
@@ -185,7 +185,7 @@ def _output_keys(state: ExportState, family_among_inputs: bool) -> Sequence[str]
     if ep is None or ep.call_spec.out_spec is None:
         return None
     spec = ep.call_spec.out_spec
-    if state.valid.family_inputs is None:  # a program captured with the values registered
+    if state.checked.family_inputs is None:  # a program captured with the values registered
         return _registered_family_outputs(list(leaf_paths(spec))) if family_among_inputs else None
     if spec.type is not dict:
         return None
@@ -202,7 +202,7 @@ class FinalizePass:
     changes_input: ClassVar[bool] = True
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        model, registry, request = state.onnx_model, state.valid.registry, state.valid
+        model, registry, request = state.onnx_model, state.checked.registry, state.checked
         assert model is not None and registry is not None
         # A None the model returns has no ONNX output (DO311); as with torch.onnx, a name
         # given for it is not an error: the names go to the outputs there are, in order.

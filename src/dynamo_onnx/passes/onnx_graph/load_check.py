@@ -82,10 +82,10 @@ def _fail_if_inputs_rejected(
     input to a float32 ``Linear``): torch.export's fake tensors let such a call through,
     and blaming our ONNX function for it (DO407's fix) would send the user the wrong way.
     Run only once the model is refused, and only on a module with real weights."""
-    model = state.valid.model
+    model = state.checked.model
     if not isinstance(model, torch.nn.Module) or not runs_eagerly(model):
         return
-    error = eager_run(model, tuple(state.valid.args), dict(state.valid.kwargs)).error
+    error = eager_run(model, tuple(state.checked.args), dict(state.checked.kwargs)).error
     if error is None:
         return
     frames = exception_frames(error)

@@ -43,7 +43,7 @@ class ModuleFunctionsPass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         model = state.onnx_model
         assert model is not None
-        if not state.valid.module_functions:
+        if not state.checked.module_functions:
             return state
         before = len(model.functions)
         grouping = GroupModulesStep()

@@ -48,7 +48,7 @@ class OpsetConversionPass:
     changes_input: ClassVar[bool] = True
 
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
-        model, target = state.onnx_model, state.valid.opset
+        model, target = state.onnx_model, state.checked.opset
         assert model is not None
         if target is not None and target != model.opset_imports.get(""):
             # the converter's new nodes are named per graph: names made unique again

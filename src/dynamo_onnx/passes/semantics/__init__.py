@@ -64,7 +64,7 @@ class SemanticsPass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         program = state.exported_program
         assert program is not None
-        model = state.valid.model
+        model = state.checked.model
         # Training mode first: it is the cause of the buffer updates and random draws of
         # the modules it names, which are not reported again (one cause, one finding,
         # and the first fix a gate shows is ``model.eval()``).
@@ -116,7 +116,7 @@ def _mutations(ctx: DiagnosticContext, state: ExportState, training: frozenset[s
         writes = sites.get(target, [])
         sources = [node_source(ctx, node) for node, _ in writes]
         located = [s.primary for s in sources if s.primary is not None]
-        primary = located[0] if located else state.valid.model_location
+        primary = located[0] if located else state.checked.model_location
         frames = next((s.frames for s in sources if s.primary is not None), ())
         related = list(dict.fromkeys(loc for loc in located[1:] if loc != primary))
         common: dict[str, Any] = {
@@ -128,7 +128,7 @@ def _mutations(ctx: DiagnosticContext, state: ExportState, training: frozenset[s
             "op": writes[0][1] if writes else "an in-place write",
         }
         if spec.kind == gs.OutputKind.USER_INPUT_MUTATION:
-            ctx.record("input-mutated", input=state.valid.label(target), **common)
+            ctx.record("input-mutated", input=state.checked.label(target), **common)
         else:
             ctx.record("buffer-mutated", buffer=target, **common)
 

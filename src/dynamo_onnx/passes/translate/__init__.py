@@ -63,10 +63,10 @@ class TranslatePass:
 
     def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         ep = state.exported_program
-        registry = state.valid.registry
+        registry = state.checked.registry
         assert ep is not None and registry is not None
-        check_dtypes(ctx, ep, state.valid.model_location)
-        opset = state.valid.opset
+        check_dtypes(ctx, ep, state.checked.model_location)
+        opset = state.checked.opset
         graph = ir.Graph([], [], nodes=[], name="main_graph")
         model = ir.Model(
             graph, ir_version=10, producer_name="dynamo-onnx", producer_version=package_version()
@@ -90,7 +90,7 @@ class TranslatePass:
             ctx.record("operator-coverage", translated=translated, total=total)
         problems.raise_for_failures(ctx, tally)
         _bind_signature(ctx, ep, builder)
-        _report_none_outputs(ctx, ep, return_location(state.valid.model))
+        _report_none_outputs(ctx, ep, return_location(state.checked.model))
         _report_custom_domains(ctx, model)
         return state.replace(onnx_model=model)
 

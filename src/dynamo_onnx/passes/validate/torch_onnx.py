@@ -18,8 +18,9 @@ import torch
 from dynamo_onnx.diagnostics import DiagnosticContext, Level
 from dynamo_onnx.errors import InvalidExportOptionsError, InvalidOptionTypeError
 from dynamo_onnx.io.onnx_file import is_file_object
-from dynamo_onnx.passes.validate.spec_forms import did_you_mean
 from dynamo_onnx.registry import OnnxRegistry, target_name
+from dynamo_onnx.specs import Spelling, spellings
+from dynamo_onnx.specs.forms import did_you_mean
 from dynamo_onnx.torch_onnx_names import OperatorExportTypes, TrainingMode
 
 __all__ = [
@@ -213,29 +214,20 @@ def dynamic_axes_to_shapes(
         ctx.fail(
             "invalid-option",
             InvalidOptionTypeError,
-            option="dynamic_axes",
+            option=Spelling.DYNAMIC_AXES,
             problem=f"is a {type(dynamic_axes).__name__}",
             allowed='it takes a dict like {"x": {0: "batch"}} or {"x": [0]}',
         )
     outputs = [str(n) for n in output_names or ()]
-    spec: dict[str, dict[int, str]] = {}
-    output_keys: list[str] = []
-    for key, axes in dynamic_axes.items():
-        if key not in inputs:
-            if key in outputs:
-                output_keys.append(key)
-                continue
+    spec, others = spellings.from_dynamic_axes(dynamic_axes, inputs)
+    for key in others:
+        if key not in outputs:
             _unknown_axes_key(ctx, str(key), input_names, list(inputs), outputs)
-        if isinstance(axes, Mapping):
-            named = {int(axis): str(name) for axis, name in axes.items()}
-        else:
-            named = {int(axis): f"{key}_dim_{int(axis)}" for axis in axes}
-        for target in inputs[key]:
-            spec[target] = named
+    output_keys = others
     if output_keys:
         ignored(
             ctx,
-            "dynamic_axes",
+            Spelling.DYNAMIC_AXES,
             ", ".join(repr(o) for o in output_keys),
             "these keys are outputs; an output's dimensions follow from the inputs'",
         )
@@ -260,7 +252,7 @@ def _unknown_axes_key(
     ctx.fail(
         "dynamic-spec-unknown-name",
         InvalidExportOptionsError,
-        option="dynamic_axes",
+        option=Spelling.DYNAMIC_AXES,
         name=key,
         what="input or output name",
         suggestion=hint,

@@ -6,9 +6,11 @@ one dim per dimension, or None; a container's is a container of the same shape. 
 family's value (a KV cache) takes the forms its family reads
 (:meth:`~dynamo_onnx.integrations.base.ModelFamily.value_specs`).
 
-Everything here is a pure function of the spec and the inputs: a spec that fits no form
-raises :class:`SpecMismatch` (the validate pass turns it into a ``dynamic-spec-mismatch``
-error before anything is captured), a key that names no input :class:`UnknownSpecName`.
+Everything here is a pure function of the spec, the inputs and the installed model
+families (given by the caller: this package sits below ``integrations/``, whose families
+raise :class:`SpecMismatch` too): a spec that fits no form raises :class:`SpecMismatch` (the
+validate pass turns it into a ``dynamic-spec-mismatch`` error before anything is
+captured), a key that names no input :class:`UnknownSpecName`.
 """
 
 from __future__ import annotations
@@ -16,18 +18,21 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dynamo_onnx.integrations import families, family_of
-from dynamo_onnx.io.specs import SpecMismatch, describe, fits_tensor, literal
+from dynamo_onnx.specs.messages import SpecMismatch, describe, fits_tensor, literal
+
+if TYPE_CHECKING:
+    from dynamo_onnx.integrations.base import ModelFamily
 
 __all__ = [
     "SpecMismatch",
     "UnknownSpecName",
     "check_spec",
     "did_you_mean",
+    "family_of",
     "named",
     "spec_by_parameter",
 ]
@@ -47,13 +52,18 @@ def did_you_mean(name: str, valid: Sequence[str]) -> str:
     return f" (did you mean `{close[0]}`?)" if close else ""
 
 
-def check_spec(spec: Any, value: Any, parameter: str) -> None:
+def family_of(value: Any, families: Sequence[ModelFamily]) -> ModelFamily | None:
+    """The family among ``families`` that recognizes ``value``, or None."""
+    return next((f for f in families if f.recognizes(value)), None)
+
+
+def check_spec(spec: Any, value: Any, parameter: str, families: Sequence[ModelFamily] = ()) -> None:
     """:class:`SpecMismatch` unless ``spec`` has the shape of ``value`` as torch.export
     takes it (a model family's value in any of its family's forms). Leaves other than
     tensors (numbers, registered classes) are torch.export's to judge."""
     if spec is None:
         return
-    family = family_of(value)
+    family = family_of(value, families)
     if family is not None:
         family.value_specs(spec, value, parameter)
     elif isinstance(value, torch.Tensor):
@@ -79,7 +89,7 @@ def check_spec(spec: Any, value: Any, parameter: str) -> None:
                 " with each None replaced by its element's spec",
             )
         for index, (s, v) in enumerate(zip(spec, value)):
-            check_spec(s, v, f"{parameter}[{index}]")
+            check_spec(s, v, f"{parameter}[{index}]", families)
     elif isinstance(value, Mapping):
         if not isinstance(spec, Mapping) or set(spec) - set(value):
             keys = ", ".join(repr(k) for k in value)
@@ -90,13 +100,13 @@ def check_spec(spec: Any, value: Any, parameter: str) -> None:
                 f'dynamic_shapes={{"{parameter}": {{{keys.split(", ")[0]}: ...}}}}',
             )
         for key, s in spec.items():
-            check_spec(s, value[key], f"{parameter}[{key!r}]")
+            check_spec(s, value[key], f"{parameter}[{key!r}]", families)
 
 
-def _aliases(given: Mapping[str, Any]) -> dict[str, str]:
+def _aliases(given: Mapping[str, Any], families: Sequence[ModelFamily]) -> dict[str, str]:
     """Other names of a family value's parameter (one renamed between library versions):
     a spec written for either version reads the same."""
-    return {k: v for family in families() for k, v in family.parameter_aliases(given).items()}
+    return {k: v for family in families for k, v in family.parameter_aliases(given).items()}
 
 
 def spec_by_parameter(
@@ -105,6 +115,7 @@ def spec_by_parameter(
     bound: Mapping[str, Any],
     spread_out: Mapping[str, Any],
     input_names: Sequence[str] | None = None,
+    families: Sequence[ModelFamily] = (),
 ) -> Any:
     """The caller's spec checked against the inputs; a name-keyed one returned by the names
     of ``spread_out`` (``**kwargs`` entries by their own names), a model family's renamed
@@ -112,7 +123,8 @@ def spec_by_parameter(
     (torch.export's form), each entry checked against its input.
 
     ``bound`` is ``forward``'s parameters bound to the inputs (torch.export zips a tuple
-    with them); ``spread_out`` the same with a ``**kwargs`` parameter's entries spread.
+    with them); ``spread_out`` the same with a ``**kwargs`` parameter's entries spread;
+    ``families`` the installed model families, which read their values' entries.
     """
     if spec is None or spec is True or signature is None:
         return spec
@@ -124,7 +136,7 @@ def spec_by_parameter(
                 "a dict of dims",
                 f'dynamic_shapes={{"{next(iter(bound), "x")}": {literal(spec)}}}',
             )
-        aliases = _aliases(spread_out)
+        aliases = _aliases(spread_out, families)
         valid = list(spread_out)
         named: dict[str, Any] = {}
         for key, entry in spec.items():
@@ -133,7 +145,7 @@ def spec_by_parameter(
                 for inner, value in entry.items():  # {"kwargs": {...}}: torch.export's form
                     if inner not in spread_out:
                         raise UnknownSpecName(str(inner), valid, did_you_mean(str(inner), valid))
-                    check_spec(value, spread_out[inner], inner)
+                    check_spec(value, spread_out[inner], inner, families)
                     named[inner] = value
                 continue
             if name not in spread_out:
@@ -148,7 +160,7 @@ def spec_by_parameter(
                 elif not hint and key in signature.parameters:
                     hint = " (a parameter of forward, but given no input in this call)"
                 raise UnknownSpecName(str(key), valid, hint)
-            check_spec(entry, spread_out[name], name)
+            check_spec(entry, spread_out[name], name, families)
             named[name] = entry
         return named
     if isinstance(spec, (list, tuple)):
@@ -159,11 +171,11 @@ def spec_by_parameter(
                 f"one spec per input in forward's order, {len(names)} at most ({', '.join(names)})",
                 describe(spec),
                 "dynamic_shapes={"
-                + ", ".join(f'"{n}": ...' for n in names if _holds_tensor(bound[n]))
+                + ", ".join(f'"{n}": ...' for n in names if _holds_tensor(bound[n], families))
                 + "}",
             )
         for name, entry in zip(names, spec):
-            check_spec(entry, bound[name], name)
+            check_spec(entry, bound[name], name, families)
         return spec
     raise SpecMismatch(
         "dynamic_shapes",
@@ -173,13 +185,13 @@ def spec_by_parameter(
     )
 
 
-def _holds_tensor(value: Any) -> bool:
-    if isinstance(value, torch.Tensor) or family_of(value) is not None:
+def _holds_tensor(value: Any, families: Sequence[ModelFamily]) -> bool:
+    if isinstance(value, torch.Tensor) or family_of(value, families) is not None:
         return True
     if isinstance(value, (list, tuple)):
-        return any(_holds_tensor(v) for v in value)
+        return any(_holds_tensor(v, families) for v in value)
     if isinstance(value, Mapping):
-        return any(_holds_tensor(v) for v in value.values())
+        return any(_holds_tensor(v, families) for v in value.values())
     return False
 
 

@@ -2,8 +2,8 @@
 its input's forms, whether an entry is one tensor's spec, and an entry as words or as
 Python source a user can paste.
 
-Shared by the generic checks of a spec (``passes/validate/spec_forms.py``) and the model
-families, whose values take forms of their own (``integrations/``).
+Shared by the generic forms of a spec (``specs/forms.py``) and the model families, whose
+values take forms of their own (``integrations/``): it sits below both.
 """
 
 from __future__ import annotations
