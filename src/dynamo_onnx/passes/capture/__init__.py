@@ -13,9 +13,6 @@ the shape request it captured with: the checked one or torch's refinement of it,
 symbolic-shape log) is its own ``CaptureRecord``; the checked request is left as it was.
 """
 
-# size: temporary (issue 47): specs47 moves the strategies, the shape log and the re-capture
-# into modules of their own; the integrator drops this line with that split.
-
 from __future__ import annotations
 
 from collections.abc import Iterator

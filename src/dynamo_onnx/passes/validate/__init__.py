@@ -15,9 +15,6 @@ spec against the inputs), ``given_program.py`` (a spec beside an ExportedProgram
 (``torch.onnx.ExportableModule``).
 """
 
-# size: temporary (issue 47): specs47 moves the shape request's normalization to specs/;
-# the integrator drops this line with that split.
-
 from __future__ import annotations
 
 import dataclasses
