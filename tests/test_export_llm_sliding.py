@@ -158,7 +158,9 @@ def test_sliding_layers_fuse_with_their_window_and_genai_generates_transformers_
     np.testing.assert_array_equal(_genai(out, prompt), eager)
 
 
-@pytest.mark.parametrize(("name", "how"), [("gemma2", "cli"), ("mistral", "api")])
+@pytest.mark.parametrize(
+    ("name", "how"), [("gemma2", "cli"), ("mistral", "api"), ("gemma3", "cli")]
+)
 def test_an_int4_sliding_folder_loads_and_generates(name, how, tmp_path):
     model = _model(name)
     out = _export(name, model, tmp_path, how, "--precision", "int4")

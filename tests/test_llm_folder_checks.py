@@ -8,6 +8,7 @@ fused still makes a folder it runs, and a folder without its file is a warning (
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -530,3 +531,75 @@ def test_a_folder_without_the_runtimes_file_is_a_do515_warning(mistral, tmp_path
     assert "genai_config.json is not written): the reason it was not written. The ONNX" in (
         finding.message
     )
+
+
+# -- onnxruntime-genai not importable: the folder is written, and said to be unchecked -----
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    path = tmp_path_factory.mktemp("llama")
+    _save(_llama(), path)
+    return path
+
+
+def _not_installed(monkeypatch, tmp_path) -> None:
+    """``import onnxruntime_genai`` fails as when it is not installed."""
+    monkeypatch.setitem(sys.modules, "onnxruntime_genai", None)
+
+
+def _broken_wheel(monkeypatch, tmp_path) -> None:
+    """The module is found but its import fails, as a wheel whose native library does not
+    load: a look-up (``find_spec``) says it is there, only the import says it is not."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "onnxruntime_genai.py").write_text(
+        "raise ImportError('libonnxruntime-genai.so: cannot open shared object file')\n"
+    )
+    monkeypatch.delitem(sys.modules, "onnxruntime_genai")
+    monkeypatch.syspath_prepend(str(shadow))
+
+
+@pytest.mark.parametrize("unimportable", [_not_installed, _broken_wheel])
+def test_without_genai_the_cli_writes_the_folder_with_a_do516_warning_in_the_summary(
+    unimportable, llama, tmp_path, monkeypatch
+):
+    unimportable(monkeypatch, tmp_path)
+    out = tmp_path / "out"
+    proc = run_cli(tmp_path, "export-llm", str(llama), "-o", str(out), "--sarif", "out.sarif")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 error(s), 1 warning(s)" in proc.stdout, proc.stdout
+    (line,) = [line for line in proc.stderr.splitlines() if "DO516" in line]
+    assert "warning DO516 runtime-folder-unchecked" in line
+    assert f"`{out}` was not checked with onnxruntime-genai: `import onnxruntime_genai` fails" in (
+        line
+    )
+    # the folder is whole: only the check is missing
+    assert (out / genai.FILENAME).is_file() and (out / "model.onnx").is_file()
+    sarif = json.loads((tmp_path / "out.sarif").read_text())
+    results = sarif["runs"][0]["results"]
+    assert [r["level"] for r in results if r["ruleId"] == "DO516"] == ["warning"]
+
+
+def test_without_genai_warnings_as_errors_exits_3_with_the_folder_written(
+    llama, tmp_path, monkeypatch
+):
+    _not_installed(monkeypatch, tmp_path)
+    out = tmp_path / "out"
+    args = ("export-llm", str(llama), "-o", str(out), "--warnings-as-errors")
+    proc = run_cli(tmp_path, *args)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "warnings are errors: 1 error(s), 0 warning(s)" in proc.stdout, proc.stdout
+    assert (out / genai.FILENAME).is_file()
+
+
+def test_without_genai_the_api_warns_do516_and_records_it(llama, tmp_path, monkeypatch):
+    _not_installed(monkeypatch, tmp_path)
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning, match="DO516"):
+        program = dynamo_onnx.export_llm(llama, tmp_path, optimize=True)
+    (finding,) = program.diagnostics.by_rule("DO516")
+    assert finding.level == Level.WARNING
+    assert "No module named" in finding.message or "halted" in finding.message
+    assert [f.rule.id for f in program.diagnostics.findings if f.level >= Level.WARNING] == [
+        "DO516"
+    ]

@@ -653,6 +653,7 @@ NOT_FROM_A_FIXTURE = {
     "DO414": "a report written after the export: test_files (no finding is recorded)",
     "DO140": "a command-line factory that raises: test_cli::test_a_raising_factory_is_located_at_its_raise",
     "DO143": "a command-line export interrupted by SIGINT: test_cli::test_ctrl_c_ends_with_130_and_the_reports",
+    "DO516": "needs onnxruntime-genai not importable during export-llm: test_llm_folder_checks (sys.modules, a shadowing module)",
     "DO540": "needs a Whisper checkpoint exported by export-llm: test_speech_folder",
     "DO541": "needs transformers' Qwen2.5-VL vision tower: test_vision_folder",
     "DO542": "needs a Qwen2.5-VL checkpoint's image processor: test_vision_folder",

@@ -78,9 +78,10 @@ class FolderCheck:
 
 class FolderCheckPass:
     """A folder the runtime runs, or a finding: the runtime's file not written is a
-    warning (DO515) with the reason; the runtime failing to generate a token from the
-    folder an error (DO514) with its message, and its file removed so that the folder
-    does not look like one it runs."""
+    warning (DO515) with the reason; the runtime not importable here a warning (DO516:
+    the folder is written but nothing vouches for it); the runtime failing to generate a
+    token from the folder an error (DO514) with its message, and its file removed so that
+    the folder does not look like one it runs."""
 
     name: ClassVar[str] = PassName.VERIFICATION
     error_type: ClassVar[type[OnnxExporterError]] = VerificationError
@@ -102,6 +103,15 @@ class FolderCheckPass:
                 "runtime-folder-not-made",
                 locations=[request.model_location],
                 reason=reason.rstrip("."),
+                **fields,
+            )
+            return request
+        unavailable = saved.runtime_unavailable()
+        if unavailable is not None:
+            ctx.record(
+                "runtime-folder-unchecked",
+                locations=[request.model_location],
+                reason=unavailable,
                 **fields,
             )
             return request
@@ -319,7 +329,13 @@ def export_llm(
             program.model, program.reference, program.inputs, MODEL_FILENAME
         )
         check = FolderCheck(out, folder, not_written, program.model_location)
+        known = len(program.diagnostics.findings)
         run_pipeline(program.diagnostics, [FolderCheckPass()], check)
+        # its warnings (DO515, DO516) reach the caller as export()'s do
+        checked = program.diagnostics.findings[known:]
+        warned = [f for f in checked if f.level == Level.WARNING]
+        if warned:
+            issue_warnings(warned, program.model_location, "program.diagnostics.findings")
         if gate is None:  # a warning of the quantization or the save
             gate = warnings_gate(program.diagnostics)
             if gate is not None:

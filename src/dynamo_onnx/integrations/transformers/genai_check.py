@@ -9,28 +9,36 @@ it wrote (a one-layer copy of a checkpoint too large to load twice).
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 from collections.abc import Sequence
 
-__all__ = ["RUNTIME", "generation_problem", "installed"]
+__all__ = ["MODULE", "RUNTIME", "generation_problem", "unavailable"]
 
 #: The runtime the check asks, as findings name it.
 RUNTIME = "onnxruntime-genai"
+#: Its Python module (an optional dependency: ``pip install onnxruntime-genai``).
+MODULE = "onnxruntime_genai"
 
 
-def installed() -> bool:
-    return importlib.util.find_spec("onnxruntime_genai") is not None
+def unavailable() -> str | None:
+    """Why onnxruntime-genai cannot be asked (None when it can): not installed, or
+    installed but failing to import (a wheel without its native library). Imported, not
+    looked up: a module that is found but does not import checks nothing either."""
+    try:
+        importlib.import_module(MODULE)
+    except ImportError as exc:
+        return f"`import {MODULE}` fails ({str(exc).strip().rstrip('.') or type(exc).__name__})"
+    return None
 
 
 def generation_problem(folder: str | os.PathLike[str], prompt: Sequence[int]) -> str | None:
     """onnxruntime-genai's message when it cannot load ``folder`` or generate a token after
-    ``prompt``; None when it generates one, or when it is not installed (nothing to ask)."""
-    if not installed():
-        return None
+    ``prompt``; None when it generates one. The caller has asked :func:`unavailable`
+    first."""
     import numpy as np
-    import onnxruntime_genai as og  # optional: only when installed
 
+    og = importlib.import_module(MODULE)
     try:
         model = og.Model(os.fspath(folder))
         params = og.GeneratorParams(model)

@@ -71,11 +71,16 @@ class HFFolder:
     runtime: str = genai_check.RUNTIME
     runtime_file: str = genai.FILENAME
 
+    def runtime_unavailable(self) -> str | None:
+        """Why the runtime cannot be asked to run a folder here (not installed, or not
+        importable), None when it can."""
+        return genai_check.unavailable()
+
     def runtime_problem(self, folder: pathlib.Path) -> str | None:
         """The runtime's message when it cannot generate a token from ``folder`` after the
-        example prompt's first :data:`NEW` tokens (None when it generates, or is not
-        installed): a sliding-window model's example crosses its window, which may be
-        longer than the context the runtime allows."""
+        example prompt's first :data:`NEW` tokens (None when it generates): a
+        sliding-window model's example crosses its window, which may be longer than the
+        context the runtime allows. Asked once :meth:`runtime_unavailable` is None."""
         return genai_check.generation_problem(folder, self.prompt())
 
     def prompt(self) -> list[int]:
