@@ -10,7 +10,8 @@ tuple by position, nested for nested inputs, ``Dim``/``Dim.AUTO``/``Dim.DYNAMIC`
 
 The same function exports the case with ``dynamo_onnx`` and with ``torch.onnx`` (same
 arguments), each model runs in ONNX Runtime at the example size and at a second size of
-every dimension asked dynamic, and each is compared with eager. Verdicts:
+every dimension asked dynamic (one the case's own ExportedProgram accepts), and each is compared
+with eager. Verdicts:
 
 - ``agree``: both match eager (everywhere they were run);
 - ``ours-only``: dynamo-onnx fails (export, run or values) where torch.onnx matches: a bug;
@@ -79,6 +80,9 @@ class Outcome:
     line: int | None = None
     #: dynamo-onnx: the rule ids of its warnings on a successful export
     warnings: list[str] = dataclasses.field(default_factory=list)
+    #: the indices in the case's sizes not compared: the ExportedProgram the case gave the
+    #: exporter refuses them (a ``Dim.AUTO`` dimension torch.export fixed at its example size)
+    outside: list[int] = dataclasses.field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------
@@ -151,6 +155,60 @@ def _entered(error: BaseException, exporter: Any) -> bool:
     return any(frame.filename.startswith(package) for frame in frames)
 
 
+class _Recorder:
+    """The exporter module as a case's ``export`` sees it, keeping the ExportedProgram the
+    case gives it: the sizes that program refuses are no sizes to compare at."""
+
+    def __init__(self, exporter: Any) -> None:
+        self._exporter = exporter
+        self.program: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._exporter, name)
+
+    def export(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        if isinstance(model, torch.export.ExportedProgram):
+            self.program = model
+        return self._exporter.export(model, *args, **kwargs)
+
+
+def accepts(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether ``program`` (an ExportedProgram) takes inputs of these sizes: a dimension
+    torch.export fixed (a ``Dim.AUTO`` it specialized) is static, a symbol stays in its
+    range. Read from the program's placeholders and ``range_constraints``, as its own guards
+    check them: a size it refuses is outside what the user exported, whatever an ONNX model
+    of it then does."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    spec = program.call_spec.in_spec
+    if spec is not None and spec.num_children == 2 and kwargs:
+        # the program flattens keyword arguments in its signature's order
+        order = spec.children_specs[1].context or []
+        kwargs = {key: kwargs[key] for key in order if key in kwargs}
+    leaves = pytree.tree_leaves((tuple(args), kwargs))
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    wanted = [placeholders[name].meta.get("val") for name in program.graph_signature.user_inputs]
+    for leaf, want in zip(leaves, wanted):
+        if not (isinstance(leaf, torch.Tensor) and isinstance(want, torch.Tensor)):
+            continue
+        if leaf.dim() != want.dim():
+            return False
+        for size, dim in zip(leaf.shape, want.shape):
+            # a specialized Dim.AUTO can stay a SymInt whose expression is a number
+            expr = dim.node.expr if isinstance(dim, torch.SymInt) else dim
+            if getattr(expr, "is_number", True):
+                if size != int(expr):
+                    return False
+                continue
+            bounds = program.range_constraints.get(expr)
+            if bounds is not None and not bounds.lower <= size <= bounds.upper:
+                return False
+    return True
+
+
 def _compare(actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     """Why ``actual`` is not eager's ``expected``, or None when it is."""
     import torch
@@ -184,13 +242,15 @@ def _run_exporter(
     import dynamo_onnx
 
     onnx = dynamo_onnx if exporter == "dynamo_onnx" else torch.onnx
+    recorder = _Recorder(onnx)
     torch.manual_seed(0)
     model = module.Model().eval()
     args, kwargs = module.inputs(sizes[0])
+    outside: list[int] = []
     try:
         with quiet(), time_limit(timeout):
             try:
-                program = module.export(onnx, model, args, kwargs)
+                program = module.export(recorder, model, args, kwargs)
             except Timeout:
                 raise
             except Exception as error:  # noqa: BLE001 - every failure is a data point here
@@ -204,19 +264,31 @@ def _run_exporter(
                 )
             for index, (size, want) in enumerate(zip(sizes, expected)):
                 args, kwargs = module.inputs(size)
+                if recorder.program is not None and not accepts(recorder.program, args, kwargs):
+                    outside.append(index)
+                    continue
                 try:
                     got = _tensors(program(*args, **kwargs))
                 except Timeout:
                     raise
                 except Exception as error:  # noqa: BLE001
                     rule = type(error).__name__
-                    return Outcome("run-failed", rule, _first_line(error), index, warnings=found)
+                    return Outcome(
+                        "run-failed",
+                        rule,
+                        _first_line(error),
+                        index,
+                        warnings=found,
+                        outside=outside,
+                    )
                 problem = _compare(got, want)
                 if problem is not None:
-                    return Outcome("mismatch", None, problem, index, warnings=found)
+                    return Outcome(
+                        "mismatch", None, problem, index, warnings=found, outside=outside
+                    )
     except Timeout as error:
         return Outcome("timeout", None, str(error))
-    return Outcome("match", warnings=found)
+    return Outcome("match", warnings=found, outside=outside)
 
 
 def verdict_of(ours: Outcome, theirs: Outcome) -> tuple[str, str | None]:
@@ -591,7 +663,10 @@ def markdown(report: dict[str, Any]) -> str:
         "= `torch.onnx` (`dynamo=True`), each in a worker process whose output goes to "
         "/dev/null, with a time limit. Each model runs in ONNX Runtime at the example size "
         "and at a second size of every dimension asked dynamic, and is compared with eager "
-        "(rtol 1e-3, atol 1e-4, shapes and dtypes exact). **agree**: both match eager; "
+        "(rtol 1e-3, atol 1e-4, shapes and dtypes exact); a size the case's own "
+        "`torch.export.export`ed program refuses (a `Dim.AUTO` torch.export fixed at its "
+        "example size: the program's guard, and dynamo-onnx's static dimension, reject it) is "
+        "not compared, for either exporter. **agree**: both match eager; "
         "**ours-only**: dynamo-onnx fails to export, to run, or differs where torch.onnx "
         "matches (a bug); **torch-only**: the reverse; **both-fail**. A failed dynamo-onnx "
         "export whose error names no line of the case file is a bug too. `python "
