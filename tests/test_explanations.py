@@ -31,7 +31,12 @@ def test_a_graph_break_keeps_torchs_cause_in_every_capture_finding():
             finding.message
         )
         assert "Replace `return input` with `return input.clone()`" in finding.message
-    assert "Replace `return input` with `return input.clone()`" in str(info.value)
+    message = str(info.value)
+    assert message.startswith("[DO100 capture-failed]")
+    assert "Replace `return input` with `return input.clone()`" in message
+    assert "Fix: Read the capture-strategy-failed findings: each gives torch.export's root" in (
+        message
+    )
 
 
 def _linear_half():
@@ -248,13 +253,15 @@ class AutocastDecorated(AutocastBlock):
 def test_a_finding_inside_an_autocast_region_keeps_the_users_line(model, marker):
     """ONNX Runtime has no CPU Gemm for bfloat16 (DO409): the finding names the line in
     the autocast region, not 'an unknown line'."""
-    with pytest.warns(dynamo_onnx.DynamoOnnxWarning, match="DO409"):
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning, match="DO409") as warned:
         program = dynamo_onnx.export(model, (torch.randn(2, 4),))
     (finding,) = program.diagnostics.by_rule("DO409")
     line = line_of(type(model).forward, marker)
     assert finding.primary.line == line
     assert f"called at tests/test_explanations.py:{line}" in finding.message
     assert "unknown line" not in finding.message
+    (shown,) = [str(w.message) for w in warned if "DO409" in str(w.message)]
+    assert "Fix: Cast the operands to a type ONNX Runtime computes with" in shown
 
 
 class Doubles(torch.nn.Module):
