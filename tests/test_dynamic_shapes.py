@@ -121,6 +121,43 @@ def test_a_specialized_dynamic_dimension_is_a_warning_with_its_line():
     torch.testing.assert_close(program(x)[0], Specializes()(x))
 
 
+def _batch_by_tensor(x: torch.Tensor, dim: object) -> torch.export.ShapesCollection:
+    collection = torch.export.ShapesCollection()
+    collection[x] = {0: dim}
+    return collection
+
+
+def _batch_of_three(x: torch.Tensor) -> torch.export.AdditionalInputs:
+    examples = torch.export.AdditionalInputs()
+    examples.add((torch.randn(3, 8),))
+    return examples
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        lambda x: _batch_by_tensor(x, torch.export.Dim.AUTO),
+        lambda x: _batch_by_tensor(x, torch.export.Dim("batch")),
+        _batch_of_three,
+    ],
+    ids=["ShapesCollection-AUTO", "ShapesCollection-Dim", "AdditionalInputs"],
+)
+def test_an_example_of_size_one_in_a_spec_by_tensor_is_traced_at_two(spec):
+    """A ShapesCollection (or AdditionalInputs) is resolved by parameter before the
+    capture, as a dict is: the batch of 1 is traced at 2 (DO129) and stays dynamic. It was
+    kept static at 1 with no finding."""
+    model, x = torch.nn.Linear(8, 3).eval(), torch.randn(1, 8)
+    program = dynamo_onnx.export(model, (x,), dynamic_shapes=spec(x))
+    (note,) = program.diagnostics.by_rule("DO129")
+    assert "Input `input` dimension 0 has size 1 in the example" in note.message
+    assert note.primary.path == __file__
+    assert _dims(program.model.graph.inputs[0])[1] == "8"
+    assert not _dims(program.model.graph.inputs[0])[0].isdigit()
+    for batch in (1, 4):
+        inputs = torch.randn(batch, 8)
+        torch.testing.assert_close(program(inputs)[0], model(inputs))
+
+
 def test_an_example_of_size_one_for_a_dynamic_dimension_is_traced_at_two(capfd):
     x = torch.randn(1, 8)
     program = dynamo_onnx.export(MLPModel(), (x,), dynamic_shapes={"tensor_x": {0: "batch"}})
