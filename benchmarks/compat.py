@@ -10,7 +10,8 @@ tuple by position, nested for nested inputs, ``Dim``/``Dim.AUTO``/``Dim.DYNAMIC`
 
 The same function exports the case with ``dynamo_onnx`` and with ``torch.onnx`` (same
 arguments), each model runs in ONNX Runtime at the example size and at a second size of
-every dimension asked dynamic, and each is compared with eager. Verdicts:
+every dimension asked dynamic (one the case's own ExportedProgram accepts), and each is compared
+with eager. Verdicts:
 
 - ``agree``: both match eager (everywhere they were run);
 - ``ours-only``: dynamo-onnx fails (export, run or values) where torch.onnx matches: a bug;
@@ -151,6 +152,76 @@ def _entered(error: BaseException, exporter: Any) -> bool:
     return any(frame.filename.startswith(package) for frame in frames)
 
 
+class _Given(Exception):
+    """What :class:`_Probe` raises: the first argument the case's ``export`` passed on."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__("given")
+        self.model = model
+
+
+class _Probe:
+    """An exporter that exports nothing: it raises what the case's ``export`` gives it, so
+    the harness sees the ExportedProgram a case makes without standing between the case and
+    the real exporter (whose error findings locate the line that called it)."""
+
+    __name__ = "compat.probe"
+
+    def export(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        raise _Given(model)
+
+
+def given_program(module: Any, size: dict[str, int]) -> Any:
+    """The ``torch.export``ed program the case gives the exporter, or None (it gives a
+    module, or its own ``torch.export.export`` fails: the exporters' runs say so)."""
+    import torch
+
+    torch.manual_seed(0)
+    args, kwargs = module.inputs(size)
+    try:
+        module.export(_Probe(), module.Model().eval(), args, kwargs)
+    except _Given as given:
+        return given.model if isinstance(given.model, torch.export.ExportedProgram) else None
+    except Exception:  # noqa: BLE001 - the case's own capture failed: caller-failed later
+        return None
+    return None
+
+
+def accepts(program: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether ``program`` (an ExportedProgram) takes inputs of these sizes: a dimension
+    torch.export fixed (a ``Dim.AUTO`` it specialized) is static, a symbol stays in its
+    range. Read from the program's placeholders and ``range_constraints``, as its own guards
+    check them: a size it refuses is outside what the user exported, whatever an ONNX model
+    of it then does."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    spec = program.call_spec.in_spec
+    if spec is not None and spec.num_children == 2 and kwargs:
+        # the program flattens keyword arguments in its signature's order
+        order = spec.children_specs[1].context or []
+        kwargs = {key: kwargs[key] for key in order if key in kwargs}
+    leaves = pytree.tree_leaves((tuple(args), kwargs))
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    wanted = [placeholders[name].meta.get("val") for name in program.graph_signature.user_inputs]
+    for leaf, want in zip(leaves, wanted):
+        if not (isinstance(leaf, torch.Tensor) and isinstance(want, torch.Tensor)):
+            continue
+        if leaf.dim() != want.dim():
+            return False
+        for size, dim in zip(leaf.shape, want.shape):
+            # a specialized Dim.AUTO can stay a SymInt whose expression is a number
+            expr = dim.node.expr if isinstance(dim, torch.SymInt) else dim
+            if getattr(expr, "is_number", True):
+                if size != int(expr):
+                    return False
+                continue
+            bounds = program.range_constraints.get(expr)
+            if bounds is not None and not bounds.lower <= size <= bounds.upper:
+                return False
+    return True
+
+
 def _compare(actual: Sequence[Any], expected: Sequence[Any]) -> str | None:
     """Why ``actual`` is not eager's ``expected``, or None when it is."""
     import torch
@@ -264,6 +335,13 @@ def check_case(
     try:
         with quiet():
             module, path = _load(case, Path(directory))
+            # a size the case's own ExportedProgram refuses is no size to compare at
+            program = given_program(module, sizes[0])
+            if program is not None:
+                row["outside"] = [
+                    i for i, size in enumerate(sizes) if not accepts(program, *module.inputs(size))
+                ]
+                sizes = [size for i, size in enumerate(sizes) if i not in row["outside"]]
             expected = [_eager(module, size) for size in sizes]
     except Exception as error:  # the generator made a model eager rejects
         row.update(verdict="invalid", detail=_first_line(error), source=case.source)
@@ -591,7 +669,10 @@ def markdown(report: dict[str, Any]) -> str:
         "= `torch.onnx` (`dynamo=True`), each in a worker process whose output goes to "
         "/dev/null, with a time limit. Each model runs in ONNX Runtime at the example size "
         "and at a second size of every dimension asked dynamic, and is compared with eager "
-        "(rtol 1e-3, atol 1e-4, shapes and dtypes exact). **agree**: both match eager; "
+        "(rtol 1e-3, atol 1e-4, shapes and dtypes exact); a size the case's own "
+        "`torch.export.export`ed program refuses (a `Dim.AUTO` torch.export fixed at its "
+        "example size: the program's guard, and dynamo-onnx's static dimension, reject it) is "
+        "not compared, for either exporter. **agree**: both match eager; "
         "**ours-only**: dynamo-onnx fails to export, to run, or differs where torch.onnx "
         "matches (a bug); **torch-only**: the reverse; **both-fail**. A failed dynamo-onnx "
         "export whose error names no line of the case file is a bug too. `python "

@@ -19,6 +19,8 @@ import pathlib
 import sys
 
 import pytest
+import torch
+from torch.export import Dim
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 import compat
@@ -221,3 +223,66 @@ def test_a_case_runs_alone_and_a_chunk_at_opset_17_matches(capsys):
     out = capsys.readouterr().out
     assert "x.chunk(3, dim=-1)" in out
     assert '"verdict": "ours-match"' in out
+
+
+def test_a_size_the_given_program_refuses_is_not_compared():
+    """Seed 46 case 225: ``torch.export.export`` with ``Dim.AUTO`` on a conv1d + max_pool1d
+    fixes the length at its example size 11 (the program's own guard refuses 6). dynamo-onnx
+    keeps that dimension static, as the program does; torch.onnx names it as a symbol
+    ``"11"``, so its model runs at 6. A size the user's program refuses is no size to compare
+    at: the case was an ours-only failure and agrees now, both exporters skipping it."""
+    [row] = compat.run(46, [225], jobs=0, timeout=120, reference="always")
+    ours, theirs = row["dynamo_onnx"], row["torch_onnx"]
+    assert row["verdict"] == "agree" and row["bug"] is None, (ours, theirs)
+    assert row["outside"] == [1]
+    # a case that gives a module has no program to ask: every size is compared
+    [row] = compat.run(SEED, [0], jobs=0, timeout=120, reference="on-failure")
+    assert "outside" not in row and row["verdict"] == "ours-match"
+
+
+def test_an_error_of_ours_names_the_line_that_called_the_exporter():
+    """Seed 48 case 1433 (take_along_dim, Dim.DYNAMIC on every size: torch fixes them):
+    both exporters fail; dynamo-onnx's DO100 is located at the case's export call, which
+    the harness must leave first in the stack (a stand-in exporter there made it 'names no
+    line of the user's code')."""
+    [row] = compat.run(48, [1433], jobs=0, timeout=120, reference="on-failure")
+    ours = row["dynamo_onnx"]
+    assert (ours["status"], ours["rule"]) == ("export-failed", "DO100")
+    source = compat_models.generate(48, 1433).source.splitlines()
+    assert source[ours["line"] - 1].strip().startswith("return onnx.export(model, args")
+    assert row["bug"] is None
+
+
+class _Pool(torch.nn.Module):
+    def forward(self, x, *, scale):
+        return torch.nn.functional.max_pool1d(x, 2) * scale.sum()  # fixes a Dim.AUTO length
+
+
+class _Double(torch.nn.Module):
+    def forward(self, x, *, scale):
+        return x * 2 + scale.sum()
+
+
+@pytest.mark.parametrize(
+    ("model", "example", "spec", "accepted", "refused"),
+    [
+        # a Dim.AUTO torch.export fixed at 11: a SymInt whose expression is the number
+        (_Pool(), (3, 4, 11), {0: Dim.AUTO, 2: Dim.AUTO}, [(5, 4, 11)], [(5, 4, 6)]),
+        # Dim.AUTO and Dim.DYNAMIC kept dynamic: any size from 2; the rank stays
+        (_Double(), (4, 5), {0: Dim.AUTO, 1: Dim.DYNAMIC}, [(7, 30)], [(7, 5, 1)]),
+        # a named Dim with bounds, and a dimension left static
+        (_Double(), (4, 5), {0: Dim("n", min=2, max=8)}, [(8, 5)], [(9, 5), (4, 6)]),
+    ],
+)
+def test_the_sizes_an_exported_program_accepts(model, example, spec, accepted, refused):
+    """``compat.accepts`` reads the program's placeholders and ranges, as its guards check
+    them: a static dimension must match, a symbol stays in its range (keyword inputs in the
+    program's order)."""
+    scale = torch.ones(3)
+    program = torch.export.export(
+        model, (torch.randn(example),), {"scale": scale}, dynamic_shapes={"x": spec, "scale": None}
+    )
+    for dims in accepted:
+        assert compat.accepts(program, (torch.randn(dims),), {"scale": scale}), dims
+    for dims in refused:
+        assert not compat.accepts(program, (torch.randn(dims),), {"scale": scale}), dims

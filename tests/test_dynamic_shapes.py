@@ -121,6 +121,43 @@ def test_a_specialized_dynamic_dimension_is_a_warning_with_its_line():
     torch.testing.assert_close(program(x)[0], Specializes()(x))
 
 
+def _batch_by_tensor(x: torch.Tensor, dim: object) -> torch.export.ShapesCollection:
+    collection = torch.export.ShapesCollection()
+    collection[x] = {0: dim}
+    return collection
+
+
+def _batch_of_three(x: torch.Tensor) -> torch.export.AdditionalInputs:
+    examples = torch.export.AdditionalInputs()
+    examples.add((torch.randn(3, 8),))
+    return examples
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        lambda x: _batch_by_tensor(x, torch.export.Dim.AUTO),
+        lambda x: _batch_by_tensor(x, torch.export.Dim("batch")),
+        _batch_of_three,
+    ],
+    ids=["ShapesCollection-AUTO", "ShapesCollection-Dim", "AdditionalInputs"],
+)
+def test_an_example_of_size_one_in_a_spec_by_tensor_is_traced_at_two(spec):
+    """A ShapesCollection (or AdditionalInputs) is resolved by parameter before the
+    capture, as a dict is: the batch of 1 is traced at 2 (DO129) and stays dynamic. It was
+    kept static at 1 with no finding."""
+    model, x = torch.nn.Linear(8, 3).eval(), torch.randn(1, 8)
+    program = dynamo_onnx.export(model, (x,), dynamic_shapes=spec(x))
+    (note,) = program.diagnostics.by_rule("DO129")
+    assert "Input `input` dimension 0 has size 1 in the example" in note.message
+    assert note.primary.path == __file__
+    assert _dims(program.model.graph.inputs[0])[1] == "8"
+    assert not _dims(program.model.graph.inputs[0])[0].isdigit()
+    for batch in (1, 4):
+        inputs = torch.randn(batch, 8)
+        torch.testing.assert_close(program(inputs)[0], model(inputs))
+
+
 def test_an_example_of_size_one_for_a_dynamic_dimension_is_traced_at_two(capfd):
     x = torch.randn(1, 8)
     program = dynamo_onnx.export(MLPModel(), (x,), dynamic_shapes={"tensor_x": {0: "batch"}})
@@ -701,24 +738,50 @@ class ViewOfAView(torch.nn.Module):
         return x.view(-1, 2).view(1, -1)
 
 
-@pytest.mark.parametrize(
-    "spelling",
-    [
-        {"dynamic_axes": {"input_1": [0]}, "input_names": ["input_1"]},
-        {"dynamic_shapes": {"x": {0: "n"}}},
-        {"dynamic_shapes": ({0: torch.export.Dim.DYNAMIC},)},
-        {"dynamic_shapes": ({0: torch.export.Dim.AUTO},)},
-        {"dynamic_shapes": {"x": {0: torch.export.Dim("n")}}},
-    ],
-    ids=["dynamic_axes", "named", "Dim.DYNAMIC", "Dim.AUTO", "Dim"],
-)
+def _by_tensor(x: torch.Tensor, dim: object) -> torch.export.ShapesCollection:
+    collection = torch.export.ShapesCollection()
+    collection[x] = {0: dim}
+    return collection
+
+
+def _more_examples(x: torch.Tensor) -> torch.export.AdditionalInputs:
+    examples = torch.export.AdditionalInputs()
+    examples.add((torch.ones(6),))
+    return examples
+
+
+#: Each spelling of "dimension 0 of x is dynamic" a user can write, given the example x.
+VIEW_SPELLINGS = {
+    "dynamic_axes": lambda x: {"dynamic_axes": {"input_1": [0]}, "input_names": ["input_1"]},
+    "dynamic_axes-named": lambda x: {"dynamic_axes": {"x": {0: "n"}}},
+    "named": lambda x: {"dynamic_shapes": {"x": {0: "n"}}},
+    "Dim.DYNAMIC": lambda x: {"dynamic_shapes": ({0: torch.export.Dim.DYNAMIC},)},
+    "Dim.AUTO": lambda x: {"dynamic_shapes": ({0: torch.export.Dim.AUTO},)},
+    "Dim": lambda x: {"dynamic_shapes": {"x": {0: torch.export.Dim("n")}}},
+    "Dim-range": lambda x: {"dynamic_shapes": [{0: torch.export.Dim("n", min=0, max=64)}]},
+    # by tensor: resolved by parameter before the capture, whose repeated example
+    # (DO129) is new tensors a collection keyed by tensor did not know
+    "ShapesCollection-AUTO": lambda x: {"dynamic_shapes": _by_tensor(x, torch.export.Dim.AUTO)},
+    "ShapesCollection-Dim": lambda x: {"dynamic_shapes": _by_tensor(x, torch.export.Dim("n"))},
+    "AdditionalInputs": lambda x: {"dynamic_shapes": _more_examples(x)},
+}
+
+
+@pytest.mark.parametrize("spelling", list(VIEW_SPELLINGS))
 def test_a_view_of_a_view_runs_at_every_size_zero_included(spelling):
     """Traced at size 2, ``x.size(0) // 2`` is 1 and torch fixes the second view to
-    [1, 2]: the ONNX Reshape refused sizes 0 and 6 (issue 46). The example is repeated
-    (DO129), and the model computes the view at every size, as torch.onnx's does."""
-    program = dynamo_onnx.export(ViewOfAView(), (torch.ones(2),), **spelling)
-    (note,) = program.diagnostics.by_rule("DO129")
-    assert "has size 2 in the example, which made a size computed from it 1" in note.message
+    [1, 2]: the ONNX Reshape refused sizes 0 and 6 (issue 46), with no finding. The example
+    is repeated (DO129, a note at the export call), and the model computes the view at
+    every size, as torch.onnx's does, whatever the spelling of the dynamic dimension."""
+    x = torch.ones(2)
+    program = dynamo_onnx.export(ViewOfAView(), (x,), **VIEW_SPELLINGS[spelling](x))
     for size in (0, 2, 6):
         x = torch.arange(size, dtype=torch.float32)
         torch.testing.assert_close(program(x)[0], ViewOfAView()(x))
+    # DO124, where given: the view needs an even size, which is true
+    assert {f.rule.id for f in program.diagnostics.findings if f.level >= Level.WARNING} <= {
+        "DO124"
+    }
+    (note,) = program.diagnostics.by_rule("DO129")
+    assert note.level == Level.NOTE and note.primary.path == __file__
+    assert "has size 2 in the example, which made a size computed from it 1" in note.message

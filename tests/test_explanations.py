@@ -31,7 +31,12 @@ def test_a_graph_break_keeps_torchs_cause_in_every_capture_finding():
             finding.message
         )
         assert "Replace `return input` with `return input.clone()`" in finding.message
-    assert "Replace `return input` with `return input.clone()`" in str(info.value)
+    message = str(info.value)
+    assert message.startswith("[DO100 capture-failed]")
+    assert "Replace `return input` with `return input.clone()`" in message
+    assert "Fix: Read the capture-strategy-failed findings: each gives torch.export's root" in (
+        message
+    )
 
 
 def _linear_half():
@@ -248,13 +253,15 @@ class AutocastDecorated(AutocastBlock):
 def test_a_finding_inside_an_autocast_region_keeps_the_users_line(model, marker):
     """ONNX Runtime has no CPU Gemm for bfloat16 (DO409): the finding names the line in
     the autocast region, not 'an unknown line'."""
-    with pytest.warns(dynamo_onnx.DynamoOnnxWarning, match="DO409"):
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning, match="DO409") as warned:
         program = dynamo_onnx.export(model, (torch.randn(2, 4),))
     (finding,) = program.diagnostics.by_rule("DO409")
     line = line_of(type(model).forward, marker)
     assert finding.primary.line == line
     assert f"called at tests/test_explanations.py:{line}" in finding.message
     assert "unknown line" not in finding.message
+    (shown,) = [str(w.message) for w in warned if "DO409" in str(w.message)]
+    assert "Fix: Cast the operands to a type ONNX Runtime computes with" in shown
 
 
 class Doubles(torch.nn.Module):
@@ -395,3 +402,41 @@ def test_a_finding_inside_a_no_grad_region_keeps_the_users_line():
     (finding,) = program.diagnostics.by_rule("DO409")
     assert finding.primary.line == line_of(SelectsWithoutGrad.forward, "marker: no_grad")
     assert "unknown line" not in finding.message
+
+
+class TakesAlongDim(torch.nn.Module):
+    def forward(self, x, idx):
+        return torch.take_along_dim(x, idx, dim=-1)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"x": {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}, "idx": {0: "b", 1: "s"}},
+        ({0: torch.export.Dim.DYNAMIC}, {0: torch.export.Dim.DYNAMIC}),
+    ],
+    ids=["by-name", "by-position"],
+)
+def test_a_dynamic_dim_torch_fixed_keeps_torchs_conflicts_in_the_cause(spec):
+    """make compat's seed 48 case 1433: torch.export fixes take_along_dim's sizes, which
+    Dim.DYNAMIC refuses. The causes ended at torch's first line ("Found the following
+    conflicts ...:", "Constraints violated (...)!"): the conflicts and torch's remedy
+    that follow are kept; DO100 is at the export call."""
+    x, idx = torch.randn(3, 5, 6), torch.randint(0, 6, (3, 5, 2))
+    with pytest.raises(dynamo_onnx.CaptureError) as info:
+        dynamo_onnx.export(TakesAlongDim(), (x, idx), dynamic_shapes=spec)  # marker: call
+    message = str(info.value)
+    assert message.startswith("[DO100 capture-failed]")
+    assert "Fix: Read the capture-strategy-failed findings" in message
+    diagnostics = info.value.diagnostics
+    (error,) = diagnostics.by_rule("DO100")
+    fn = test_a_dynamic_dim_torch_fixed_keeps_torchs_conflicts_in_the_cause
+    assert error.primary.line == line_of(fn, "marker: call")
+    causes = " ".join(f.message for f in diagnostics.by_rule("DO101"))
+    assert "tracing inferred a static shape of 3 for dimension inputs['x'].shape[0]" in causes
+    assert "replace it with either Dim.STATIC or Dim.AUTO" in causes
+    # torch's remedy works: Dim.AUTO keeps what the model allows dynamic
+    auto = torch.export.Dim.AUTO
+    program = dynamo_onnx.export(TakesAlongDim(), (x, idx), dynamic_shapes=({0: auto},) * 2)
+    x, idx = torch.randn(4, 5, 6), torch.randint(0, 6, (4, 5, 2))
+    torch.testing.assert_close(program(x, idx)[0], TakesAlongDim()(x, idx))

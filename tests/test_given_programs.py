@@ -79,3 +79,39 @@ def test_each_spelling_of_the_call_exports_the_program():
     ):
         torch.testing.assert_close(program(x)[0], expected, atol=1e-6, rtol=1e-5)
         assert not program.diagnostics.by_rule("capture-failed")
+
+
+class _ConvPool(torch.nn.Module):
+    """make compat's seed 46 case 225: max_pool1d makes torch.export fix a Dim.AUTO length."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 6, 3, stride=1, padding=1)
+
+    def forward(self, x):
+        return torch.nn.functional.max_pool1d(self.conv(x), 2)
+
+
+def test_a_dimension_the_program_fixed_stays_static():
+    """A ``Dim.AUTO`` torch.export specialized is a number in the program (its guard refuses
+    any other length): the ONNX input keeps it static, and ONNX Runtime refuses another
+    length as the program does, where torch.onnx names it as a symbol ``"11"``. The batch
+    the program keeps dynamic stays dynamic, and no warning is given."""
+    import onnx_ir as ir
+
+    model = _ConvPool().eval()
+    auto = torch.export.Dim.AUTO
+    ep = torch.export.export(
+        model, (torch.randn(3, 4, 11),), dynamic_shapes={"x": {0: auto, 2: auto}}
+    )
+    program = dynamo_onnx.export(ep, opset_version=18)
+    batch, channels, length = program.model.graph.inputs[0].shape.dims
+    assert isinstance(batch, ir.SymbolicDim) and batch.value is not None
+    assert (channels, length) == (4, 11)
+    assert not [f for f in program.diagnostics.findings if f.level.name in ("WARNING", "ERROR")]
+    x = torch.randn(5, 4, 11)
+    torch.testing.assert_close(program(x)[0], model(x), atol=1e-5, rtol=1e-4)
+    with pytest.raises(Exception, match="Got: 6 Expected: 11"):
+        program(torch.randn(5, 4, 6))
+    with pytest.raises(Exception, match="11"):  # the program's own guard
+        ep.module()(torch.randn(5, 4, 6))

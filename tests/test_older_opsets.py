@@ -215,6 +215,9 @@ def test_what_no_older_opset_expresses_is_named_with_the_oldest_opset_that_works
         finding.message
     )
     assert "the oldest opset that takes it: 16" in finding.message
+    assert "Fix: Export at the oldest opset the message names for each blocking operator" in (
+        str(info.value)
+    )
     assert finding.primary.line == line_of(Sampled.forward, "marker: grid")
     program = dynamo_onnx.export(Sampled(), args, opset_version=16)
     torch.testing.assert_close(program(*args)[0], Sampled()(*args), atol=1e-5, rtol=1e-5)

@@ -129,13 +129,16 @@ class CaptureFailureText:
     @property
     def root_cause(self) -> str:
         """The sentence to report: the first line, and what follows "Got graph
-        break/error:" (read, or quoted when it did not parse)."""
+        break/error:" (read, or quoted when it did not parse), or the "- " lines of the
+        list the first line announces (a spec's conflicts, the constraints violated)."""
         first = self.text.strip().splitlines()[0] if self.text.strip() else ""
         if isinstance(self.graph_break, GraphBreak):
             return f"{first} {self.graph_break}"
         if isinstance(self.graph_break, Unparsed):
             rest = self.text.split(_GRAPH_BREAK_MARKER, 1)[1]
             return f"{first} {' '.join(rest.split())}"
+        if self.violations and (first.endswith(":") or self.constraints_violated):
+            return f"{first} {' '.join(f'- {v}' for v in self.violations)}"  # what it announced
         return first
 
 

@@ -154,11 +154,13 @@ def checked_spec(
         if (family := family_of(value)) is not None
     }
     if isinstance(spec, (torch.export.ShapesCollection, torch.export.AdditionalInputs)):
-        if not structured:
-            return spec  # torch.export resolves it (and checks AdditionalInputs' inputs)
+        # resolved by parameter as torch.export resolves it, so that every spelling asks
+        # the same dims (DO129's repeated example is new tensors a collection misses)
         try:  # a family value's tensors are found only where it is a registered pytree
             spec = spec.dynamic_shapes(request.model, args, kwargs)
         except ValueError:
+            if not structured:
+                return spec  # torch.export says which tensor it misses
             name, family = next(iter(structured.items()))
             ctx.fail(
                 "dynamic-spec-mismatch",
