@@ -436,6 +436,43 @@ def _unfused_for_onnxruntime(tmp_path):
         return dynamo_onnx.export(AttentionLayer(), qkv + rotary, optimize="onnxruntime")
 
 
+class SectionedRotaryAttention(torch.nn.Module):
+    """A rotary of three position rows per token (a temporal, a height and a width row, each
+    rotating its own section of the head), as a multi-axis rotary computes it: no fused
+    kernel of ONNX Runtime's takes several positions per token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 100.0 ** (torch.arange(4) / 4.0))
+
+    def forward(self, q, positions):
+        freqs = positions[..., None].float() * self.inv_freq  # (3 rows, tokens, 4)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = (
+            torch.cat([t[i % 3] for i, t in enumerate(table.split([1, 2, 1] * 2, -1))], -1)
+            for table in (emb.cos(), emb.sin())
+        )
+        half = torch.cat((-q[..., 4:], q[..., :4]), dim=-1)  # marker: DO543
+        return q * cos + half * sin
+
+
+class SectionedRotaryLayer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = SectionedRotaryAttention()
+
+    def forward(self, q, positions):
+        return self.attn(q, positions)
+
+
+def _multi_axis_rotary(tmp_path):
+    positions = torch.arange(15).reshape(3, 5)
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning):  # DO503: no softmax, no attention fuses
+        return dynamo_onnx.export(
+            SectionedRotaryLayer(), (torch.randn(1, 2, 5, 8), positions), optimize="onnxruntime"
+        )
+
+
 def _broken_optimizer(tmp_path, monkeypatch):
     program = dynamo_onnx.export(Lin(), (X,))
     monkeypatch.setattr(optimize_pass, "optimize", lambda m: 1 / 0)
@@ -618,6 +655,7 @@ FIXTURES = {
     "DO503": (_unfused_for_onnxruntime, "DO503"),
     "DO504": (_unfused_for_onnxruntime, "DO504"),
     "DO505": (_unfused_for_onnxruntime, "DO505"),
+    "DO543": (_multi_axis_rotary, "DO543"),
     "DO506": (_quantize, None),
     "DO507": (_not_a_model_folder, None),
     "DO508": (_broken_quantizer, None),

@@ -4,7 +4,8 @@ the line of the module that computes it, with the matcher's reason and its cost 
 
 Blocks are found from the nodes' origin (``metadata_props``: the module path and classes
 the export writes): an ``...Attention`` module is an attention block, an ``...Norm`` module a
-normalization, an attention module's ``rotate_half`` (its ``Neg``) a rotary embedding.
+normalization, an attention module's ``rotate_half`` (its ``Neg``) a rotary embedding. A
+rotary no fused kernel exists for (:mod:`.rotary_variants`) is a note, not a warning.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from dynamo_onnx.passes.onnx.load_check import runtime_refusal
 from dynamo_onnx.passes.onnx.older_opsets import drop_newer_attributes
 from dynamo_onnx.passes.onnx.optimizer_pipeline import optimize
 from dynamo_onnx.runtimes.onnxruntime.fusions import FUSED_OPS, MatchFailure, fuse, op_counts
+from dynamo_onnx.runtimes.onnxruntime.rotary_variants import multi_axis_rotary
 
 if TYPE_CHECKING:
     from dynamo_onnx.integrations.base import RuntimeStep
@@ -327,7 +329,8 @@ def _record_unfused(
     failures: list[MatchFailure],
 ) -> None:
     """DO503-DO505 for ``block``: ``own`` are the nodes of its module, ``nodes`` those of
-    its submodules too (where the operator it was fused into instead may be)."""
+    its submodules too (where the operator it was fused into instead may be). A rotary
+    ONNX Runtime has no fused kernel for (a multi-axis one) is the note DO543 instead."""
     reasons = list(
         dict.fromkeys(
             f.reason.strip().rstrip(".")
@@ -353,6 +356,17 @@ def _record_unfused(
             locations=[where],
             stack=frames,
             op=fused_instead[0].op_type,
+            **fields,
+        )
+        return
+    variant = multi_axis_rotary(own) if block.kind == "rotary" else None
+    if variant is not None:  # no fused kernel exists for it: a note (DO543), nothing to fix
+        del fields["reason"]
+        ctx.record(
+            "rotary-without-fused-kernel",
+            locations=[where],
+            stack=frames,
+            variant=variant.describe(),
             **fields,
         )
         return
