@@ -454,3 +454,41 @@ def test_image_processor_settings_genai_does_not_follow_are_do542(saved_qwen, tm
         for finding in ctx.findings:
             assert finding.rule.id == "DO542" and finding.level == Level.WARNING
             assert f'"{finding.properties["setting"]}"' in lines[finding.primary.line - 1]
+
+
+def test_a_decoder_that_cannot_be_exported_leaves_the_vision_and_embedding_models_and_says_so(
+    saved_qwen, tmp_path
+):
+    """A checkpoint whose text rotary is dynamic NTK (``rope_type: dynamic``: transformers
+    recomputes its frequencies when ``max(position_ids)`` passes the cached length, a branch
+    on a tensor's value): the vision and embedding models are written, the decoder's capture
+    stops at transformers' line (DO104), and the summary says which models were written and
+    which were not; the command exits 1 and writes no genai_config.json."""
+    other = tmp_path / "dynamic-rope"
+    other.mkdir()
+    for source in saved_qwen.iterdir():
+        (other / source.name).write_bytes(source.read_bytes())
+    config = json.loads((other / "config.json").read_text())
+    config["text_config"]["rope_parameters"].update(rope_type="dynamic", factor=2.0)
+    (other / "config.json").write_text(json.dumps(config))
+    out, sarif = tmp_path / "out", tmp_path / "run.sarif"
+    proc = run_cli(tmp_path, "export-llm", str(other), "-o", str(out), "--sarif", str(sarif))
+    assert proc.returncode == 1, proc.stderr
+    summary = (
+        "Wrote vision.onnx, embedding.onnx for onnxruntime-genai's `qwen2_5_vl` type; "
+        "not written: model.onnx (the export of model.onnx failed)."
+    )
+    assert summary in proc.stdout.splitlines()
+    assert "[DO104 data-dependent-control-flow]" in proc.stderr
+    assert "modeling_rope_utils.py" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "embedding.onnx",
+        "embedding.onnx.data",
+        "vision.onnx",
+        "vision.onnx.data",
+    ]
+    results = [r for run in json.loads(sarif.read_text())["runs"] for r in run["results"]]
+    assert [r["message"]["text"] for r in results if r["ruleId"] == "DO540"] == [
+        summary.replace("`", "")
+    ]
+    assert [r["ruleId"] for r in results if r.get("level") == "error"] == ["DO104"]

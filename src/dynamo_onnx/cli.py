@@ -671,6 +671,9 @@ def _cmd_export_llm(args: argparse.Namespace) -> int:
         _emit(f"exported {args.hf_dir}, but warnings are errors: {summary}{where}")
     else:
         _emit(f"export-llm of {args.hf_dir} failed: {summary}{where}")
+        # a multimodal folder that stopped at one of its models: which were written, which not
+        for finding in ctx.by_rule("multimodal-folder-written") if ctx is not None else ():
+            _emit(finding.message)
     if folder is not None:
         _emit(folder)
     if code == EXIT_OK:
