@@ -138,7 +138,9 @@ def saved_qwen(tiny_model, tmp_path_factory):
 def exported(saved_qwen, tmp_path_factory):
     out = tmp_path_factory.mktemp("exported") / "qwen-onnx"
     sarif = out.parent / "qwen.sarif"
-    proc = run_cli(out.parent, "export-llm", str(saved_qwen), "-o", str(out), "--sarif", str(sarif))
+    # gated on warnings, as a CI job would: the clean folder has none (exit 0, not 3)
+    args = ("-o", str(out), "--sarif", str(sarif), "--warnings-as-errors")
+    proc = run_cli(out.parent, "export-llm", str(saved_qwen), *args)
     assert proc.returncode == 0, proc.stderr
     return out, proc
 
