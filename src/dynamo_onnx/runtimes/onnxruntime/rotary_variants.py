@@ -6,7 +6,9 @@ cos/sin is assembled from sections of one table taken at several position rows p
 multi-axis rotary: temporal, height and width positions, or a 2-D one over rows and
 columns) has no such form: nothing we or the user can change makes it fuse, so it is a note
 (DO543), not the warning of a match that failed (DO505). The decision reads the nodes that
-compute the rotary's ``sin`` / ``cos``, never a module's or a value's name.
+compute the rotary's ``sin`` / ``cos`` (a ``Concat`` of sections side by side, or
+``ScatterND``'s of sections interleaved, each one row of the same table), never a module's
+or a value's name.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ __all__ = ["MultiAxisRotary", "multi_axis_rotary"]
 _SELECTIONS = frozenset(
     {"Gather", "Slice", "Split", "Squeeze", "Unsqueeze", "Reshape", "Cast", "Transpose", "Expand"}
 )
-_TABLES = frozenset({"Cos", "Sin"})
 #: How far back from the rotary's multiplication the table's assembly is looked for (nodes):
 #: the window reorder of a vision tower sits between them.
 _SEARCHED = 400
@@ -55,17 +56,16 @@ def _scalar_index(node: ir.Node) -> int | None:
 
 
 def _piece(value: ir.Value) -> tuple[ir.Node, tuple[int, int]] | None:
-    """The Cos/Sin node ``value`` is selected from, and the (axis, row) it was taken at,
-    through selection and layout operators only; None when it is not one row of a table."""
+    """The table ``value`` is one row of (the first node other than a selection or a layout
+    above it: a ``Cos``/``Sin``, or the angles ``positions * inv_freq``), and the (axis, row)
+    it was taken at; None when no scalar index selects a row on its way."""
     row: tuple[int, int] | None = None
     for _ in range(_PATH):
         node = value.producer()
         if node is None:
             return None
-        if node.op_type in _TABLES:
-            return (node, row) if row is not None else None
         if node.op_type not in _SELECTIONS or not node.inputs or node.inputs[0] is None:
-            return None
+            return (node, row) if row is not None else None
         index = _scalar_index(node)
         if index is not None and row is None:
             row = (node.attributes.get_int("axis", 0), index)
@@ -73,12 +73,31 @@ def _piece(value: ir.Value) -> tuple[ir.Node, tuple[int, int]] | None:
     return None
 
 
+def _parts(node: ir.Node) -> list[ir.Value] | None:
+    """The values ``node`` assembles a table from: a ``Concat``'s inputs (sections side by
+    side), or a chain of ``ScatterND``'s data and updates (sections interleaved), else None."""
+    if node.op_type == "Concat":
+        return [v for v in node.inputs if v is not None]
+    parts: list[ir.Value] = []
+    while node is not None and node.op_type == "ScatterND" and len(node.inputs) == 3:
+        data, _, updates = node.inputs
+        if data is None or updates is None:
+            return None
+        parts.append(updates)
+        producer = data.producer()
+        if producer is None or producer.op_type != "ScatterND":
+            parts.append(data)
+        node = producer
+    return parts or None
+
+
 def _sections(node: ir.Node) -> MultiAxisRotary | None:
-    """``node`` as a ``Concat`` of pieces of one cos/sin table at several rows, or None."""
-    if node.op_type != "Concat":
+    """``node`` as the assembly of pieces of one table taken at several rows, or None."""
+    values = _parts(node)
+    if values is None or len(values) < 2:
         return None
-    pieces = [_piece(v) for v in node.inputs if v is not None]
-    if len(pieces) < 2 or any(p is None for p in pieces):
+    pieces = [_piece(v) for v in values]
+    if any(p is None for p in pieces):
         return None
     tables = {id(p[0]) for p in pieces if p is not None}
     rows = {p[1] for p in pieces if p is not None}
