@@ -139,6 +139,37 @@ def _local_edges(*, type_hints: bool = False) -> dict[str, list[tuple[str, int]]
     }
 
 
+#: The multimodal families of the transformers integration, by module name prefix: each
+#: family's modules import what they share (``multimodal_parts``, ``genai``...), never
+#: another family's module.
+MULTIMODAL_FAMILIES = ("whisper", "qwen2_5_vl")
+_TRANSFORMERS = "dynamo_onnx.integrations.transformers."
+
+
+def _family(module: str) -> str | None:
+    name = module.removeprefix(_TRANSFORMERS)
+    if name == module:
+        return None
+    return next((f for f in MULTIMODAL_FAMILIES if name.startswith(f)), None)
+
+
+def _across_families(edges: dict[str, list[tuple[str, int]]]) -> list[str]:
+    return [
+        f"{module}:{line} {module} -> {target}"
+        for module, imported in edges.items()
+        for target, line in imported
+        if _family(module) and _family(target) and _family(module) != _family(target)
+    ]
+
+
+def test_no_multimodal_family_imports_another():
+    offenders = _across_families(_local_edges())
+    assert not offenders, offenders
+    whisper = _TRANSFORMERS + "whisper_folder"
+    qwen = _TRANSFORMERS + "qwen2_5_vl_folder"
+    assert _across_families({qwen: [(whisper, 41)]}) == [f"{qwen}:41 {qwen} -> {whisper}"]
+
+
 def test_every_unit_has_a_layer():
     assert {_unit(m) for m in MODULES} <= set(LAYERS), sorted(
         {_unit(m) for m in MODULES} - set(LAYERS)

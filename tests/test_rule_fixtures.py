@@ -436,6 +436,90 @@ def _unfused_for_onnxruntime(tmp_path):
         return dynamo_onnx.export(AttentionLayer(), qkv + rotary, optimize="onnxruntime")
 
 
+class SectionedRotaryAttention(torch.nn.Module):
+    """A rotary of three position rows per token (a temporal, a height and a width row, each
+    rotating its own section of the head), as a multi-axis rotary computes it: no fused
+    kernel of ONNX Runtime's takes several positions per token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 100.0 ** (torch.arange(4) / 4.0))
+
+    def forward(self, q, positions):
+        freqs = positions[..., None].float() * self.inv_freq  # (3 rows, tokens, 4)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = (
+            torch.cat([t[i % 3] for i, t in enumerate(table.split([1, 2, 1] * 2, -1))], -1)
+            for table in (emb.cos(), emb.sin())
+        )
+        half = torch.cat((-q[..., 4:], q[..., :4]), dim=-1)  # marker: DO543
+        return q * cos + half * sin
+
+
+class InterleavedRotaryAttention(torch.nn.Module):
+    """The same three position rows, their sections interleaved (each frequency's row is its
+    index modulo 3, written into row 0's angles by slice assignment) rather than side by side."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 100.0 ** (torch.arange(6) / 6.0))
+
+    def forward(self, q, positions):
+        freqs = positions[..., None].float() * self.inv_freq  # (3 rows, tokens, 6)
+        angles = freqs[0].clone()
+        for row in (1, 2):
+            angles[..., row::3] = freqs[row, ..., row::3]
+        emb = torch.cat((angles, angles), dim=-1)
+        half = torch.cat((-q[..., 6:], q[..., :6]), dim=-1)
+        return q * emb.cos() + half * emb.sin()
+
+
+class SectionedRotaryLayer(torch.nn.Module):
+    def __init__(self, attn: torch.nn.Module | None = None) -> None:
+        super().__init__()
+        self.attn = attn if attn is not None else SectionedRotaryAttention()
+
+    def forward(self, q, positions):
+        return self.attn(q, positions)
+
+
+def _multi_axis_rotary(tmp_path):
+    positions = torch.arange(15).reshape(3, 5)
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning):  # DO503: no softmax, no attention fuses
+        return dynamo_onnx.export(
+            SectionedRotaryLayer(), (torch.randn(1, 2, 5, 8), positions), optimize="onnxruntime"
+        )
+
+
+@pytest.mark.parametrize(
+    ("attn", "head", "sections"),
+    [(SectionedRotaryAttention, 8, 6), (InterleavedRotaryAttention, 12, 3)],
+    ids=["side-by-side", "interleaved"],
+)
+def test_a_multi_axis_rotary_is_a_note_however_its_sections_are_assembled(attn, head, sections):
+    positions = torch.arange(15).reshape(3, 5)
+    with pytest.warns(dynamo_onnx.DynamoOnnxWarning):  # DO503 only
+        program = dynamo_onnx.export(
+            SectionedRotaryLayer(attn()),
+            (torch.randn(1, 2, 5, head), positions),
+            optimize="onnxruntime",
+        )
+    (note,) = program.diagnostics.by_rule("DO543")
+    assert note.properties["variant"].startswith(
+        f"its cos/sin is {sections} sections of one table taken at 3 position rows per token"
+    )
+    assert not program.diagnostics.by_rule("DO505")
+    assert [f.rule.id for f in program.diagnostics.findings if f.level.name == "WARNING"] == [
+        "DO503"
+    ]
+
+
+def test_a_rotary_of_one_position_row_that_does_not_fuse_stays_a_warning():
+    """The DO505 fixture (cos and sin given as inputs): a fused form exists, no note."""
+    program = _unfused_for_onnxruntime(None)
+    assert program.diagnostics.by_rule("DO505") and not program.diagnostics.by_rule("DO543")
+
+
 def _broken_optimizer(tmp_path, monkeypatch):
     program = dynamo_onnx.export(Lin(), (X,))
     monkeypatch.setattr(optimize_pass, "run_optimizer", lambda m: 1 / 0)
@@ -618,6 +702,7 @@ FIXTURES = {
     "DO503": (_unfused_for_onnxruntime, "DO503"),
     "DO504": (_unfused_for_onnxruntime, "DO504"),
     "DO505": (_unfused_for_onnxruntime, "DO505"),
+    "DO543": (_multi_axis_rotary, "DO543"),
     "DO506": (_quantize, None),
     "DO507": (_not_a_model_folder, None),
     "DO508": (_broken_quantizer, None),

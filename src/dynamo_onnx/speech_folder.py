@@ -96,15 +96,23 @@ def export_speech(
     return last
 
 
+#: The notes of an earlier model carried beside its warnings: a block left unfused because
+#: no fused kernel exists for it (DO543) is what the user would otherwise not see of it.
+_CARRIED_NOTES = frozenset({"rotary-without-fused-kernel"})
+
+
 def _carry(programs: list[tuple[str, ONNXProgram]], ctx: Any) -> None:
     """The earlier models' warnings and errors, and their notes of a multimodal family
-    (DO541: a rewrite of transformers' vision code that fired), into ``ctx``, the run's one
-    record: the reports and the command's summary are written from it."""
+    (DO541: a rewrite of transformers' vision code that fired) or of an unfused block
+    (_CARRIED_NOTES), into ``ctx``, the run's one record: the reports and the command's
+    summary are written from it."""
     for _, program in programs:
         ctx.findings.extend(
             f
             for f in program.diagnostics.findings
-            if f.level >= Level.WARNING or "multimodal" in f.rule.tags
+            if f.level >= Level.WARNING
+            or "multimodal" in f.rule.tags
+            or f.rule.name in _CARRIED_NOTES
         )
 
 

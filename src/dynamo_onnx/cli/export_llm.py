@@ -100,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
         emit(f"exported {args.hf_dir}, but warnings are errors: {summary}{where}")
     else:
         emit(f"export-llm of {args.hf_dir} failed: {summary}{where}")
+        # a multimodal folder that stopped at one of its models: which were written, which not
+        for finding in ctx.by_rule("multimodal-folder-written") if ctx is not None else ():
+            emit(finding.message)
     if folder is not None:
         emit(folder)
     if code == EXIT_OK:

@@ -160,7 +160,8 @@ def test_each_layer_is_one_gqa_with_its_rotary_and_two_fused_norms(fused):
         f"model.layers.1: {matmuls} FusedMatMul, 1 GroupQueryAttention, "
         f"2 SkipSimplifiedLayerNormalization{ours};" in summary.message
     )
-    assert not [f for f in program.diagnostics.findings if f.rule.id in ("DO503", "DO504", "DO505")]
+    unfused = ("DO503", "DO504", "DO505", "DO543")  # the rotary fused: no note that it cannot
+    assert not [f for f in program.diagnostics.findings if f.rule.id in unfused]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "batch{}-new{}-past{}".format(*s))

@@ -21,8 +21,10 @@ from typing import Any
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.integrations.transformers.genai import FILENAME as GENAI_FILENAME
+from dynamo_onnx.integrations.transformers.genai import dumps
 from dynamo_onnx.integrations.transformers.hf_folder import TOKENIZER_FILES
 from dynamo_onnx.integrations.transformers.loading import first_line, folder_problem, quiet_loading
+from dynamo_onnx.integrations.transformers.multimodal_parts import ModelPart
 from dynamo_onnx.integrations.transformers.qwen2_5_vl import (
     DECODER_FILENAME,
     EMBEDDING_FILENAME,
@@ -38,7 +40,6 @@ from dynamo_onnx.integrations.transformers.qwen2_5_vl import (
     vision_example,
     vision_shapes,
 )
-from dynamo_onnx.integrations.transformers.whisper_folder import ModelPart, dumps
 
 __all__ = [
     "GENAI_TYPE",

@@ -21,8 +21,10 @@ from typing import Any
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError
 from dynamo_onnx.integrations.transformers.genai import FILENAME as GENAI_FILENAME
+from dynamo_onnx.integrations.transformers.genai import dumps
 from dynamo_onnx.integrations.transformers.hf_folder import TOKENIZER_FILES
 from dynamo_onnx.integrations.transformers.loading import first_line, folder_problem, quiet_loading
+from dynamo_onnx.integrations.transformers.multimodal_parts import ModelPart
 from dynamo_onnx.integrations.transformers.whisper import (
     DECODER_FILENAME,
     ENCODER_FILENAME,
@@ -40,7 +42,6 @@ __all__ = [
     "GENAI_TYPE",
     "PROCESSOR_FILES",
     "SAMPLING_RATE",
-    "ModelPart",
     "WhisperFolder",
     "audio_processor_config",
     "genai_config",
@@ -55,18 +56,6 @@ AUDIO_PROCESSOR_FILENAME = "audio_processor_config.json"
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 #: The rate onnxruntime-extensions' ``AudioDecoder`` resamples every clip to.
 SAMPLING_RATE = 16000
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelPart:
-    """One ONNX model of a multimodal folder: what to export and how its I/O is named."""
-
-    filename: str
-    module: Any  # a torch.nn.Module calling transformers' code
-    args: tuple[Any, ...]
-    input_names: list[str]
-    output_names: list[str]
-    dynamic_shapes: dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,7 +260,3 @@ def audio_processor_config(extractor: Any) -> dict[str, Any]:
         {"name": "log_mel_spectrogram", "type": "LogMelSpectrum", "attrs": mel},
     ]
     return {"feature_extraction": {"sequence": [{"operation": op} for op in operations]}}
-
-
-def dumps(config: dict[str, Any]) -> str:
-    return json.dumps(config, indent=4) + "\n"

@@ -7,7 +7,8 @@ the export writes), by PyTorch's naming of modules rather than any family's: a m
 class ends in ``Attention`` is an attention block (``torch.nn.MultiheadAttention``, a model's
 own ``...Attention``), one ending in ``Norm`` a normalization (``torch.nn.LayerNorm``,
 ``torch.nn.RMSNorm``), and the ``Neg`` of an attention module (the half of its query or key
-turned negative) a rotary embedding (:data:`BLOCK_CLASS_SUFFIXES`).
+turned negative) a rotary embedding (:data:`BLOCK_CLASS_SUFFIXES`). A rotary no fused kernel
+exists for (:mod:`.rotary_variants`) is a note, not a warning.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from dynamo_onnx.passes.metadata import (
     stack_frames,
 )
 from dynamo_onnx.runtimes.onnxruntime.fusions import FUSED_OPS, MatchFailure, fuse, op_counts
+from dynamo_onnx.runtimes.onnxruntime.rotary_variants import multi_axis_rotary
 
 if TYPE_CHECKING:
     from dynamo_onnx.integrations.base import RuntimeStep
@@ -336,7 +338,8 @@ def _record_unfused(
     failures: list[MatchFailure],
 ) -> None:
     """DO503-DO505 for ``block``: ``own`` are the nodes of its module, ``nodes`` those of
-    its submodules too (where the operator it was fused into instead may be)."""
+    its submodules too (where the operator it was fused into instead may be). A rotary
+    ONNX Runtime has no fused kernel for (a multi-axis one) is the note DO543 instead."""
     reasons = list(
         dict.fromkeys(
             f.reason.strip().rstrip(".")
@@ -362,6 +365,17 @@ def _record_unfused(
             locations=[where],
             stack=frames,
             op=fused_instead[0].op_type,
+            **fields,
+        )
+        return
+    variant = multi_axis_rotary(own) if block.kind == "rotary" else None
+    if variant is not None:  # no fused kernel exists for it: a note (DO543), nothing to fix
+        del fields["reason"]
+        ctx.record(
+            "rotary-without-fused-kernel",
+            locations=[where],
+            stack=frames,
+            variant=variant.describe(),
             **fields,
         )
         return
