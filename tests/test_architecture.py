@@ -40,6 +40,7 @@ LAYERS = {
     "llm_folder": 7,
     "speech_folder": 7,
     "llm_stream": 7,
+    "llm_copy": 7,
     "cli": 8,
     "__init__": 8,
 }
@@ -50,6 +51,8 @@ SAME_LAYER_EDGES = {
     ("speech_folder", "exporter"),  # export_speech too, once per model of the folder
     ("llm_folder", "speech_folder"),  # export_llm sends a speech checkpoint there
     ("llm_folder", "llm_stream"),  # export_llm's weights read as they are written
+    ("llm_folder", "llm_copy"),  # export_llm's checks on a layer copy
+    ("llm_copy", "llm_stream"),  # the peak the copy's note says
 }
 #: What runtimes/ (the same layer as passes/) may import from passes/: the modules every
 #: pass shares (a runtime's passes are passes: PassName, the dropped loggers, the metadata

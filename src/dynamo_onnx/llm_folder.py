@@ -30,13 +30,15 @@ from dynamo_onnx.exporter import export, warnings_gate
 from dynamo_onnx.files import atomic_write_bytes
 from dynamo_onnx.integrations import (
     SavedModel,
+    StreamedFolder,
     files_not_beside,
     is_speech_folder,
     load_folder,
     load_speech_folder,
     load_streamed_folder,
 )
-from dynamo_onnx.llm_stream import give_weights, report_streamed
+from dynamo_onnx.llm_copy import CopyCheck, checks_a_copy, resident_bytes, run_on_copy
+from dynamo_onnx.llm_stream import give_weights, peak_rss_bytes, report_streamed
 from dynamo_onnx.options import OPTIMIZE_RUNTIMES, DiagnosticOptions, optimize_problem
 from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
@@ -64,6 +66,9 @@ class FolderCheck:
     saved: SavedModel
     not_written: dict[str, str]
     model_location: Location | None = None
+    #: the folder the runtime is asked about, when not ``folder``: a layer copy of it
+    #: exported the same way (:mod:`dynamo_onnx.llm_copy`), whose failure is ``folder``'s
+    checked: pathlib.Path | None = None
 
 
 class FolderCheckPass:
@@ -95,7 +100,7 @@ class FolderCheckPass:
                 **fields,
             )
             return request
-        cause = saved.runtime_problem(request.folder)
+        cause = saved.runtime_problem(request.checked or request.folder)
         if cause is not None:
             config.unlink()
             ctx.fail(
@@ -142,6 +147,39 @@ def _unfused_sliding(program: ONNXProgram, folder: SavedModel) -> bool:
     sliding layer hands back its window (:meth:`SavedModel.with_whole_windows` fixes it)."""
     reasons = files_not_beside(program.model, program.reference, program.inputs, MODEL_FILENAME)
     return folder.runtime_file in reasons
+
+
+def _checked_on_copy(
+    program: ONNXProgram,
+    streamed: StreamedFolder | None,
+    check: FolderCheck,
+    quantization: Quantization,
+    options: dict[str, Any],
+    whole_windows: bool,
+) -> bool:
+    """The checks of a streamed folder whose weights would take more memory than the
+    export did, made on a layer copy (:mod:`dynamo_onnx.llm_copy`); False when the whole
+    folder is to be checked (small enough, not streamed, no runtime file, or no copy)."""
+    data = check.folder / f"{MODEL_FILENAME}.data"
+    if streamed is None or check.saved.runtime_file in check.not_written or not data.is_file():
+        return False
+    weights = data.stat().st_size
+    if not checks_a_copy(weights, peak_rss_bytes(), resident_bytes()):
+        return False
+    quiet = {**options, "progress": None, "verbose": False}
+    how = CopyCheck(
+        lambda saved: _export_folder(saved, True, quiet)[0],
+        quantization,
+        whole_windows,
+        MODEL_FILENAME,
+        weights,
+    )
+
+    def check_copy(folder: pathlib.Path, saved: SavedModel) -> None:
+        copied = dataclasses.replace(check, saved=saved, checked=folder)
+        run_pipeline(program.diagnostics, [FolderCheckPass()], copied)
+
+    return run_on_copy(program, streamed, how, check_copy)
 
 
 def export_llm(
@@ -257,7 +295,8 @@ def export_llm(
         atomic_write_bytes(out / source.name, source.read_bytes())
     not_written = files_not_beside(program.model, program.reference, program.inputs, MODEL_FILENAME)
     check = FolderCheck(out, folder, not_written, program.model_location)
-    run_pipeline(program.diagnostics, [FolderCheckPass()], check)
+    if not _checked_on_copy(program, streamed, check, quantization, options, whole is folder):
+        run_pipeline(program.diagnostics, [FolderCheckPass()], check)
     if gate is None:  # a warning of the quantization or the save
         gate = warnings_gate(program.diagnostics)
         if gate is not None:
