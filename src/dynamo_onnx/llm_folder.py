@@ -219,7 +219,9 @@ def export_llm(
         WeightsMismatchError: the checkpoint's tensors are not those of the model its
             config describes (DO513): nothing is written.
         VerificationError: onnxruntime-genai could not generate from the folder (DO514);
-            the ONNX model is kept.
+            the ONNX model is kept. A streamed checkpoint whose weights would take more
+            memory than the export is checked on a layer copy exported the same way, also
+            compared with eager transformers (DO533, DO534: :mod:`dynamo_onnx.llm_copy`).
         WarningsAsErrorsError: ``warnings_as_errors`` is on and a step warned; the folder
             is written all the same (``error.program`` is the program), as a CI job that
             gates on warnings still wants to look at what was made.
