@@ -12,7 +12,7 @@ import torch
 import transformers
 
 import dynamo_onnx
-import dynamo_onnx.llm_folder
+import dynamo_onnx.llm_copy
 import hf_models
 from dynamo_onnx.diagnostics import Level
 from dynamo_onnx.integrations import layer_copy_of, load_streamed_folder
@@ -39,10 +39,13 @@ def _streamed(path):
 
 def test_the_decision_is_the_weights_against_the_room_under_the_peak():
     gb = 10**9
-    # 0.49B fp32 measured: 1.97 GB of weights, 0.57 GB held after a save that peaked at 0.98
-    assert checks_a_copy(int(1.97 * gb), int(0.98 * gb), int(0.57 * gb))
-    assert not checks_a_copy(int(0.3 * gb), int(0.98 * gb), int(0.57 * gb))
-    assert checks_a_copy(int(1.1 * gb), gb, None)  # resident unknown: the weights alone
+    # 0.49B fp32 measured: 1.97 GB of weights, 0.57 GB held after a save that peaked at
+    # 0.98; a one-layer copy holds 0.70 GB in float32
+    assert checks_a_copy(int(1.97 * gb), int(0.70 * gb), int(0.98 * gb), int(0.57 * gb))
+    assert not checks_a_copy(int(0.3 * gb), int(0.1 * gb), int(0.98 * gb), int(0.57 * gb))
+    assert checks_a_copy(int(1.1 * gb), int(0.7 * gb), gb, None)  # resident unknown
+    # the int4 folder (0.53 GB) holds less than its copy in float32: checked whole
+    assert not checks_a_copy(int(0.53 * gb), int(0.70 * gb), int(1.12 * gb), int(0.6 * gb))
 
 
 def _llama(layers):
@@ -90,6 +93,8 @@ def test_the_copy_keeps_the_first_layer_of_each_kind(build, kept, layer_types, t
     assert copy_of.kept == kept and copy_of.layers == model.config.num_hidden_layers
     config = copy_of.folder.model.config
     assert config.num_hidden_layers == len(kept)
+    copied = sum(p.numel() for p in copy_of.folder.model.parameters())
+    assert copy_of.float32_bytes == 4 * copied < 4 * sum(p.numel() for p in model.parameters())
     if layer_types is not None:
         assert config.layer_types == layer_types
     # the copy's layer i reads the model's layer kept[i]
@@ -109,7 +114,7 @@ def test_a_one_layer_model_has_no_copy(tmp_path):
 @pytest.fixture
 def copy_checked(monkeypatch):
     """The copy taken whatever the size: a tiny checkpoint's folder is checked whole."""
-    monkeypatch.setattr(dynamo_onnx.llm_folder, "checks_a_copy", lambda *sizes: True)
+    monkeypatch.setattr(dynamo_onnx.llm_copy, "checks_a_copy", lambda *sizes: True)
 
 
 @pytest.fixture(scope="module")

@@ -48,13 +48,15 @@ def resident_bytes() -> int | None:
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 
-def checks_a_copy(weights: int, peak: int, resident: int | None) -> bool:
-    """Whether the folder check runs on a layer copy: when loading ``weights`` bytes on top
-    of what the process holds now (``resident``; 0 when unknown) would go past the
-    export's ``peak`` so far. The runtime holds at least the weights it loads (its float32
-    copy of a quantized or plain model), so a whole-folder check above that bound raises
-    the command's peak, by the model's size."""
-    return (resident or 0) + weights > peak
+def checks_a_copy(weights: int, copy_bytes: int, peak: int, resident: int | None) -> bool:
+    """Whether the folder's checks run on its layer copy: when loading the folder's
+    ``weights`` (the ``.data`` file's bytes) on top of what the process holds now
+    (``resident``; 0 when unknown) would go past the export's ``peak`` so far, and the copy
+    holds less (``copy_bytes``: its float32 weights, which the comparison with eager holds).
+    The runtime holds at least the weights it loads, so a whole-folder check past that
+    bound raises the command's peak by the model's size; an int4 folder smaller than its
+    copy's float32 weights is checked whole."""
+    return (resident or 0) + weights > peak and copy_bytes < weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,12 +79,15 @@ def run_on_copy(
     how: CopyCheck,
     check_folder: Callable[[pathlib.Path, SavedModel], None],
 ) -> bool:
-    """Export ``folder``'s layer copy as ``how`` says, compare it with eager (DO534/DO535)
-    and run ``check_folder(copy's folder, copy)``, the runtime's check, with DO533 recorded
-    first in ``program``'s diagnostics. False, with nothing recorded, when the model has no
-    copy or the copy does not export (then the caller checks the whole folder)."""
+    """When :func:`checks_a_copy` says so, export ``folder``'s layer copy as ``how`` says,
+    compare it with eager (DO534/DO535) and run ``check_folder(copy's folder, copy)``, the
+    runtime's check, with DO533 recorded first in ``program``'s diagnostics. False, with
+    nothing recorded, when the whole folder is to be checked: it is small enough, the model
+    has no copy, or the copy does not export."""
     copy_of = layer_copy_of(folder)
-    if copy_of is None:
+    if copy_of is None or not checks_a_copy(
+        how.weights, copy_of.float32_bytes, peak_rss_bytes(), resident_bytes()
+    ):
         return False
     saved = (copy_of.folder.with_whole_windows() if how.whole_windows else None) or copy_of.folder
     quantization = how.quantization

@@ -37,8 +37,8 @@ from dynamo_onnx.integrations import (
     load_speech_folder,
     load_streamed_folder,
 )
-from dynamo_onnx.llm_copy import CopyCheck, checks_a_copy, resident_bytes, run_on_copy
-from dynamo_onnx.llm_stream import give_weights, peak_rss_bytes, report_streamed
+from dynamo_onnx.llm_copy import CopyCheck, run_on_copy
+from dynamo_onnx.llm_stream import give_weights, report_streamed
 from dynamo_onnx.options import OPTIMIZE_RUNTIMES, DiagnosticOptions, optimize_problem
 from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
@@ -159,12 +159,9 @@ def _checked_on_copy(
 ) -> bool:
     """The checks of a streamed folder whose weights would take more memory than the
     export did, made on a layer copy (:mod:`dynamo_onnx.llm_copy`); False when the whole
-    folder is to be checked (small enough, not streamed, no runtime file, or no copy)."""
+    folder is to be checked (not streamed, no runtime file, or as ``run_on_copy`` says)."""
     data = check.folder / f"{MODEL_FILENAME}.data"
     if streamed is None or check.saved.runtime_file in check.not_written or not data.is_file():
-        return False
-    weights = data.stat().st_size
-    if not checks_a_copy(weights, peak_rss_bytes(), resident_bytes()):
         return False
     quiet = {**options, "progress": None, "verbose": False}
     how = CopyCheck(
@@ -172,7 +169,7 @@ def _checked_on_copy(
         quantization,
         whole_windows,
         MODEL_FILENAME,
-        weights,
+        data.stat().st_size,
     )
 
     def check_copy(folder: pathlib.Path, saved: SavedModel) -> None:

@@ -47,6 +47,11 @@ class LayerCopy:
     kept: tuple[int, ...]
     layers: int
 
+    @property
+    def float32_bytes(self) -> int:
+        """The copy's weights in float32 (a tied one once): what its eager twin holds."""
+        return 4 * sum(p.numel() for p in self.folder.model.parameters())
+
 
 def _layer_list(model: Any, count: int) -> tuple[str, Any] | None:
     """The module list of the decoder's layers (its path in the model and itself)."""
