@@ -177,3 +177,19 @@ def test_the_copy_genai_cannot_run_is_the_folders_do514(tmp_path, copy_checked):
     assert (out / "model.onnx").is_file() and not (out / "genai_config.json").exists()
     rules = [f.rule.id for f in info.value.diagnostics.findings]
     assert rules.index("DO533") < rules.index("DO514")
+
+
+def test_a_sliding_and_a_full_layer_are_copied_and_match_eager(tmp_path, copy_checked):
+    """Gemma 2 alternates sliding and full layers: the copy keeps one of each, exported and
+    compared as the model was (its sliding layer's window in the fused attention)."""
+    torch.manual_seed(0)
+    config = transformers.Gemma2Config(
+        **{**SMALL, "num_hidden_layers": 3}, head_dim=16, sliding_window=4
+    )
+    _save(tmp_path / "hf", transformers.Gemma2ForCausalLM(config))
+    program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "out")
+    (note,) = program.diagnostics.by_rule("DO533")
+    assert (note.properties["kept"], note.properties["indices"]) == (2, "0, 1")
+    (match,) = program.diagnostics.by_rule("DO534")
+    assert match.properties["count"] == 1 + 2 * 2  # logits, each layer's key and value
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
