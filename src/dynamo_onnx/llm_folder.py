@@ -38,7 +38,7 @@ from dynamo_onnx.integrations import (
     load_streamed_folder,
 )
 from dynamo_onnx.llm_copy import CopyCheck, run_on_copy
-from dynamo_onnx.llm_stream import give_weights, report_streamed
+from dynamo_onnx.llm_stream import give_weights, note_peak, report_streamed
 from dynamo_onnx.options import OPTIMIZE_RUNTIMES, DiagnosticOptions, optimize_problem
 from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
@@ -296,6 +296,7 @@ def export_llm(
     check = FolderCheck(out, folder, not_written, program.model_location)
     if not _checked_on_copy(program, streamed, check, quantization, options, whole is folder):
         run_pipeline(program.diagnostics, [FolderCheckPass()], check)
+    note_peak(program)
     if gate is None:  # a warning of the quantization or the save
         gate = warnings_gate(program.diagnostics)
         if gate is not None:
