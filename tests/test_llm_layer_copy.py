@@ -139,6 +139,7 @@ def test_the_folder_is_checked_on_a_copy_and_compared_with_eager(
     assert match.properties["count"] == 3  # logits, layer 0's present key and value
     assert match.properties["max_abs"] < 1e-4
     assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    assert not list(out.glob(".layer_copy_*"))  # the copy's folder, beside it, is removed
     assert (
         json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["num_hidden_layers"]
         == 3
@@ -175,6 +176,7 @@ def test_the_copy_genai_cannot_run_is_the_folders_do514(tmp_path, copy_checked):
     assert f"onnxruntime-genai could not generate from `{out}`" in message
     assert "eos_token_id (5000) must be in range [0, 100)" in message
     assert (out / "model.onnx").is_file() and not (out / "genai_config.json").exists()
+    assert not list(out.glob(".layer_copy_*"))
     rules = [f.rule.id for f in info.value.diagnostics.findings]
     assert rules.index("DO533") < rules.index("DO514")
 

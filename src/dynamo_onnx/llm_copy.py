@@ -71,6 +71,8 @@ class CopyCheck:
     model_filename: str
     #: the bytes of the model's ``.data`` file, as the note says them
     weights: int
+    #: where the copy's temporary folder goes (the folder written: on its disk)
+    beside: pathlib.Path
 
 
 def run_on_copy(
@@ -91,7 +93,8 @@ def run_on_copy(
         return False
     saved = (copy_of.folder.with_whole_windows() if how.whole_windows else None) or copy_of.folder
     quantization = how.quantization
-    with tempfile.TemporaryDirectory(prefix="dynamo_onnx_layer_copy_") as tmp:
+    # beside the folder, on its disk: a temporary directory may be memory (tmpfs)
+    with tempfile.TemporaryDirectory(prefix=".layer_copy_", dir=how.beside) as tmp:
         out = pathlib.Path(tmp)
         model_path = out / how.model_filename
         try:

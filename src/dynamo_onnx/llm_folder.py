@@ -170,6 +170,7 @@ def _checked_on_copy(
         whole_windows,
         MODEL_FILENAME,
         data.stat().st_size,
+        check.folder,
     )
 
     def check_copy(folder: pathlib.Path, saved: SavedModel) -> None:
