@@ -44,8 +44,15 @@ LLAMA = {
 SMALL = {**LLAMA, "hidden_size": 64, "intermediate_size": 128, "vocab_size": 1000}
 #: Layers of the two checkpoints.
 LAYERS = (8, 24)
-#: Llama-3-8B's parameters, for the estimate.
-EIGHT_B = {"parameters": 8.03e9}
+#: Llama-3-8B's parameters and sizes, for the estimate.
+EIGHT_B = {
+    "parameters": 8.03e9,
+    "vocab_size": 128256,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_key_value_heads": 8,
+    "num_attention_heads": 32,
+}
 SHARD_BYTES = 1_000_000_000
 
 
@@ -101,7 +108,7 @@ def _save_tokenizer(path: Path) -> None:
     ).save_pretrained(path)
 
 
-#: Runs the command given and prints its own peak RSS (KiB) last. A child of this process
+#: Runs the command given and prints its own CPU seconds and peak RSS (KiB) last. A child of this process
 #: would report this process's resident memory at the fork as its peak (Linux keeps the
 #: high-water mark across fork and exec), and this one holds the checkpoint it just built:
 #: the command measured is the child of this launcher, which holds almost nothing.
@@ -109,6 +116,7 @@ LAUNCHER = (
     "import os, subprocess, sys\n"
     "proc = subprocess.Popen(sys.argv[1:])\n"
     "_, status, usage = os.wait4(proc.pid, 0)\n"
+    "print(f'cpu-s {usage.ru_utime + usage.ru_stime:.1f}', flush=True)\n"
     "print(f'peak-kib {usage.ru_maxrss}', flush=True)\n"
     "code = os.waitstatus_to_exitcode(status)\n"
     "sys.exit(code if code >= 0 else 128 - code)\n"
@@ -116,7 +124,9 @@ LAUNCHER = (
 
 
 def measured(command: list[str]) -> dict[str, Any]:
-    """Run ``command``; its wall time and its own peak RSS (Linux reports KiB)."""
+    """Run ``command``; its wall time, its own CPU time (user and system: on a shared
+    machine, what the wall time would be alone, less the waits for the disk) and peak RSS
+    (Linux reports KiB)."""
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out:
         proc = subprocess.run(
@@ -128,7 +138,10 @@ def measured(command: list[str]) -> dict[str, Any]:
     peak = next(
         (int(line.split()[1]) for line in reversed(lines) if line.startswith("peak-kib ")), 0
     )
-    result: dict[str, Any] = {"wall_s": round(seconds, 1), "peak_rss_gb": peak / 1e6}
+    cpu = next(
+        (float(line.split()[1]) for line in reversed(lines) if line.startswith("cpu-s ")), 0.0
+    )
+    result: dict[str, Any] = {"wall_s": round(seconds, 1), "cpu_s": cpu, "peak_rss_gb": peak / 1e6}
     if proc.returncode:
         result["failed"] = "\n".join(lines[-5:])
     return result
@@ -154,10 +167,11 @@ def markdown(results: dict[str, Any]) -> str:
         cells = []
         for tool in ("dynamo-onnx", "builder"):
             run = row[tool]
+            cpu = f" ({run['cpu_s']:.0f} s CPU)" if run.get("cpu_s") else ""
             cells.append(
                 "failed"
                 if "failed" in run
-                else f"{run['peak_rss_gb']:.2f} GB / {run['wall_s']:.0f} s"
+                else f"{run['peak_rss_gb']:.2f} GB / {run['wall_s']:.0f} s{cpu}"
             )
         checkpoint = f"{row['parameters'] / 1e9:.2f}B ({row['bytes'] / 1e9:.2f} GB bf16)"
         lines.append(f"| {checkpoint} | {row['precision']} | {cells[0]} | {cells[1]} |")
@@ -171,12 +185,22 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def estimate(rows: list[dict[str, Any]]) -> dict[str, float] | None:
+def copy_parameters(config: dict[str, Any]) -> int:
+    """Parameters of export-llm's one-layer copy of a Llama (embedding, LM head, one layer):
+    what its checks after the save hold in float32 (DO533/DO534)."""
+    hidden, vocab = config["hidden_size"], config["vocab_size"]
+    kv = hidden * config["num_key_value_heads"] // config["num_attention_heads"]
+    layer = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * config["intermediate_size"]
+    return 2 * vocab * hidden + layer
+
+
+def estimate(rows: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, float] | None:
     """The 8B fp32 export's time and peak from the two fp32 rows. Time: the larger row's
     plus the measured cost per weight byte (the difference of the two rows over their
     difference in bytes, capture included, so it errs long) times the bytes to add. Peak:
-    the larger row's plus the larger largest tensor (Llama-3's embedding, 128256 x 4096,
-    read in bfloat16 and held in float32 while written)."""
+    the larger row's plus the larger of two growths: the largest tensor's (Llama-3's
+    embedding, 128256 x 4096, read in bfloat16 and held in float32 while written) and the
+    layer copy's (its float32 weights, held by the checks after the save)."""
     fp32 = [r for r in rows if r["precision"] == "fp32" and "failed" not in r["dynamo-onnx"]]
     if len(fp32) != 2:
         return None
@@ -186,10 +210,13 @@ def estimate(rows: list[dict[str, Any]]) -> dict[str, float] | None:
     )
     eight_b_bytes = 2 * EIGHT_B["parameters"]  # bfloat16 on disk
     largest_here = 2 * config_vocab(large) * config_hidden(large)
-    largest_8b = 2 * 128256 * 4096
+    largest_8b = 2 * EIGHT_B["vocab_size"] * EIGHT_B["hidden_size"]
+    copy_growth = 4 * (copy_parameters(EIGHT_B) - copy_parameters(config))
+    growth = max(3 * (largest_8b - largest_here), copy_growth)
     return {
         "wall_s": large["dynamo-onnx"]["wall_s"] + per_byte * (eight_b_bytes - large["bytes"]),
-        "peak_rss_gb": large["dynamo-onnx"]["peak_rss_gb"] + 3 * (largest_8b - largest_here) / 1e9,
+        "peak_rss_gb": large["dynamo-onnx"]["peak_rss_gb"] + growth / 1e9,
+        "per_byte_s": per_byte,
     }
 
 
@@ -234,7 +261,7 @@ def main() -> None:
                     print(f"{layers} layers {precision} {tool}: {row[tool]}", file=sys.stderr)
                 rows.append(row)
     results = {"machine": {"cpus": os.cpu_count()}, "llama": config, "rows": rows}
-    results["estimate"] = estimate(rows)
+    results["estimate"] = estimate(rows, config)
     RESULTS.mkdir(exist_ok=True)
     atomic_write_text(args.json, json.dumps(results, indent=1) + "\n")
     table = markdown(results)

@@ -43,6 +43,7 @@ LAYERS = {
     "speech_folder": 8,
     "vision_folder": 8,
     "llm_stream": 8,
+    "llm_copy": 8,
     "cli": 9,
     "__init__": 9,
 }
@@ -55,6 +56,8 @@ SAME_LAYER_EDGES = {
     ("llm_folder", "vision_folder"),  # and a vision-language checkpoint there
     ("vision_folder", "speech_folder"),  # export_vision is export_speech's loop
     ("llm_folder", "llm_stream"),  # export_llm's weights read as they are written
+    ("llm_folder", "llm_copy"),  # export_llm's checks on a layer copy
+    ("llm_copy", "llm_stream"),  # the peak the copy's note says
 }
 #: What runtimes/ (the same layer as passes/) may import from passes/: the modules every
 #: pass shares (a runtime's passes are passes: PassName, the dropped loggers, the metadata

@@ -38,6 +38,7 @@ from dynamo_onnx.exporter import export, warnings_gate
 from dynamo_onnx.files import atomic_write_bytes
 from dynamo_onnx.integrations import (
     SavedModel,
+    StreamedFolder,
     files_not_beside,
     is_speech_folder,
     is_vision_folder,
@@ -46,7 +47,8 @@ from dynamo_onnx.integrations import (
     load_streamed_folder,
     load_vision_folder,
 )
-from dynamo_onnx.llm_stream import give_weights, report_streamed
+from dynamo_onnx.llm_copy import CopyCheck, run_on_copy
+from dynamo_onnx.llm_stream import give_weights, note_peak, report_streamed
 from dynamo_onnx.options import OPTIMIZE_RUNTIMES, DiagnosticOptions, optimize_problem
 from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
@@ -74,6 +76,9 @@ class FolderCheck:
     saved: SavedModel
     not_written: dict[str, str]
     model_location: Location | None = None
+    #: the folder the runtime is asked about, when not ``folder``: a layer copy of it
+    #: exported the same way (:mod:`dynamo_onnx.llm_copy`), whose failure is ``folder``'s
+    checked: pathlib.Path | None = None
 
 
 class FolderCheckPass:
@@ -115,7 +120,7 @@ class FolderCheckPass:
                 **fields,
             )
             return request
-        cause = saved.runtime_problem(request.folder)
+        cause = saved.runtime_problem(request.checked or request.folder)
         if cause is not None:
             config.unlink()
             ctx.fail(
@@ -185,6 +190,37 @@ def _load_findings_kept(load: DiagnosticContext) -> Iterator[None]:
         raise
 
 
+def _checked_on_copy(
+    program: ONNXProgram,
+    streamed: StreamedFolder | None,
+    check: FolderCheck,
+    quantization: Quantization,
+    options: dict[str, Any],
+    whole_windows: bool,
+) -> bool:
+    """The checks of a streamed folder whose weights would take more memory than the
+    export did, made on a layer copy (:mod:`dynamo_onnx.llm_copy`); False when the whole
+    folder is to be checked (not streamed, no runtime file, or as ``run_on_copy`` says)."""
+    data = check.folder / f"{MODEL_FILENAME}.data"
+    if streamed is None or check.saved.runtime_file in check.not_written or not data.is_file():
+        return False
+    quiet = {**options, "progress": None, "verbose": False}
+    how = CopyCheck(
+        lambda saved: _export_folder(saved, True, quiet)[0],
+        quantization,
+        whole_windows,
+        MODEL_FILENAME,
+        data.stat().st_size,
+        check.folder,
+    )
+
+    def check_copy(folder: pathlib.Path, saved: SavedModel) -> None:
+        copied = dataclasses.replace(check, saved=saved, checked=folder)
+        run_pipeline(program.diagnostics, [FolderCheckPass()], copied)
+
+    return run_on_copy(program, streamed, how, check_copy)
+
+
 def export_llm(
     hf_dir: str | os.PathLike[str],
     output_dir: str | os.PathLike[str],
@@ -225,7 +261,9 @@ def export_llm(
         WeightsMismatchError: the checkpoint's tensors are not those of the model its
             config describes (DO513): nothing is written.
         VerificationError: onnxruntime-genai could not generate from the folder (DO514);
-            the ONNX model is kept.
+            the ONNX model is kept. A streamed checkpoint whose weights would take more
+            memory than the export is checked on a layer copy exported the same way, also
+            compared with eager transformers (DO533, DO534: :mod:`dynamo_onnx.llm_copy`).
         WarningsAsErrorsError: ``warnings_as_errors`` is on and a step warned; the folder
             is written all the same (``error.program`` is the program), as a CI job that
             gates on warnings still wants to look at what was made.
@@ -330,7 +368,9 @@ def export_llm(
         )
         check = FolderCheck(out, folder, not_written, program.model_location)
         known = len(program.diagnostics.findings)
-        run_pipeline(program.diagnostics, [FolderCheckPass()], check)
+        if not _checked_on_copy(program, streamed, check, quantization, options, whole is folder):
+            run_pipeline(program.diagnostics, [FolderCheckPass()], check)
+        note_peak(program)
         # its warnings (DO515, DO516) reach the caller as export()'s do
         checked = program.diagnostics.findings[known:]
         warned = [f for f in checked if f.level == Level.WARNING]

@@ -23,7 +23,7 @@ from dynamo_onnx.io.streamed_weights import WeightStream
 if TYPE_CHECKING:
     from dynamo_onnx.program import ONNXProgram
 
-__all__ = ["MEASUREMENT", "give_weights", "peak_rss_bytes", "report_streamed"]
+__all__ = ["MEASUREMENT", "give_weights", "note_peak", "peak_rss_bytes", "report_streamed"]
 
 #: The key of the streamed save's figures in ``ctx.measurements`` (the SARIF invocation's
 #: properties): tensors and bytes written, checkpoint tensors read, peak memory.
@@ -94,3 +94,12 @@ def report_streamed(
         read=len(stream.read),
         peak=f"{peak / 1e9:.2f}",
     )
+
+
+def note_peak(program: ONNXProgram) -> None:
+    """The streamed figures' peak memory made the whole command's so far, once the checks
+    after the save ran (the runtime loading the folder or its layer copy): the summary line
+    and the SARIF invocation give that one; DO532 keeps the save's."""
+    figures = program._context().measurements.get(MEASUREMENT)
+    if figures is not None:
+        figures["peakRssBytes"] = peak_rss_bytes()

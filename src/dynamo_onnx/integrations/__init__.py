@@ -20,6 +20,7 @@ from dynamo_onnx.integrations.base import FamilyInputs, ModelFamily, RuntimeStep
 from dynamo_onnx.integrations.transformers import (
     TransformersFamily,
     hf_folder,
+    layer_copy,
     qwen2_5_vl_folder,
     streamed,
     whisper_folder,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     import torch
 
     from dynamo_onnx.diagnostics import DiagnosticContext
+    from dynamo_onnx.integrations.transformers.layer_copy import LayerCopy
     from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = [
@@ -57,6 +59,8 @@ __all__ = [
     "input_family",
     "is_speech_folder",
     "is_vision_folder",
+    "layer_copy_of",
+    "layer_copy_to_eager",
     "load_folder",
     "load_speech_folder",
     "load_streamed_folder",
@@ -112,6 +116,18 @@ def load_streamed_folder(
     weight is in its checkpoint (read one at a time when the ONNX weights are written);
     None when the folder's weights cannot be read that way (then :func:`load_folder`)."""
     return streamed.load_streamed(ctx, path)
+
+
+def layer_copy_of(folder: StreamedFolder) -> LayerCopy | None:
+    """``folder``'s model with the first layer of each kind, reading the same checkpoint:
+    what the checks that would hold the whole model's weights run on (None: no such copy)."""
+    return layer_copy.layer_copy(folder)
+
+
+def layer_copy_to_eager(copy_of: LayerCopy, whole_windows: bool) -> SavedModel:
+    """The layer copy with its weights in memory and example inputs with values, to run
+    eagerly."""
+    return layer_copy.eager_folder(copy_of, whole_windows)
 
 
 def family_of(value: Any) -> ModelFamily | None:

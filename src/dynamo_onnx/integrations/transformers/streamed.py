@@ -60,10 +60,12 @@ from dynamo_onnx.io.streamed_weights import WeightStream
 __all__ = [
     "StreamedFolder",
     "attach_weights",
+    "build_on_meta",
     "load_streamed",
     "match_checkpoint",
     "parameters_on_meta",
     "renames_keys",
+    "streamed_folder",
 ]
 
 
@@ -193,7 +195,6 @@ def renames_keys(model: Any) -> bool:
 def _build(folder: pathlib.Path) -> tuple[Any, str | None]:
     """The model of ``folder``'s config with meta parameters (None, and why, when it is
     refused: an encoder-decoder)."""
-    import torch
     import transformers
 
     with quiet_loading(transformers):
@@ -201,14 +202,24 @@ def _build(folder: pathlib.Path) -> tuple[Any, str | None]:
         refused = config_problem(config)
         if refused is not None:
             return None, refused
+        return build_on_meta(config, folder), None
+
+
+def build_on_meta(config: Any, folder: pathlib.Path) -> Any:
+    """The causal LM of ``config`` with meta parameters and real buffers, with the
+    generation config saved in ``folder`` (what from_pretrained reads too: the checkpoint's
+    search and end ids)."""
+    import torch
+    import transformers
+
+    with quiet_loading(transformers):
         with parameters_on_meta():
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         if model.can_generate() and (folder / GENERATION_CONFIG).is_file():
-            # what from_pretrained reads too (the checkpoint's search and end ids)
             model.generation_config = transformers.GenerationConfig.from_pretrained(
                 folder, local_files_only=True
             )
-    return model, None
+    return model
 
 
 def load_streamed(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> StreamedFolder | None:
@@ -243,6 +254,15 @@ def load_streamed(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> Strea
         ctx.fail(
             "checkpoint-mismatch", WeightsMismatchError, path=os.fspath(path), tensors=mismatch
         )
+    return streamed_folder(folder, model, checkpoint, sources)
+
+
+def streamed_folder(
+    folder: pathlib.Path, model: Any, checkpoint: Checkpoint, sources: Mapping[str, str]
+) -> StreamedFolder:
+    """``model`` (built by :func:`build_on_meta` from ``folder``'s config, checked against
+    ``checkpoint``) as a folder to export: its buffers computed and kept, then moved to the
+    meta device, with example inputs of meta tensors."""
     import torch
 
     model = model.eval()
@@ -259,7 +279,7 @@ def load_streamed(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> Strea
         files_to_copy(folder),
         checkpoint=checkpoint,
         buffers=buffers,
-        sources=sources,
+        sources=dict(sources),
     )
 
 

@@ -1,0 +1,197 @@
+"""export-llm's checks after a streamed save run on a layer copy when the whole folder would
+cost more memory than the export (issue 44): the copy keeps the first layer of each kind and
+the checkpoint's tensors for them; onnxruntime-genai checks it (DO533, its failure the
+folder's DO514), and it is compared with eager transformers (DO534)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+
+import dynamo_onnx
+import dynamo_onnx.llm_copy
+import hf_models
+from dynamo_onnx.diagnostics import Level
+from dynamo_onnx.integrations import layer_copy_of, load_streamed_folder
+from dynamo_onnx.llm_copy import checks_a_copy
+from dynamo_onnx.reports import ReportingContext
+from test_export_llm_cli import _generate, _tokenizer
+
+og = pytest.importorskip("onnxruntime_genai")
+
+#: A decoder with a GroupQueryAttention head size (16) onnxruntime-genai runs on the CPU.
+SMALL = {**hf_models.DECODER, "hidden_size": 64}
+
+
+def _save(path, model) -> None:
+    model.eval().to(torch.bfloat16).save_pretrained(path)
+    _tokenizer().save_pretrained(path)
+
+
+def _streamed(path):
+    folder = load_streamed_folder(ReportingContext(subject=str(path)), path)
+    assert folder is not None
+    return folder
+
+
+def test_the_decision_is_the_weights_against_the_room_under_the_peak():
+    gb = 10**9
+    # 0.49B fp32 measured: 1.97 GB of weights, 0.57 GB held after a save that peaked at
+    # 0.98; a one-layer copy holds 0.70 GB in float32
+    assert checks_a_copy(int(1.97 * gb), int(0.70 * gb), int(0.98 * gb), int(0.57 * gb))
+    assert not checks_a_copy(int(0.3 * gb), int(0.1 * gb), int(0.98 * gb), int(0.57 * gb))
+    assert checks_a_copy(int(1.1 * gb), int(0.7 * gb), gb, None)  # resident unknown
+    # the int4 folder (0.53 GB) holds less than its copy in float32: checked whole
+    assert not checks_a_copy(int(0.53 * gb), int(0.70 * gb), int(1.12 * gb), int(0.6 * gb))
+
+
+def _llama(layers):
+    config = transformers.LlamaConfig(**{**SMALL, "num_hidden_layers": layers})
+    return transformers.LlamaForCausalLM(config)
+
+
+def _gemma3():
+    """Five sliding layers then a full one: the copy keeps layers 0 and 5, not 0-5."""
+    config = transformers.Gemma3TextConfig(
+        **{**SMALL, "num_hidden_layers": 7}, head_dim=16, sliding_window=4
+    )
+    return transformers.Gemma3ForCausalLM(config)
+
+
+def _llama4():
+    """Mixture-of-experts every second layer (``moe_layers``, an index list) and no rotary
+    every fourth (``no_rope_layers``, one entry per layer): a copy of layers 0, 1 and 3
+    would make its third layer dense, so the copy is layers 0-3 of 8."""
+    config = transformers.Llama4TextConfig(
+        **{**SMALL, "num_hidden_layers": 8},
+        head_dim=16,
+        intermediate_size_mlp=64,
+        num_local_experts=2,
+        interleave_moe_layer_step=2,
+    )
+    return transformers.Llama4ForCausalLM(config)
+
+
+@pytest.mark.parametrize(
+    ("build", "kept", "layer_types"),
+    [
+        (lambda: _llama(3), (0,), None),
+        (_gemma3, (0, 5), ["sliding_attention", "full_attention"]),
+        (_llama4, (0, 1, 2, 3), None),
+    ],
+    ids=["llama", "gemma3", "llama4"],
+)
+def test_the_copy_keeps_the_first_layer_of_each_kind(build, kept, layer_types, tmp_path):
+    torch.manual_seed(0)
+    model = build()
+    _save(tmp_path, model)
+    folder = _streamed(tmp_path)
+    copy_of = layer_copy_of(folder)
+    assert copy_of.kept == kept and copy_of.layers == model.config.num_hidden_layers
+    config = copy_of.folder.model.config
+    assert config.num_hidden_layers == len(kept)
+    copied = sum(p.numel() for p in copy_of.folder.model.parameters())
+    assert copy_of.float32_bytes == 4 * copied < 4 * sum(p.numel() for p in model.parameters())
+    if layer_types is not None:
+        assert config.layer_types == layer_types
+    # the copy's layer i reads the model's layer kept[i]
+    checkpoint, sources = copy_of.folder.checkpoint, copy_of.folder.sources
+    for i, layer in enumerate(kept):
+        read = checkpoint.stored(sources[f"model.layers.{i}.self_attn.o_proj.weight"])
+        assert read.name == f"model.layers.{layer}.self_attn.o_proj.weight"
+    # the head too (tied in Gemma 3: the embedding's tensor)
+    assert checkpoint.stored(sources["lm_head.weight"]).name == folder.sources["lm_head.weight"]
+
+
+def test_a_one_layer_model_has_no_copy(tmp_path):
+    _save(tmp_path, _llama(1))
+    assert layer_copy_of(_streamed(tmp_path)) is None
+
+
+@pytest.fixture
+def copy_checked(monkeypatch):
+    """The copy taken whatever the size: a tiny checkpoint's folder is checked whole."""
+    monkeypatch.setattr(dynamo_onnx.llm_copy, "checks_a_copy", lambda *sizes: True)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("llama")
+    _save(path, _llama(3))
+    return path
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_the_folder_is_checked_on_a_copy_and_compared_with_eager(
+    llama, tmp_path, copy_checked, precision
+):
+    out = tmp_path / "out"
+    program = dynamo_onnx.export_llm(llama, out, precision=precision)
+    (note,) = program.diagnostics.by_rule("DO533")
+    assert note.properties["kept"] == 1 and note.properties["layers"] == 3
+    assert note.properties["precision"] == precision
+    assert "checked on a copy with 1 of the model's 3 layers (layers 0)" in note.message
+    (match,) = program.diagnostics.by_rule("DO534")
+    assert match.properties["count"] == 3  # logits, layer 0's present key and value
+    assert match.properties["max_abs"] < 1e-4
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+    assert not list(out.glob(".layer_copy_*"))  # the copy's folder, beside it, is removed
+    assert (
+        json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["num_hidden_layers"]
+        == 3
+    )  # the folder is the whole model's
+    if precision == "fp32":
+        eager = transformers.AutoModelForCausalLM.from_pretrained(llama, dtype=torch.float32)
+        text = "the cat sat on the mat"
+        prompt = transformers.AutoTokenizer.from_pretrained(llama)(text, return_tensors="pt")
+        ids = prompt["input_ids"]
+        expected = eager.generate(ids, max_new_tokens=8, do_sample=False)[0, ids.shape[1] :]
+        assert _generate(out, text, ids) == expected.tolist()
+
+
+def test_without_a_copy_the_whole_folder_is_checked(llama, tmp_path):
+    """A tiny checkpoint's weights fit under the export's peak: no copy, no note."""
+    program = dynamo_onnx.export_llm(llama, tmp_path / "out")
+    assert not program.diagnostics.by_rule("DO533")
+    assert not program.diagnostics.by_rule("DO534")
+
+
+def test_the_copy_genai_cannot_run_is_the_folders_do514(tmp_path, copy_checked):
+    """An end id outside the vocabulary: transformers runs the model, onnxruntime-genai
+    refuses the copy's folder, and the folder written loses its genai_config.json."""
+    torch.manual_seed(0)
+    model = _llama(3)
+    model.config.eos_token_id = 5000
+    model.generation_config.eos_token_id = 5000
+    _save(tmp_path / "hf", model)
+    out = tmp_path / "out"
+    with pytest.raises(dynamo_onnx.VerificationError) as info:
+        dynamo_onnx.export_llm(tmp_path / "hf", out)
+    assert info.value.rule_id == "DO514"
+    message = str(info.value)
+    assert f"onnxruntime-genai could not generate from `{out}`" in message
+    assert "eos_token_id (5000) must be in range [0, 100)" in message
+    assert (out / "model.onnx").is_file() and not (out / "genai_config.json").exists()
+    assert not list(out.glob(".layer_copy_*"))
+    rules = [f.rule.id for f in info.value.diagnostics.findings]
+    assert rules.index("DO533") < rules.index("DO514")
+
+
+def test_a_sliding_and_a_full_layer_are_copied_and_match_eager(tmp_path, copy_checked):
+    """Gemma 2 alternates sliding and full layers: the copy keeps one of each, exported and
+    compared as the model was (its sliding layer's window in the fused attention)."""
+    torch.manual_seed(0)
+    config = transformers.Gemma2Config(
+        **{**SMALL, "num_hidden_layers": 3}, head_dim=16, sliding_window=4
+    )
+    _save(tmp_path / "hf", transformers.Gemma2ForCausalLM(config))
+    program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "out")
+    (note,) = program.diagnostics.by_rule("DO533")
+    assert (note.properties["kept"], note.properties["indices"]) == (2, "0, 1")
+    (match,) = program.diagnostics.by_rule("DO534")
+    assert match.properties["count"] == 1 + 2 * 2  # logits, each layer's key and value
+    assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
