@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from dynamo_onnx.defaults import VERIFY_ATOL, VERIFY_RTOL
 from dynamo_onnx.errors import OnnxExporterError
 from dynamo_onnx.files import atomic_write_bytes
 from dynamo_onnx.integrations import SavedModel, StreamedFolder, layer_copy_of, layer_copy_to_eager
@@ -28,7 +29,7 @@ from dynamo_onnx.io.runner import OrtRunner
 from dynamo_onnx.io.sessions import inference_session
 from dynamo_onnx.llm_stream import peak_rss_bytes
 from dynamo_onnx.passes.base import run_pipeline
-from dynamo_onnx.passes.verify import DEFAULT_ATOL, DEFAULT_RTOL, VerifyPass, VerifyRequest
+from dynamo_onnx.passes.verify import VerifyPass, VerifyRequest
 
 if TYPE_CHECKING:
     from dynamo_onnx.integrations.transformers.layer_copy import LayerCopy
@@ -167,7 +168,7 @@ def _compare_with_eager(
     del runner
     ctx = program._context()
     fields = {"kept": len(copy_of.kept), "indices": _indices(copy_of), "layers": copy_of.layers}
-    tolerances = {"atol": DEFAULT_ATOL, "rtol": DEFAULT_RTOL}
+    tolerances = {"atol": VERIFY_ATOL, "rtol": VERIFY_RTOL}
     bad = [c for c in comparisons if not c.ok]
     for c in bad:
         ctx.record(
