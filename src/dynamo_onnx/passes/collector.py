@@ -11,7 +11,8 @@ garbage because of the export, and the full collection that the spaced threshold
 when they are put back walked all of it (docs/performance.md has the figures). The
 pipeline's end collects what the export made, with the caller's heap still frozen, then
 unfreezes it: cycles the export left are freed as before, and the caller's objects are back
-in the oldest generation as they were. Nothing is frozen when the caller froze objects of
+in the oldest generation as they were (CPython then counts only the export's survivors as
+that generation's size, so the caller's next full collection comes once sooner). Nothing is frozen when the caller froze objects of
 their own (unfreezing would release theirs too, as in a nested pipeline) or switched the
 collector off. The thresholds are only raised, never lowered, and put back as they were; a
 collector the caller switched off stays off.
