@@ -46,6 +46,7 @@ import dataclasses
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -390,8 +391,22 @@ def top1_agreement(folders: dict[str, Path], head_size: int) -> dict[str, float]
 # -- GPT-2: the plain export against torch.export.export --------------------------------------
 
 
-def gpt2_worker(kind: str) -> dict[str, float]:
-    """One export of GPT-2 124M in this (fresh) process: its seconds."""
+#: The exports of GPT-2 timed in turn: ours with ``optimize=False``, ``torch.export.export``
+#: alone (capture, which ours includes) and torch.onnx's with ``optimize=False``.
+GPT2_KINDS = ("dynamo-onnx", "torch.export.export", "torch.onnx")
+
+
+def _process_cpu_s() -> float:
+    """CPU seconds of this process, all threads: on a shared machine the wall time also
+    counts the waits for a core, this does not."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def gpt2_worker(kind: str) -> dict[str, Any]:
+    """One export of GPT-2 124M in this (fresh) process: its wall and CPU seconds, and for
+    dynamo-onnx the seconds of each pass and what the export spent outside them (the
+    exporter's imports before the first pass, the end of the pipeline after the last)."""
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -402,36 +417,61 @@ def gpt2_worker(kind: str) -> dict[str, float]:
 
     torch.manual_seed(0)
     model, args = gpt2()
+    result: dict[str, Any] = {}
     if kind == "dynamo-onnx":
         import dynamo_onnx
 
-        start = time.perf_counter()
-        dynamo_onnx.export(model, args, opset_version=20, optimize=False)
+        start, cpu = time.perf_counter(), _process_cpu_s()
+        program = dynamo_onnx.export(model, args, opset_version=20, optimize=False)
+        result["passes_s"] = {p.name: p.duration_s for p in program.diagnostics.passes}
+    elif kind == "torch.onnx":
+        start, cpu = time.perf_counter(), _process_cpu_s()
+        torch.onnx.export(model, args, dynamo=True, optimize=False, opset_version=20)
     else:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _process_cpu_s()
         torch.export.export(model, args, strict=False)
-    return {"export_s": time.perf_counter() - start}
+    result["export_s"] = time.perf_counter() - start
+    result["cpu_s"] = _process_cpu_s() - cpu
+    if "passes_s" in result:
+        result["passes_s"]["outside the passes"] = result["export_s"] - sum(
+            result["passes_s"].values()
+        )
+    return result
 
 
 def gpt2_overhead(repeats: int, log: Any) -> dict[str, Any]:
-    seconds: dict[str, list[float]] = {"dynamo-onnx": [], "torch.export.export": []}
-    kinds = list(seconds)
+    """:data:`GPT2_KINDS` each in ``repeats`` fresh processes, in turns whose order is
+    reversed every repeat: medians of the wall and CPU seconds, our export's ratios to the
+    others, and the median seconds of each of our passes."""
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in GPT2_KINDS}
     for repeat in range(repeats):
-        for kind in kinds if repeat % 2 == 0 else kinds[::-1]:
+        for kind in GPT2_KINDS if repeat % 2 == 0 else GPT2_KINDS[::-1]:
             proc = subprocess.run(
                 [sys.executable, __file__, "--gpt2-worker", kind],
                 capture_output=True,
                 text=True,
                 check=True,
             )
-            value = json.loads(proc.stdout.strip().splitlines()[-1])["export_s"]
-            seconds[kind].append(value)
-            print(f"GPT-2 124M, {kind}: {value:.2f} s", file=log)
-    medians = {k: statistics.median(v) for k, v in seconds.items()}
+            run = json.loads(proc.stdout.strip().splitlines()[-1])
+            runs[kind].append(run)
+            print(
+                f"GPT-2 124M, {kind}: {run['export_s']:.2f} s (CPU {run['cpu_s']:.2f} s)", file=log
+            )
+    medians = {k: statistics.median(r["export_s"] for r in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(r["cpu_s"] for r in v) for k, v in runs.items()}
+    ours = runs["dynamo-onnx"]
+    passes = {
+        name: statistics.median(r["passes_s"][name] for r in ours) for name in ours[0]["passes_s"]
+    }
     return {
-        "seconds": seconds,
+        "seconds": {k: [r["export_s"] for r in v] for k, v in runs.items()},
         "median_s": medians,
+        "median_cpu_s": cpu,
         "ratio": medians["dynamo-onnx"] / medians["torch.export.export"],
+        "ratio_torch_onnx": medians["dynamo-onnx"] / medians["torch.onnx"],
+        "cpu_ratio": cpu["dynamo-onnx"] / cpu["torch.export.export"],
+        "cpu_ratio_torch_onnx": cpu["dynamo-onnx"] / cpu["torch.onnx"],
+        "passes_s": passes,
     }
 
 
@@ -518,13 +558,21 @@ def model_table(result: dict[str, Any]) -> list[str]:
 
 
 def gpt2_line(gpt2: dict[str, Any]) -> str:
-    """The report's line for :func:`gpt2_overhead`'s result (bench-llm's and make bench's)."""
-    med = gpt2["median_s"]
+    """The report's lines for :func:`gpt2_overhead`'s result (bench-llm's and make bench's):
+    the ratios, then the split of our export by pass."""
+    med, cpu = gpt2["median_s"], gpt2["median_cpu_s"]
+    count = len(gpt2["seconds"]["dynamo-onnx"])
+    split = ", ".join(f"{name} {s:.2f}" for name, s in gpt2["passes_s"].items() if s >= 0.005)
     return (
         f"GPT-2 124M, `dynamo_onnx.export(optimize=False)` against "
         f"`torch.export.export(strict=False)` alone: {med['dynamo-onnx']:.2f} s / "
-        f"{med['torch.export.export']:.2f} s, **{gpt2['ratio']:.2f}x** (medians of "
-        f"{len(gpt2['seconds']['dynamo-onnx'])} fresh processes each, alternating)."
+        f"{med['torch.export.export']:.2f} s, **{gpt2['ratio']:.2f}x**; against "
+        f"`torch.onnx.export(dynamo=True, optimize=False)`: {med['torch.onnx']:.2f} s, "
+        f"**{gpt2['ratio_torch_onnx']:.2f}x** (medians of {count} fresh processes each, "
+        f"alternating; in CPU time of the process {cpu['dynamo-onnx']:.2f} s / "
+        f"{cpu['torch.export.export']:.2f} s / {cpu['torch.onnx']:.2f} s, "
+        f"{gpt2['cpu_ratio']:.2f}x and {gpt2['cpu_ratio_torch_onnx']:.2f}x).\n\n"
+        f"Our export by pass (median wall seconds): {split}."
     )
 
 

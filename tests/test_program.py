@@ -115,3 +115,23 @@ def test_session_initializer_options_and_release(program):
     torch.testing.assert_close(program(x)[0], expected)  # lazily recreated
     with pytest.raises(TypeError, match="either an initializer or options"):
         program.initialize_inference_session(initializer, options=options)
+
+
+def test_the_runtime_fusions_load_only_when_a_program_is_fused():
+    """onnxscript's ORT fusions build their patterns when imported: an export, optimized or
+    not, does not import them; ``optimize("onnxruntime")`` does."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch, dynamo_onnx\n"
+        "program = dynamo_onnx.export(torch.nn.Linear(3, 2), (torch.randn(2, 3),))\n"
+        "fusions = 'onnxscript.rewriter.ort_fusions'\n"
+        "print(fusions in sys.modules)\n"
+        "program.optimize('onnxruntime')\n"
+        "print(fusions in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert proc.stdout.split() == ["False", "True"], proc.stderr

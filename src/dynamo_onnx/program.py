@@ -48,7 +48,6 @@ from dynamo_onnx.passes.verify import (
     VerifyRequest,
 )
 from dynamo_onnx.reports import ReportingContext
-from dynamo_onnx.runtimes.onnxruntime.fusion_pass import FusionRequest, OnnxRuntimeFusionPass
 from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization, QuantizePass, QuantizeRequest
 
 __all__ = ["ONNXProgram"]
@@ -156,6 +155,13 @@ class ONNXProgram:
         if runtime is None:
             self._run([OptimizePass()], self.model)
         else:
+            # onnxscript's ORT fusions build their patterns when imported: an export that
+            # does not fuse does not pay for them
+            from dynamo_onnx.runtimes.onnxruntime.fusion_pass import (
+                FusionRequest,
+                OnnxRuntimeFusionPass,
+            )
+
             # the model's family says how many positions its rotary caches hold, and which
             # steps of its own it wants among and after the fusions
             request = FusionRequest(

@@ -179,6 +179,23 @@ def test_castlike_is_a_cast_to_the_type_of_its_second_input_below_15():
     _lowered_agrees(make, CastLikeLowering, 13, {"x": x, "like": like}, "CastLike")
 
 
+@pytest.mark.parametrize("target", [15, 18, 20])
+def test_castlike_infers_no_types_for_a_target_that_has_it(monkeypatch, target):
+    """ONNX's inference on a serialized copy of the model is only for a CastLike lowered:
+    an export to opset 20 (the default) with a CastLike in its graph paid it for nothing."""
+    from dynamo_onnx.passes.onnx_graph import lowerings  # the module's name spied
+
+    calls = []
+    monkeypatch.setattr(lowerings, "inferred_types", lambda model: calls.append(model) or {})
+    make = lambda: _model(  # noqa: E731
+        "CastLike", [("x", INT64, [2, 3]), ("like", FLOAT, [1])], out_dtype=FLOAT
+    )
+    assert not CastLikeLowering(target)(make()).modified
+    _converted(make(), target) if target != 18 else None
+    assert calls == []
+    assert CastLikeLowering(14)(make()).modified and len(calls) == 1
+
+
 @pytest.mark.parametrize("target", [11, 17])
 def test_a_split_in_parts_of_a_static_axis_gets_its_sizes_below_18(target):
     x = np.arange(2 * 7, dtype=np.float32).reshape(2, 7)

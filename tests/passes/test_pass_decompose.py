@@ -100,3 +100,36 @@ def test_a_lifted_constants_fresh_copy_and_detach_read_the_constant():
     assert targets == [aten.cat.default]
     x = torch.randn(3)
     torch.testing.assert_close(ep.module()(x), x)
+
+
+class ThreeRewrites(torch.nn.Module):
+    """An ``aten.to`` that changes nothing, an int-times-float product (type promotion) and a
+    view to ``-1`` of a static shape: three rewrites of one graph."""
+
+    def forward(self, x, n):
+        y = x.to(torch.float32).view(2, -1)
+        return y * n, y.sum()
+
+
+def test_the_pass_generates_the_graphs_code_once_and_it_is_the_graphs(monkeypatch):
+    x, n = torch.randn(3, 4), torch.arange(12).reshape(2, 6)
+    state = program_state(ThreeRewrites(), (x, n))
+    made = []
+    original = torch.fx.GraphModule.recompile
+
+    def counted(self):
+        made.append(self)
+        return original(self)
+
+    monkeypatch.setattr(torch.fx.GraphModule, "recompile", counted)
+    ctx = DiagnosticContext()
+    result = DecomposePass()(ctx, state)
+    assert ctx.by_rule("DO203")[0].properties["retraced"] is False
+    (cast,) = ctx.by_rule("type-promotion-inserted")
+    ep = result.exported_program
+    assert len(made) == 1  # each rewrite recompiled the whole model's code
+    gm = ep.graph_module
+    assert gm.code == gm.graph.python_code("self").src  # the code is the rewritten graph's
+    assert "[2, 6]" in gm.code and "-1" not in gm.code and "convert_element_type" in gm.code
+    for got, expected in zip(ep.module()(x, n), ThreeRewrites()(x, n)):
+        torch.testing.assert_close(got, expected)

@@ -12,6 +12,7 @@ from onnxscript.rewriter import pattern
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.onnx_tools.rule_roots import root_filtered, root_op_type
+from dynamo_onnx.passes import metadata
 from dynamo_onnx.passes.onnx_graph import weights
 from dynamo_onnx.tensors import torch_tensor_to_ir
 
@@ -97,3 +98,26 @@ def test_weight_check_records_each_bad_weight():
     weights._check_weights(ctx, ir.Model(graph, ir_version=10))
     findings = [f for f in ctx.findings if f.rule.name == "non-finite-weights"]
     assert [(f.properties["name"], f.properties["count"]) for f in findings] == [("bad", 1)]
+
+
+def test_portable_stack_traces_are_made_once_per_text(monkeypatch, tmp_path):
+    """Nodes share their stack texts (each layer repeats its lines): the paths of a text
+    are made relative once, and the text is what it was."""
+    library, root = str(tmp_path / "site-packages"), str(tmp_path / "work")
+    trace = (
+        f'  File "{root}/model.py", line 3, in forward\n    y = self.lin(x)\n'
+        f'  File "{library}/torch/nn/modules/linear.py", line 9, in forward\n'
+        '  File "/elsewhere/script.py", line 1, in <module>\n'
+    )
+    expected = (
+        '  File "model.py", line 3, in forward\n    y = self.lin(x)\n'
+        '  File "torch/nn/modules/linear.py", line 9, in forward\n'
+        '  File "/elsewhere/script.py", line 1, in <module>\n'
+    )
+    assert metadata.portable_stack_trace(trace, root, [library]) == expected
+
+    def refused(*args):
+        raise AssertionError("the text's paths were made relative again")
+
+    monkeypatch.setattr(metadata.os.path, "relpath", refused)
+    assert metadata.portable_stack_trace(trace, root, (library,)) == expected

@@ -118,6 +118,13 @@ def portable_stack_trace(trace: str, root: str, libraries: Sequence[str] = ()) -
     (the source root, the top of the work tree the SARIF log's paths are relative to) is
     written relative to it. Anything else (a script in ``/tmp``) stays as it is.
     """
+    return _portable_stack_trace(trace, root, tuple(libraries))
+
+
+@functools.lru_cache(maxsize=4096)
+def _portable_stack_trace(trace: str, root: str, libraries: tuple[str, ...]) -> str:
+    # cached on its arguments: many nodes share one text (each layer of a model repeats its
+    # lines), and ``os.path.relpath`` normalizes both paths of every frame
     prefix = root.rstrip(os.sep) + os.sep
     library_prefixes = [(r, r.rstrip(os.sep) + os.sep) for r in libraries]
 

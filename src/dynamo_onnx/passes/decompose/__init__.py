@@ -27,6 +27,7 @@ from dynamo_onnx.passes.decompose.rewrites import (
     cast_symbolic_operands,
     functionalize_inplace,
     insert_type_promotion,
+    recompile_all,
     rewrite_aliases,
     rewrite_views,
     squeeze_only_size_one,
@@ -78,9 +79,11 @@ class DecomposePass:
     def _run(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         ep, registry, opset = state.exported_program, state.checked.registry, state.checked.opset
         assert ep is not None and registry is not None
-        rewrite_aliases(ep)
-        bypass_lifted_copies(ep)
-        made_functional = functionalize_inplace(ep)
+        # the rewrites change the graphs; their code is generated once, when it is next
+        # needed (a re-trace runs it) or at the end
+        changed = rewrite_aliases(ep, recompile=False) + bypass_lifted_copies(ep, recompile=False)
+        made_functional = functionalize_inplace(ep, recompile=False)
+        changed += made_functional
         reason = retrace_reason(ep, registry, opset)
         ctx.record(
             "decomposition-plan",
@@ -101,13 +104,21 @@ class DecomposePass:
         if reason is None:
             views = 0
             casts = sum(
-                insert_type_promotion(gm) + cast_symbolic_operands(gm) for gm in graph_modules(ep)
+                insert_type_promotion(gm, recompile=False)
+                + cast_symbolic_operands(gm, recompile=False)
+                for gm in graph_modules(ep)
             )
+            changed += casts
         else:
+            if changed:
+                recompile_all(ep)
             ep, views, casts = self._lower(ctx, ep, registry, opset)
+            changed = 0
         for gm in graph_modules(ep):
-            static_reshape_sizes(gm)
-            squeeze_only_size_one(gm)
+            changed += static_reshape_sizes(gm, recompile=False)
+            changed += squeeze_only_size_one(gm, recompile=False)
+        if changed:
+            recompile_all(ep)
         if views:
             ctx.record("view-rewritten-as-reshape", count=views)
         if casts:

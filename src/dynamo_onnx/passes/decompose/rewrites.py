@@ -32,7 +32,9 @@
   shape its input already has is an ``Identity`` and remove it.
 
 Each rewrite works in place on graph modules the pass owns (never the caller's program)
-and returns how many nodes it changed.
+and returns how many nodes it changed. A graph module it changed gets its Python code again
+(``recompile``), unless the caller asks ``recompile=False`` and recompiles once after several
+rewrites: the code of a whole model is generated and compiled each time.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from dynamo_onnx.passes.fx import graph_modules
 from dynamo_onnx.passes.fx import meta_value as _val
 
 __all__ = [
+    "recompile_all",
     "bypass_lifted_copies",
     "squeeze_only_size_one",
     "cast_symbolic_operands",
@@ -113,7 +116,7 @@ _FRESH = frozenset({torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.lift_
 _DETACH = frozenset({torch.ops.aten.detach_.default, torch.ops.aten.detach.default})
 
 
-def bypass_lifted_copies(ep: torch.export.ExportedProgram) -> int:
+def bypass_lifted_copies(ep: torch.export.ExportedProgram, *, recompile: bool = True) -> int:
     """Uses of ``lift_fresh_copy(constant)`` and of any ``detach``/``detach_`` chained on it
     read the constant instead; the copies are removed. Returns how many nodes went."""
     count = 0
@@ -132,12 +135,12 @@ def bypass_lifted_copies(ep: torch.export.ExportedProgram) -> int:
             node.replace_all_uses_with(constant_of[node])
             gm.graph.erase_node(node)
             count += 1
-        if chain:
+        if chain and recompile:
             gm.recompile()
     return count
 
 
-def functionalize_inplace(ep: torch.export.ExportedProgram) -> int:
+def functionalize_inplace(ep: torch.export.ExportedProgram, *, recompile: bool = True) -> int:
     """In-place operators writing a tensor no one else can see become out-of-place ones
     (module docstring); returns how many."""
     count = 0
@@ -159,7 +162,7 @@ def functionalize_inplace(ep: torch.export.ExportedProgram) -> int:
             gm.graph.erase_node(node)
             count += 1
             changed = True
-        if changed:
+        if changed and recompile:
             gm.recompile()
     return count
 
@@ -242,6 +245,13 @@ def _result_dtype(functional: Any, node: torch.fx.Node) -> torch.dtype | None:
     return out.dtype if isinstance(out, torch.Tensor) else None
 
 
+def recompile_all(ep: torch.export.ExportedProgram) -> None:
+    """The Python code of every graph module of ``ep`` generated again from its graph: after
+    rewrites run with ``recompile=False``, before the code runs (a re-trace) or is handed on."""
+    for gm in graph_modules(ep):
+        gm.recompile()
+
+
 def rewrite_views(ep: torch.export.ExportedProgram) -> int:
     count = 0
     for gm in graph_modules(ep):
@@ -253,7 +263,7 @@ def rewrite_views(ep: torch.export.ExportedProgram) -> int:
     return count
 
 
-def rewrite_aliases(ep: torch.export.ExportedProgram) -> int:
+def rewrite_aliases(ep: torch.export.ExportedProgram, *, recompile: bool = True) -> int:
     """``aten.to`` as a cast (or nothing), ``__and__`` and friends as ``bitwise_*``."""
     count = 0
     for gm in graph_modules(ep):
@@ -277,12 +287,12 @@ def rewrite_aliases(ep: torch.export.ExportedProgram) -> int:
                     node.target, node.args, node.kwargs = _CAST, (source, out.dtype), {}
                 count += 1
                 changed = True
-        if changed:
+        if changed and recompile:
             gm.recompile()
     return count
 
 
-def static_reshape_sizes(gm: torch.fx.GraphModule) -> int:
+def static_reshape_sizes(gm: torch.fx.GraphModule, *, recompile: bool = True) -> int:
     """Give reshapes whose result has a static shape that shape, with no ``-1`` left."""
     count = 0
     for node in gm.graph.nodes:
@@ -295,7 +305,7 @@ def static_reshape_sizes(gm: torch.fx.GraphModule) -> int:
         if list(sizes) != shape and all(type(d) is int for d in shape):
             node.args = (node.args[0], shape)
             count += 1
-    if count:
+    if count and recompile:
         gm.recompile()
     return count
 
@@ -303,7 +313,7 @@ def static_reshape_sizes(gm: torch.fx.GraphModule) -> int:
 _SQUEEZES = (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims)
 
 
-def squeeze_only_size_one(gm: torch.fx.GraphModule) -> int:
+def squeeze_only_size_one(gm: torch.fx.GraphModule, *, recompile: bool = True) -> int:
     """``squeeze`` of named dimensions keeps only those the graph has at size 1.
 
     torch squeezes a named dimension only when its size is 1: traced with a dynamic
@@ -334,7 +344,7 @@ def squeeze_only_size_one(gm: torch.fx.GraphModule) -> int:
         else:
             node.target, node.args = torch.ops.aten.alias.default, (node.args[0],)
         count += 1
-    if count:
+    if count and recompile:
         gm.recompile()
     return count
 
@@ -362,7 +372,7 @@ def _promotion_dtype(node: torch.fx.Node, positions: list[int]) -> torch.dtype |
     return None if dtypes == {target} else target
 
 
-def insert_type_promotion(gm: torch.fx.GraphModule) -> int:
+def insert_type_promotion(gm: torch.fx.GraphModule, *, recompile: bool = True) -> int:
     """Cast the tensor inputs of pointwise operators to the dtype ATen computes in."""
     count = 0
     for node in list(gm.graph.nodes):
@@ -399,7 +409,7 @@ def insert_type_promotion(gm: torch.fx.GraphModule) -> int:
             args[i] = _cast_before(gm, node, arg, dtype, _val(arg).to(dtype))
             count += 1
         node.args = tuple(args)
-    if count:
+    if count and recompile:
         gm.recompile()
     return count
 
@@ -430,7 +440,7 @@ def _integer_argument(target: Any, index: int) -> bool:
     return isinstance(kind, (torch.IntType, torch.SymIntType))
 
 
-def cast_symbolic_operands(gm: torch.fx.GraphModule) -> int:
+def cast_symbolic_operands(gm: torch.fx.GraphModule, *, recompile: bool = True) -> int:
     """Cast symbolic numbers used by tensor operators to the dtype the operator computes in.
 
     Arithmetic computes in the output's dtype; a comparison in its tensor operand's dtype.
@@ -465,6 +475,6 @@ def cast_symbolic_operands(gm: torch.fx.GraphModule) -> int:
             args[i] = _cast_before(gm, node, args[i], dtype, scalar)
             count += 1
         node.args = tuple(args)
-    if count:
+    if count and recompile:
         gm.recompile()
     return count

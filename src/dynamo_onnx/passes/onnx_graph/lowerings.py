@@ -286,8 +286,10 @@ class CastLikeLowering(_Lowering):
     op_type, needed_below = "CastLike", 15
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        # the types ONNX's inference finds, for values translation left untyped
-        self.types = inferred_types(model) if _nodes(model, self.op_type) else {}
+        # the types ONNX's inference finds, for values translation left untyped: only for a
+        # target that lowers (the inference serializes the whole graph, weights aside)
+        lowers = self.target < self.needed_below and _nodes(model, self.op_type)
+        self.types = inferred_types(model) if lowers else {}
         return super().call(model)
 
     def lower(self, node: ir.Node) -> bool:
