@@ -40,8 +40,7 @@ LAYERS = {
     "program": 8,
     "exporter": 8,
     "llm_folder": 8,
-    "speech_folder": 8,
-    "vision_folder": 8,
+    "multimodal_folder": 8,
     "llm_stream": 8,
     "llm_copy": 8,
     "cli": 9,
@@ -51,10 +50,8 @@ SAME_LAYER_EDGES = {
     ("exporter", "program"),
     ("cli", "__init__"),
     ("llm_folder", "exporter"),  # export_llm is export, then quantize and save
-    ("speech_folder", "exporter"),  # export_speech too, once per model of the folder
-    ("llm_folder", "speech_folder"),  # export_llm sends a speech checkpoint there
-    ("llm_folder", "vision_folder"),  # and a vision-language checkpoint there
-    ("vision_folder", "speech_folder"),  # export_vision is export_speech's loop
+    ("multimodal_folder", "exporter"),  # export_multimodal too, once per model of the folder
+    ("llm_folder", "multimodal_folder"),  # export_llm sends a speech or vision checkpoint there
     ("llm_folder", "llm_stream"),  # export_llm's weights read as they are written
     ("llm_folder", "llm_copy"),  # export_llm's checks on a layer copy
     ("llm_copy", "llm_stream"),  # the peak the copy's note says

@@ -57,6 +57,7 @@ from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
 
 if TYPE_CHECKING:
     from dynamo_onnx.diagnostics import DiagnosticContext, Location
+    from dynamo_onnx.integrations import SpeechFolder, VisionFolder
     from dynamo_onnx.io.streamed_weights import WeightStream
     from dynamo_onnx.program import ONNXProgram
 
@@ -221,6 +222,18 @@ def _checked_on_copy(
     return run_on_copy(program, streamed, how, check_copy)
 
 
+def _multimodal_folder(
+    ctx: DiagnosticContext, hf_dir: str | os.PathLike[str]
+) -> SpeechFolder | VisionFolder | None:
+    """A checkpoint onnxruntime-genai runs as several models (Whisper: encoder and decoder;
+    Qwen2.5-VL: vision, embedding, decoder), loaded; None for a causal LM's folder."""
+    if is_speech_folder(hf_dir):
+        return load_speech_folder(ctx, hf_dir)
+    if is_vision_folder(hf_dir):
+        return load_vision_folder(ctx, hf_dir)
+    return None
+
+
 def export_llm(
     hf_dir: str | os.PathLike[str],
     output_dir: str | os.PathLike[str],
@@ -249,10 +262,10 @@ def export_llm(
     error's, when it fails) hold every finding of the load, export, quantization and save.
 
     A Whisper checkpoint becomes onnxruntime-genai's ``whisper`` folder instead (encoder,
-    decoder, ``audio_processor_config.json``: :mod:`dynamo_onnx.speech_folder`); the program
+    decoder, ``audio_processor_config.json``: :mod:`dynamo_onnx.multimodal_folder`); the program
     returned is then the decoder's, its diagnostics the whole run's. A Qwen2.5-VL
     checkpoint becomes onnxruntime-genai's ``qwen2_5_vl`` folder (vision encoder, embedding
-    step, text decoder, the image processing: :mod:`dynamo_onnx.vision_folder`), its
+    step, text decoder, the image processing: the same module), its
     program the decoder's too.
 
     Raises:
@@ -280,33 +293,13 @@ def export_llm(
         ctx.fail(
             "invalid-option", InvalidOptionValueError, option=option, problem=what, allowed=allowed
         )
-    if is_speech_folder(hf_dir):  # Whisper: an encoder and a decoder (speech_folder.py)
-        from dynamo_onnx.speech_folder import export_speech
+    multimodal = _multimodal_folder(ctx, hf_dir)
+    if multimodal is not None:  # several models (multimodal_folder.py)
+        from dynamo_onnx.multimodal_folder import export_multimodal
 
-        speech = load_speech_folder(ctx, hf_dir)
         with _load_findings_kept(ctx):
-            last = export_speech(
-                speech,
-                output_dir,
-                precision=precision,
-                optimize=optimize,
-                block_size=block_size,
-                symmetric=symmetric,
-                accuracy_level=accuracy_level,
-                progress=progress,
-                diagnostic_options=diagnostic_options,
-                source_root=source_root,
-                verbose=verbose,
-            )
-        _carry_load(ctx, last)
-        return last
-    if is_vision_folder(hf_dir):  # Qwen2.5-VL: vision, embedding, decoder (vision_folder.py)
-        from dynamo_onnx.vision_folder import export_vision
-
-        vision = load_vision_folder(ctx, hf_dir)
-        with _load_findings_kept(ctx):
-            last = export_vision(
-                vision,
+            last = export_multimodal(
+                multimodal,
                 output_dir,
                 precision=precision,
                 optimize=optimize,

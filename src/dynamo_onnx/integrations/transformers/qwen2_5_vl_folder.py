@@ -13,7 +13,6 @@ normalize, patches) with the numbers of the checkpoint's processor. That file is
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import pathlib
 from typing import Any
@@ -24,7 +23,11 @@ from dynamo_onnx.integrations.transformers.genai import FILENAME as GENAI_FILENA
 from dynamo_onnx.integrations.transformers.genai import dumps
 from dynamo_onnx.integrations.transformers.hf_folder import TOKENIZER_FILES
 from dynamo_onnx.integrations.transformers.loading import first_line, folder_problem, quiet_loading
-from dynamo_onnx.integrations.transformers.multimodal_parts import ModelPart
+from dynamo_onnx.integrations.transformers.multimodal_parts import (
+    ModelPart,
+    is_model_type,
+    token_ids,
+)
 from dynamo_onnx.integrations.transformers.qwen2_5_vl import (
     DECODER_FILENAME,
     EMBEDDING_FILENAME,
@@ -130,11 +133,7 @@ class QwenVLFolder:
 
 def is_qwen2_5_vl(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds a Qwen2.5-VL checkpoint (its ``config.json`` says so)."""
-    config = pathlib.Path(path) / "config.json"
-    try:
-        return json.loads(config.read_text()).get("model_type") == GENAI_TYPE
-    except (OSError, ValueError, AttributeError):
-        return False
+    return is_model_type(path, GENAI_TYPE)
 
 
 def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> QwenVLFolder:
@@ -161,13 +160,6 @@ def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> QwenVLFolder:
     names = TOKENIZER_FILES + PROCESSOR_FILES
     files = tuple(folder / name for name in names if (folder / name).is_file())
     return QwenVLFolder(folder, model.eval(), processor, files)
-
-
-def _token(value: Any) -> int | list[int] | None:
-    if isinstance(value, (list, tuple)):
-        ids = [int(v) for v in value if isinstance(v, int)]
-        return ids if len(ids) > 1 else (ids[0] if ids else None)
-    return int(value) if isinstance(value, int) else None
 
 
 def _session() -> dict[str, Any]:
@@ -217,12 +209,12 @@ def genai_config(config: Any, names: Names) -> dict[str, Any]:
         "outputs": {"image_features": names.image_features},
     }
     tokens = {
-        "bos_token_id": _token(getattr(text, "bos_token_id", None) or config.bos_token_id),
-        "eos_token_id": _token(getattr(text, "eos_token_id", None) or config.eos_token_id),
-        "pad_token_id": _token(getattr(text, "pad_token_id", None) or config.pad_token_id),
-        "image_token_id": _token(config.image_token_id),
-        "video_token_id": _token(config.video_token_id),
-        "vision_start_token_id": _token(config.vision_start_token_id),
+        "bos_token_id": token_ids(getattr(text, "bos_token_id", None) or config.bos_token_id),
+        "eos_token_id": token_ids(getattr(text, "eos_token_id", None) or config.eos_token_id),
+        "pad_token_id": token_ids(getattr(text, "pad_token_id", None) or config.pad_token_id),
+        "image_token_id": token_ids(config.image_token_id),
+        "video_token_id": token_ids(config.video_token_id),
+        "vision_start_token_id": token_ids(config.vision_start_token_id),
     }
     context = text.max_position_embeddings
     return {

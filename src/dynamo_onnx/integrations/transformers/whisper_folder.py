@@ -12,7 +12,6 @@ performs (an STFT, then Whisper's log-mel), with its numbers taken from the chec
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import pathlib
 import warnings
@@ -24,7 +23,11 @@ from dynamo_onnx.integrations.transformers.genai import FILENAME as GENAI_FILENA
 from dynamo_onnx.integrations.transformers.genai import dumps
 from dynamo_onnx.integrations.transformers.hf_folder import TOKENIZER_FILES
 from dynamo_onnx.integrations.transformers.loading import first_line, folder_problem, quiet_loading
-from dynamo_onnx.integrations.transformers.multimodal_parts import ModelPart
+from dynamo_onnx.integrations.transformers.multimodal_parts import (
+    ModelPart,
+    is_model_type,
+    token_ids,
+)
 from dynamo_onnx.integrations.transformers.whisper import (
     DECODER_FILENAME,
     ENCODER_FILENAME,
@@ -107,11 +110,7 @@ class WhisperFolder:
 
 def is_whisper(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds a Whisper checkpoint (its ``config.json`` says so)."""
-    config = pathlib.Path(path) / "config.json"
-    try:
-        return json.loads(config.read_text()).get("model_type") == GENAI_TYPE
-    except (OSError, ValueError, AttributeError):
-        return False
+    return is_model_type(path, GENAI_TYPE)
 
 
 def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> WhisperFolder:
@@ -147,13 +146,6 @@ def load(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> WhisperFolder:
     names = TOKENIZER_FILES + PROCESSOR_FILES
     files = tuple(folder / name for name in names if (folder / name).is_file())
     return WhisperFolder(folder, model.eval(), extractor, files)
-
-
-def _token(value: Any) -> int | list[int] | None:
-    if isinstance(value, (list, tuple)):
-        ids = [int(v) for v in value if isinstance(v, int)]
-        return ids if len(ids) > 1 else (ids[0] if ids else None)
-    return int(value) if isinstance(value, int) else None
 
 
 def _part(filename: str, config: Any, inputs: dict, outputs: dict, layers: int, heads: int) -> dict:
@@ -203,9 +195,9 @@ def genai_config(config: Any, names: DecoderNames) -> dict[str, Any]:
         config.decoder_attention_heads,
     )
     tokens = {
-        "bos_token_id": _token(config.bos_token_id),
-        "eos_token_id": _token(config.eos_token_id),
-        "pad_token_id": _token(config.pad_token_id),
+        "bos_token_id": token_ids(config.bos_token_id),
+        "eos_token_id": token_ids(config.eos_token_id),
+        "pad_token_id": token_ids(config.pad_token_id),
     }
     context = config.max_target_positions
     return {

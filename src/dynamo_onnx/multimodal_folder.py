@@ -1,11 +1,14 @@
-"""``export_speech``: a Whisper checkpoint on disk in, a folder onnxruntime-genai's
-``whisper`` type runs out (``encoder.onnx``, ``decoder.onnx``, the runtime's
-configuration files, the tokenizer's and the feature extractor's files).
+"""``export_multimodal``: a checkpoint of several models on disk in, a folder onnxruntime-genai
+runs out: Whisper's (``encoder.onnx``, ``decoder.onnx``, the feature extractor's
+configuration) for its ``whisper`` type, Qwen2.5-VL's (``vision.onnx``, ``embedding.onnx``,
+``model.onnx``, the image processor's configuration) for its ``qwen2_5_vl`` type; the
+runtime's configuration and the tokenizer's files beside them.
 
 Each model is the public ``export`` of a module its family builds around transformers'
-own code (``integrations``), then ``ONNXProgram.quantize`` and ``save``; the one-line
-summary of the run (DO540) lists the models written. ``export_llm`` sends a speech
-checkpoint here, so ``dynamo-onnx export-llm WHISPER_DIR -o OUT`` is the command.
+own code (``integrations``: the family's folder says which models, their examples, names
+and runtime files), then ``ONNXProgram.quantize`` and ``save``; the one-line summary of
+the run (DO540) lists the models written and not written. ``export_llm`` sends such a
+checkpoint here, so ``dynamo-onnx export-llm WHISPER_OR_VL_DIR -o OUT`` is the command.
 """
 
 from __future__ import annotations
@@ -19,17 +22,17 @@ from dynamo_onnx.diagnostics import Level
 from dynamo_onnx.errors import OnnxExporterError, WarningsAsErrorsError
 from dynamo_onnx.exporter import export, warnings_gate
 from dynamo_onnx.files import atomic_write_bytes, atomic_write_text
-from dynamo_onnx.integrations import SpeechFolder
+from dynamo_onnx.integrations import SpeechFolder, VisionFolder
 
 if TYPE_CHECKING:
     from dynamo_onnx.options import DiagnosticOptions
     from dynamo_onnx.program import ONNXProgram
 
-__all__ = ["export_speech"]
+__all__ = ["export_multimodal"]
 
 
-def export_speech(
-    folder: SpeechFolder,
+def export_multimodal(
+    folder: SpeechFolder | VisionFolder,
     output_dir: str | os.PathLike[str],
     *,
     precision: str,
