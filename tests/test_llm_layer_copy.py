@@ -6,6 +6,7 @@ folder's DO514), and it is compared with eager transformers (DO534)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import transformers
 import dynamo_onnx
 import dynamo_onnx.llm_copy
 import hf_models
+from cli_runner import run_cli
 from dynamo_onnx.diagnostics import Level
 from dynamo_onnx.integrations import layer_copy_of, load_streamed_folder
 from dynamo_onnx.llm_copy import checks_a_copy
@@ -195,3 +197,119 @@ def test_a_sliding_and_a_full_layer_are_copied_and_match_eager(tmp_path, copy_ch
     (match,) = program.diagnostics.by_rule("DO534")
     assert match.properties["count"] == 1 + 2 * 2  # logits, each layer's key and value
     assert not [f for f in program.diagnostics.findings if f.level >= Level.WARNING]
+
+
+def _held(model) -> dict[torch.dtype, int]:
+    """Bytes of the model's tensors by dtype (a shared one once)."""
+    seen, held = set(), {}
+    for t in [*model.parameters(), *model.buffers()]:
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            held[t.dtype] = held.get(t.dtype, 0) + t.numel() * t.element_size()
+    return held
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tied"),
+    [
+        (torch.bfloat16, False),
+        (torch.bfloat16, True),
+        (torch.float16, False),
+        (torch.float32, False),
+    ],
+    ids=["bf16", "bf16-tied", "fp16", "fp32"],
+)
+def test_the_eager_copy_keeps_a_16_bit_vocabulary_and_gives_the_float32_logits(
+    tmp_path, monkeypatch, dtype, tied
+):
+    """Issue 44's int4 peak: the eager twin's embedding and head stay as the checkpoint
+    stores them (16-bit) and are widened where used; its outputs are the float32 twin's."""
+    from dynamo_onnx.integrations.transformers import narrow_vocab
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        **{**SMALL, "num_hidden_layers": 3, "vocab_size": 5000}, tie_word_embeddings=tied
+    )
+    model = transformers.LlamaForCausalLM(config)
+    model.eval().to(dtype).save_pretrained(tmp_path)
+    copy_of = layer_copy_of(_streamed(tmp_path))
+    monkeypatch.setattr(narrow_vocab, "HEAD_ROWS", 1024)  # several chunks of the 5000 rows
+    eager = dynamo_onnx.integrations.layer_copy_to_eager(copy_of, False)
+    monkeypatch.setattr(narrow_vocab, "NARROW_DTYPES", ())  # the float32 twin
+    wide = dynamo_onnx.integrations.layer_copy_to_eager(copy_of, False)
+    matrix = 5000 * 64
+    if dtype == torch.float32:
+        assert _held(eager.model) == _held(wide.model)
+    else:
+        assert _held(eager.model)[dtype] == matrix * 2 * (1 if tied else 2)
+        assert _held(eager.model)[torch.float32] == _held(wide.model)[
+            torch.float32
+        ] - matrix * 4 * (1 if tied else 2)
+        assert eager.model.dtype == torch.float32
+    got = dynamo_onnx.llm_copy._eager_outputs(eager.model, eager.inputs)
+    expected = dynamo_onnx.llm_copy._eager_outputs(wide.model, wide.inputs)
+    assert got.logits.dtype == torch.float32 and got.logits.shape[-1] == 5000
+    torch.testing.assert_close(got.logits, expected.logits, atol=1e-5, rtol=1e-5)
+    for a, b in zip(got.past_key_values.layers, expected.past_key_values.layers, strict=True):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def _peak_in(line: str) -> float:
+    return float(re.search(r"peak memory (\d+\.\d\d) GB", line).group(1))
+
+
+@pytest.fixture
+def check_holds_more(monkeypatch):
+    """The runtime's check of the folder (or of its copy) holds, while it runs, 100 MB more
+    than the command's peak so far: what a check of a large folder does."""
+    from dynamo_onnx import llm_folder
+    from dynamo_onnx.llm_copy import resident_bytes
+    from dynamo_onnx.llm_stream import peak_rss_bytes
+
+    check = llm_folder.FolderCheckPass.__call__
+
+    def holding(self, ctx, request):
+        held = torch.ones((peak_rss_bytes() - resident_bytes() + 100_000_000) // 4)
+        try:
+            return check(self, ctx, request)
+        finally:
+            del held
+
+    monkeypatch.setattr(llm_folder.FolderCheckPass, "__call__", holding)
+
+
+@pytest.mark.parametrize("on_copy", [True, False], ids=["copy", "whole"])
+def test_the_command_gives_its_peak_after_the_checks_and_the_copys_notes(
+    llama, tmp_path, monkeypatch, check_holds_more, on_copy
+):
+    """``dynamo-onnx export-llm``: the copy's checks (forced here: a tiny folder is checked
+    whole) are DO533 and DO534 in the SARIF; the summary line and the SARIF invocation give
+    the peak after the runtime's check, above the save's in DO532, copy or not."""
+    if on_copy:
+        monkeypatch.setattr(dynamo_onnx.llm_copy, "checks_a_copy", lambda *sizes: True)
+    out, sarif = tmp_path / "out", tmp_path / "llm.sarif"
+    proc = run_cli(tmp_path, "export-llm", str(llama), "-o", str(out), "--sarif", str(sarif))
+    assert proc.returncode == 0, proc.stderr
+    first, folder = proc.stdout.splitlines()
+    assert first.startswith(f"exported {llama} in ")
+    assert first.endswith(f": 0 error(s), 0 warning(s); wrote SARIF {sarif}")
+    assert folder.startswith(f"wrote {out}: genai_config.json, ")
+    assert not list(out.glob(".layer_copy_*"))
+    log = json.loads(sarif.read_text())
+    run = log["runs"][0]
+    rules = [r["ruleId"] for r in run["results"]]
+    if on_copy:
+        assert rules.count("DO533") == 1 and rules.count("DO534") == 1
+        (note,) = [r for r in run["results"] if r["ruleId"] == "DO533"]
+        assert (
+            "checked on a copy with 1 of the model's 3 layers (layers 0)"
+            in (note["message"]["text"])
+        )
+    else:
+        assert "DO533" not in rules and "DO534" not in rules
+    (streamed,) = [r for r in run["results"] if r["ruleId"] == "DO532"]
+    saved_peak = _peak_in(streamed["message"]["text"])
+    command_peak = _peak_in(folder)
+    assert command_peak >= saved_peak + 0.09  # the check's 100 MB over the save's peak
+    figures = run["invocations"][0]["properties"]["weights"]
+    assert f"{figures['peakRssBytes'] / 1e9:.2f}" == f"{command_peak:.2f}"

@@ -157,22 +157,30 @@ def layer_copy(folder: StreamedFolder) -> LayerCopy | None:
 
 def eager_folder(copy_of: LayerCopy, whole_windows: bool) -> HFFolder:
     """The copy as transformers runs it: float32 parameters read from the checkpoint (a
-    tied weight's names share one tensor), buffers computed as it is built, example inputs with
+    tied weight's names share one tensor; a 16-bit embedding and head kept 16-bit and
+    widened where used, :mod:`.narrow_vocab`), buffers computed as it is built, example inputs with
     values (drawn from a generator seeded here, the caller's random state untouched), with
     whole windows when the copy was exported with them."""
     import torch
 
+    from dynamo_onnx.integrations.transformers.narrow_vocab import NARROW_DTYPES, narrowed, widen
+
     shrunk = copy_of.folder
     model = build_on_meta(shrunk.model.config, shrunk.path)
-    read: dict[str, Any] = {}
+    vocabulary = narrowed(model)  # embedding and head: kept 16-bit (narrow_vocab's docstring)
+    read: dict[tuple[str, bool], Any] = {}
     state = {}
     for name in model.state_dict(keep_vars=True):
         source = shrunk.sources.get(name)
         if source is not None:
-            if source not in read:
-                read[source] = shrunk.checkpoint.read(source, torch.float32)
-            state[name] = read[source]
+            narrow = name in vocabulary and shrunk.checkpoint.stored(source).dtype in NARROW_DTYPES
+            if (source, narrow) not in read:
+                read[source, narrow] = shrunk.checkpoint.read(
+                    source, None if narrow else torch.float32
+                )
+            state[name] = read[source, narrow]
     model.load_state_dict(state, strict=False, assign=True)
+    widen(model, vocabulary, state)
     if any(p.device.type == "meta" for p in model.parameters()):
         raise ValueError("a parameter of the copy has no tensor in the checkpoint")
     model.eval()
