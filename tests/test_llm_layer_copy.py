@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -313,3 +314,30 @@ def test_the_command_gives_its_peak_after_the_checks_and_the_copys_notes(
     assert command_peak >= saved_peak + 0.09  # the check's 100 MB over the save's peak
     figures = run["invocations"][0]["properties"]["weights"]
     assert f"{figures['peakRssBytes'] / 1e9:.2f}" == f"{command_peak:.2f}"
+
+
+def test_a_session_without_prepacking_holds_no_copy_of_the_weights(tmp_path):
+    """The copy's comparison session (issue 44): ONNX Runtime's packed copies of the MatMul
+    weights were its peak; unpacked, the external data stays the file's memory map, read
+    as a run needs it."""
+    import gc
+
+    from dynamo_onnx.io.sessions import inference_session
+    from dynamo_onnx.llm_copy import resident_bytes
+
+    program = dynamo_onnx.export(
+        torch.nn.Linear(2048, 8192, bias=False), (torch.randn(3, 2048),), dynamo=True
+    )  # a 64 MB weight
+    program.save(tmp_path / "model.onnx", external_data=True)
+    del program
+    gc.collect()
+    grown = {}
+    for prepacking in (True, False):
+        before = resident_bytes()
+        session = inference_session(tmp_path / "model.onnx", prepacking=prepacking)
+        grown[prepacking] = resident_bytes() - before
+        out = session.run(None, {session.get_inputs()[0].name: np.ones((3, 2048), np.float32)})
+        assert out[0].shape == (3, 8192)
+        del session
+        gc.collect()
+    assert grown[True] > 48e6 and grown[False] < 16e6

@@ -53,7 +53,9 @@ def checks_a_copy(weights: int, copy_bytes: int, peak: int, resident: int | None
     """Whether the folder's checks run on its layer copy: when loading the folder's
     ``weights`` (the ``.data`` file's bytes) on top of what the process holds now
     (``resident``; 0 when unknown) would go past the export's ``peak`` so far, and the copy
-    holds less (``copy_bytes``: its float32 weights, which the comparison with eager holds).
+    holds less (``copy_bytes``: its float32 weights, the bound of what its checks hold: its
+    ONNX model's file, which ONNX Runtime maps; the eager twin holds less, a 16-bit
+    embedding and head kept 16-bit).
     The runtime holds at least the weights it loads, so a whole-folder check past that
     bound raises the command's peak by the model's size; an int4 folder smaller than its
     copy's float32 weights is checked whole."""
@@ -143,16 +145,17 @@ def _compare_with_eager(
     whole_windows: bool,
 ) -> None:
     """transformers' copy against ONNX Runtime on the copy's saved float32 model: the eager
-    outputs first, the model then released, so that one of the two is held at a time."""
+    outputs first, the model then released, so that one of the two is held at a time; the
+    session without prepacking (its packed copies of the weights were its peak)."""
     eager = layer_copy_to_eager(copy_of, whole_windows)
     kwargs = eager.inputs
     expected = _eager_outputs(eager.model, kwargs)
     reference = _Recorded(expected)
     del eager
     gc.collect()
-    runner = OrtRunner(
-        inference_session(os.fspath(model_path)), shrunk.exported_program, shrunk.inputs
-    )
+    # unpacked: the session holds the pages of the weights a run reads, not packed copies
+    session = inference_session(os.fspath(model_path), prepacking=False)
+    runner = OrtRunner(session, shrunk.exported_program, shrunk.inputs)
     request = VerifyRequest(
         shrunk.model,
         None,
@@ -165,7 +168,7 @@ def _compare_with_eager(
     )
     # recorded in the copy's own diagnostics: the figures are the model's as this note
     comparisons = run_pipeline(shrunk.diagnostics, [VerifyPass()], request).comparisons
-    del runner
+    del runner, session
     ctx = program._context()
     fields = {"kept": len(copy_of.kept), "indices": _indices(copy_of), "layers": copy_of.layers}
     tolerances = {"atol": VERIFY_ATOL, "rtol": VERIFY_RTOL}

@@ -26,11 +26,16 @@ __all__ = ["inference_session", "quiet_session_options"]
 _QUIET = 4
 
 
-def quiet_session_options(*, threads: int | None = None, graph_optimizations: bool = True) -> Any:
+def quiet_session_options(
+    *, threads: int | None = None, graph_optimizations: bool = True, prepacking: bool = True
+) -> Any:
     """Session options of a session of our own: ONNX Runtime logs nothing to the terminal;
     ``threads`` intra-op threads (default: ONNX Runtime's, one per core); with
     ``graph_optimizations=False`` ONNX Runtime loads the model as it is (what a load check
-    wants: its optimizations would only cost time)."""
+    wants: its optimizations would only cost time); with ``prepacking=False`` it does not
+    copy the MatMul weights into its packed layouts while loading, so a model with external
+    data holds its weights as the file's memory map, the pages a run reads (what a check of
+    a large model wants: the packed copies were the session's peak)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -39,6 +44,8 @@ def quiet_session_options(*, threads: int | None = None, graph_optimizations: bo
         options.intra_op_num_threads = threads
     if not graph_optimizations:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if not prepacking:
+        options.add_session_config_entry("session.disable_prepacking", "1")
     return options
 
 
@@ -48,6 +55,7 @@ def inference_session(
     *,
     threads: int | None = None,
     graph_optimizations: bool = True,
+    prepacking: bool = True,
 ) -> Any:
     """An ``onnxruntime.InferenceSession`` for ``model`` (a path or a serialized model).
 
@@ -59,6 +67,7 @@ def inference_session(
         threads: intra-op threads of a session of our own (the benchmarks' 1: the machine
             is shared, one thread is the stable figure).
         graph_optimizations: False to load the model without ONNX Runtime's optimizations.
+        prepacking: False to keep the weights unpacked (:func:`quiet_session_options`).
     """
     import onnxruntime as ort
 
@@ -68,7 +77,7 @@ def inference_session(
         session_options = session_options[0] if session_options else None
     if session_options is None:  # the caller's own options keep their logging
         session_options = quiet_session_options(
-            threads=threads, graph_optimizations=graph_optimizations
+            threads=threads, graph_optimizations=graph_optimizations, prepacking=prepacking
         )
     return ort.InferenceSession(
         os.fspath(model) if isinstance(model, os.PathLike) else model,

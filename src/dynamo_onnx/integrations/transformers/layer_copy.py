@@ -49,7 +49,8 @@ class LayerCopy:
 
     @property
     def float32_bytes(self) -> int:
-        """The copy's weights in float32 (a tied one once): what its eager twin holds."""
+        """The copy's weights in float32 (a tied one once): its float32 ONNX model's, the
+        most its checks hold (its eager twin keeps a 16-bit embedding and head 16-bit)."""
         return 4 * sum(p.numel() for p in self.folder.model.parameters())
 
 
