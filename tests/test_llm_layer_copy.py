@@ -341,3 +341,20 @@ def test_a_session_without_prepacking_holds_no_copy_of_the_weights(tmp_path):
         del session
         gc.collect()
     assert grown[True] > 48e6 and grown[False] < 16e6
+
+
+def test_a_model_that_reads_its_embeddings_weight_runs_on_the_16_bit_twin(tmp_path, monkeypatch):
+    """Llama 4 moves its ids to ``embed_tokens.weight.device``: the 16-bit twin's ``weight``
+    is the float32 table, and the outputs are the float32 twin's."""
+    from dynamo_onnx.integrations.transformers import narrow_vocab
+
+    torch.manual_seed(0)
+    _save(tmp_path, _llama4())
+    copy_of = layer_copy_of(_streamed(tmp_path))
+    eager = dynamo_onnx.integrations.layer_copy_to_eager(copy_of, False)
+    assert isinstance(eager.model.get_input_embeddings(), narrow_vocab.WideningEmbedding)
+    monkeypatch.setattr(narrow_vocab, "NARROW_DTYPES", ())
+    wide = dynamo_onnx.integrations.layer_copy_to_eager(copy_of, False)
+    got = dynamo_onnx.llm_copy._eager_outputs(eager.model, eager.inputs)
+    expected = dynamo_onnx.llm_copy._eager_outputs(wide.model, wide.inputs)
+    torch.testing.assert_close(got.logits, expected.logits, atol=1e-5, rtol=1e-5)

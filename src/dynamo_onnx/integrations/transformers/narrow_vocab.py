@@ -12,7 +12,8 @@ float32 dot product of the same values; only the matrix product's blocking may d
 inside the comparison's tolerance). Only the plain modules are replaced (``nn.Embedding``
 without ``max_norm``, ``nn.Linear``): a subclass with its own forward (Gemma's scaled
 embedding) keeps float32. The 16-bit matrices are buffers, not parameters, so the model's
-``dtype`` (its first parameter's) stays float32.
+``dtype`` (its first parameter's) stays float32; a model that reads the module's ``weight``
+(Llama 4 its device, a head's dtype) gets the float32 matrix, a transient copy.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ class WideningEmbedding(torch.nn.Module):
         self.padding_idx = embedding.padding_idx
         self.register_buffer("table", table, persistent=False)
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """The table in float32, for a model that reads it (Llama 4 its device): a
+        transient copy, where only a model that reads it pays for it."""
+        return self.table.float()
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.embedding(ids, self.table, self.padding_idx).float()
 
@@ -49,6 +56,12 @@ class WideningHead(torch.nn.Module):
         super().__init__()
         self.register_buffer("matrix", matrix, persistent=False)
         self.bias = head.bias
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The matrix in float32, for a model that reads it (its dtype, or the matrix
+        itself): a transient copy, as :attr:`WideningEmbedding.weight`."""
+        return self.matrix.float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = self.matrix.shape[0]
