@@ -222,6 +222,54 @@ def _checked_on_copy(
     return run_on_copy(program, streamed, how, check_copy)
 
 
+def _export_with_fallback(
+    folder: SavedModel, streamed: bool, options: dict[str, Any]
+) -> tuple[ONNXProgram, WarningsAsErrorsError | None, WeightStream | None, SavedModel, bool]:
+    """The folder exported, and exported again as the plain fallback (every layer its whole
+    cache, the window in the mask) when a sliding layer's cache cannot stay bounded: with no
+    fusion asked, or when a sliding attention did not fuse. Returns the program, its gate,
+    its weight stream, the folder exported and whether that is the fallback."""
+    whole = folder.with_whole_windows()
+    if whole is not None and options["optimize"] not in OPTIMIZE_RUNTIMES:
+        # no fusion can make a sliding layer's cache whole: export the plain fallback
+        folder = whole
+    if whole is None or folder is whole:
+        return (*_export_folder(folder, streamed, options), folder, folder is whole)
+    with warnings.catch_warnings(record=True) as issued:
+        warnings.simplefilter("always", DynamoOnnxWarning)
+        program, gate, stream = _export_folder(folder, streamed, options)
+    if _unfused_sliding(program, folder):
+        # a sliding attention did not fuse (its DO503/DO511 says why, and the second
+        # export says it again): the plain model, whose every layer keeps its whole
+        # cache; the warnings of the model not kept are not the user's
+        folder = whole
+        issued = [w for w in issued if not issubclass(w.category, DynamoOnnxWarning)]
+        program, gate, stream = _export_folder(folder, streamed, options)
+    for w in issued:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return program, gate, stream, folder, folder is whole
+
+
+def _check_folder(
+    program: ONNXProgram,
+    streamed: StreamedFolder | None,
+    check: FolderCheck,
+    quantization: Quantization,
+    options: dict[str, Any],
+    whole_windows: bool,
+) -> None:
+    """The folder written, checked by its runtime (whole, or on a layer copy); the command's
+    peak noted after it; the check's warnings (DO515, DO516) issued to the caller as
+    export()'s are."""
+    known = len(program.diagnostics.findings)
+    if not _checked_on_copy(program, streamed, check, quantization, options, whole_windows):
+        run_pipeline(program.diagnostics, [FolderCheckPass()], check)
+    note_peak(program)
+    warned = [f for f in program.diagnostics.findings[known:] if f.level == Level.WARNING]
+    if warned:
+        issue_warnings(warned, program.model_location, "program.diagnostics.findings")
+
+
 def _multimodal_folder(
     ctx: DiagnosticContext, hf_dir: str | os.PathLike[str]
 ) -> SpeechFolder | VisionFolder | None:
@@ -326,25 +374,9 @@ def export_llm(
         "verbose": verbose,
     }
     with _load_findings_kept(ctx):  # the load's findings in a failure's record too
-        whole = folder.with_whole_windows()
-        if whole is not None and optimize not in OPTIMIZE_RUNTIMES:
-            # no fusion can make a sliding layer's cache whole: export the plain fallback
-            folder = whole
-        if whole is None or folder is whole:
-            program, gate, stream = _export_folder(folder, streamed is not None, options)
-        else:
-            with warnings.catch_warnings(record=True) as issued:
-                warnings.simplefilter("always", DynamoOnnxWarning)
-                program, gate, stream = _export_folder(folder, streamed is not None, options)
-            if _unfused_sliding(program, folder):
-                # a sliding attention did not fuse (its DO503/DO511 says why, and the second
-                # export says it again): the plain model, whose every layer keeps its whole
-                # cache; the warnings of the model not kept are not the user's
-                folder = whole
-                issued = [w for w in issued if not issubclass(w.category, DynamoOnnxWarning)]
-                program, gate, stream = _export_folder(folder, streamed is not None, options)
-            for w in issued:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        program, gate, stream, folder, whole_windows = _export_with_fallback(
+            folder, streamed is not None, options
+        )
         _carry_load(ctx, program)
         program.quantize(
             precision, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level
@@ -360,15 +392,7 @@ def export_llm(
             program.model, program.reference, program.inputs, MODEL_FILENAME
         )
         check = FolderCheck(out, folder, not_written, program.model_location)
-        known = len(program.diagnostics.findings)
-        if not _checked_on_copy(program, streamed, check, quantization, options, whole is folder):
-            run_pipeline(program.diagnostics, [FolderCheckPass()], check)
-        note_peak(program)
-        # its warnings (DO515, DO516) reach the caller as export()'s do
-        checked = program.diagnostics.findings[known:]
-        warned = [f for f in checked if f.level == Level.WARNING]
-        if warned:
-            issue_warnings(warned, program.model_location, "program.diagnostics.findings")
+        _check_folder(program, streamed, check, quantization, options, whole_windows)
         if gate is None:  # a warning of the quantization or the save
             gate = warnings_gate(program.diagnostics)
             if gate is not None:
