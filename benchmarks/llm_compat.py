@@ -392,6 +392,13 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def without_workdir(rows: Any, work: Path) -> Any:
+    """The rows with the run's scratch folder written ``<workdir>``: the builder's messages
+    name the folder it was given, which is gone after the run and differs between runs."""
+    text = json.dumps(rows).replace(json.dumps(str(work))[1:-1], "<workdir>")
+    return json.loads(text)
+
+
 def write_docs(table: str, path: Path = DOCS) -> None:
     """The table replaces the one between the markers (appended the first time)."""
     text = path.read_text(encoding="utf-8")
@@ -458,6 +465,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="llm-compat-") as tmp:
         work = args.workdir or Path(tmp)
         rows = run(families, work, precisions, not args.no_builder, args.timeout)
+    rows = without_workdir(rows, work)
     report = report_of(rows, precisions)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")

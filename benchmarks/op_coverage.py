@@ -204,6 +204,7 @@ def _first_line(error: BaseException) -> str:
     message = str(error).strip()
     if "## Exception summary" in message:
         message = message.split("## Exception summary", 1)[1]
+    message = message.replace(f"{ROOT}{os.sep}", "")  # the checkout's path: not the docs'
     text = [line.strip() for line in message.splitlines() if line.strip()]
     return (" ".join(text[:3]) if text else type(error).__name__)[:200]
 

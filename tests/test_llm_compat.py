@@ -151,6 +151,14 @@ def test_the_builder_error_line_is_the_last_exception():
     assert llm_compat._error_line(stderr) == "NotImplementedError: The GPT2 model is not supported"
 
 
+def test_the_rows_name_the_scratch_folder_workdir_not_its_path(tmp_path):
+    work = tmp_path / "llm-compat-x1"
+    rows = [{"family": "gpt2", "fp32": {"detail": f"The {work}/gpt2/hf model is not supported"}}]
+    kept = llm_compat.without_workdir(rows, work)
+    assert kept[0]["fp32"]["detail"] == "The <workdir>/gpt2/hf model is not supported"
+    assert str(tmp_path) not in json.dumps(kept)
+
+
 def test_the_report_json_names_versions_and_sizes():
     report = llm_compat.report_of([], ("fp32", "int4"))
     assert set(report["versions"]) >= {"transformers", "onnxruntime_genai", "torch"}

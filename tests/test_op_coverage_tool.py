@@ -68,3 +68,12 @@ def test_the_readme_quotes_the_figures_of_docs_coverage_json():
     assert tuple(int(g) for g in found.groups()) == expected
     table = (root / "docs" / "coverage.md").read_text()
     assert f"| float32 operators matching eager (of {expected[0]}) | **{expected[1]}** |" in table
+
+
+def test_an_error_naming_a_file_of_the_checkout_names_it_from_the_checkout():
+    error = RuntimeError(
+        f"aten::cholesky_inverse at {op_coverage.ROOT}/benchmarks/op_coverage.py:136"
+    )
+    assert (
+        op_coverage._first_line(error) == "aten::cholesky_inverse at benchmarks/op_coverage.py:136"
+    )
