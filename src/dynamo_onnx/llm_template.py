@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dynamo_onnx.errors import WarningsAsErrorsError
+from dynamo_onnx.errors import OnnxExporterError, WarningsAsErrorsError
 from dynamo_onnx.integrations import StreamedFolder, family_inputs_of, layer_template_of
 from dynamo_onnx.passes.onnx_graph.describe import describe_into
 
@@ -62,7 +62,10 @@ def export_repeated(
         shrunk = shrunk.with_whole_windows() or shrunk  # type: ignore[assignment]
     with warnings.catch_warnings(record=True) as issued:
         warnings.simplefilter("always")
-        program, gate, stream = export_one(shrunk)
+        try:
+            program, gate, stream = export_one(shrunk)
+        except OnnxExporterError as error:  # the model's own export says it at its lines
+            return _whole(folder, export_one, f"the template's export failed ({error.rule_id})")
     folded = _folded(program, stream, template)
     repeated = folded or _repeat(program, template)
     if isinstance(repeated, _Refused):  # the template's warnings are not the model's

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import onnx_ir as ir
 
 from dynamo_onnx.integrations.transformers.layer_copy import layer_number, layers_of
+from dynamo_onnx.integrations.transformers.loading import first_line
 from dynamo_onnx.integrations.transformers.streamed import StreamedFolder
 from dynamo_onnx.io.checkpoint import Checkpoint
 from dynamo_onnx.io.streamed_weights import READ_REDIRECT
@@ -174,7 +175,11 @@ def layer_template(folder: StreamedFolder) -> LayerTemplate | str:
     if planned is None:
         return f"a template would hold all {layers.count} layers"
     kept, sources = planned
-    shrunk = layers.keeping(kept)
+    try:
+        shrunk = layers.keeping(kept)
+    except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
+        # transformers refused the shrunk config: the model itself was built
+        return f"transformers cannot build a config of layers {kept}: {first_line(exc)}"
     if shrunk is None:
         indices = ", ".join(map(str, kept))
         return f"a config of layers {indices} does not give them the kinds they have in the model"
