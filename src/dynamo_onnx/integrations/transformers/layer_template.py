@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 
+from dynamo_onnx.integrations.transformers import layer_names
 from dynamo_onnx.integrations.transformers.layer_copy import layer_number, layers_of
 from dynamo_onnx.integrations.transformers.loading import first_line
 from dynamo_onnx.integrations.transformers.streamed import StreamedFolder
@@ -34,9 +35,6 @@ if TYPE_CHECKING:
     from dynamo_onnx.onnx_tools.layer_repeat import LayerPlan
 
 __all__ = ["LayerRead", "LayerTemplate", "layer_template"]
-
-#: A cache input's or output's layer number (group 3), as the family names them.
-_CACHE_NAME = re.compile(r"^()(past_key_values|present)\.(\d+)\.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,28 +105,10 @@ class LayerTemplate:
         return layer_repeat.LayerPlan(
             kept=self.kept,
             sources=self.sources,
-            layer_of=self.layer_of,
-            renamed=self.renamed,
+            layer_of=layer_names.layer_of,
+            renamed=layer_names.renamed,
             retarget=self.retarget,
         )
-
-    def _numbered(self, name: str) -> re.Match[str] | None:
-        return _CACHE_NAME.search(name) or layer_number(self.path).search(name)
-
-    def layer_of(self, name: str) -> int | None:
-        """The layer of an ONNX name: a weight's under the layer list
-        (``model.layers.3.mlp.down_proj.weight``), a cache input's or output's
-        (``past_key_values.3.key``, ``present.3.value``); None for any other name."""
-        match = self._numbered(name)
-        return int(match.group(3)) if match is not None else None
-
-    def renamed(self, name: str, layer: int) -> str:
-        """``name`` with its layer number replaced by ``layer``."""
-        match = self._numbered(name)
-        if match is None:
-            return name
-        start, end = match.span(3)
-        return name[:start] + str(layer) + name[end:]
 
     def retarget(self, tensor: ir.TensorProtocol, j: int, i: int) -> ir.TensorProtocol:
         """Template layer ``j``'s initializer ``tensor`` as the model's layer ``i``'s: a lazy
