@@ -196,3 +196,17 @@ def test_a_nan_in_a_repeated_layer_names_that_layers_weight(tmp_path):
     worker.join()
     want = stored["model.layers.3.mlp.down_proj.weight"].float().numpy()
     np.testing.assert_array_equal(got["value"], want)
+
+
+def test_the_plain_sliding_fallback_goes_through_the_template(tmp_path):
+    """Without fusions a sliding model is exported as the plain fallback (every layer its
+    whole cache, the window in the mask): its template is made with whole windows too, and
+    the folder generates transformers' tokens whichever path made it (DO536 or DO537)."""
+    torch.manual_seed(0)
+    _save(tmp_path / "hf", _mistral())
+    program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "onnx", optimize=True)
+    paths = program.diagnostics.by_rule("DO536") + program.diagnostics.by_rule("DO537")
+    assert len(paths) == 1
+    assert not [f for f in program.diagnostics.findings if f.level.name == "WARNING"]
+    _, prompt, expected = _eager_tokens(tmp_path / "hf")
+    assert _generate(tmp_path / "onnx", TEXT, prompt) == expected
