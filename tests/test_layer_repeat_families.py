@@ -23,6 +23,7 @@ from dynamo_onnx.io.sessions import inference_session
 from dynamo_onnx.llm_folder import _export_with_fallback
 from dynamo_onnx.onnx_tools.layer_repeat import (
     LayerPlan,
+    LayerRepeatRefused,
     graph_differences,
     plan_template,
     repeat_layers,
@@ -203,11 +204,81 @@ FUSED = [
 ]
 
 
-@pytest.mark.parametrize("name", FUSED)
-def test_the_repeated_template_is_the_whole_export(exports, name):
-    full, template, kept, sources = exports(name, "onnxruntime")
+#: The plain graph (no optimizer: each layer computes its mask and shapes again), a full
+#: attention family and a sliding one.
+PLAIN = ["llama", "mistral"]
+
+
+@pytest.mark.parametrize(
+    ("name", "optimize"),
+    [(name, "onnxruntime") for name in FUSED] + [(name, False) for name in PLAIN],
+)
+def test_the_repeated_template_is_the_whole_export(exports, name, optimize):
+    full, template, kept, sources = exports(name, optimize)
     repeated = repeat_layers(template, _plan(kept, sources, full, template))
     assert graph_differences(repeated, full) == []
     assert _initializer_names(repeated) == _initializer_names(full)
     for got, want in zip(_run(repeated), _run(full), strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_layers_that_differ_by_their_index_are_refused():
+    """GPT-2 scaling each layer's attention by 1 / (its index + 1): the template's two
+    layers are not the same computation, and the repetition says which."""
+    family = llm_families.by_name(["gpt2"])[0]
+    config = _config(family, LAYERS)
+    config.scale_attn_by_inverse_layer_idx = True
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    kept, sources = plan_template(_kinds(model, LAYERS))
+    template = _export(_template(model, kept), "onnxruntime")
+    plan = LayerPlan(kept, sources, layer_names.layer_of, layer_names.renamed, lambda t, j, i: t)
+    with pytest.raises(LayerRepeatRefused) as refused:
+        repeat_layers(template, plan)
+    assert "layers 1 and 2" in refused.value.reason
+
+
+class _IndexedLayer(torch.nn.Module):
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.index = index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.relu(self.linear(x)) * (self.index + 1)
+
+
+class _Stack(torch.nn.Module):
+    """A user's own stack whose layer ``k`` scales by ``k + 1``: its layers' weights are
+    named by their index (``layers.k.linear.weight``), their graphs differ by it."""
+
+    def __init__(self, indices: list[int]) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_IndexedLayer(i) for i in indices)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_a_users_layers_that_differ_by_their_index_are_refused(optimize):
+    import dynamo_onnx
+
+    template = dynamo_onnx.export(_Stack([0, 1, 2]), (torch.randn(2, 8),), optimize=optimize)
+    kept, sources = plan_template(["layer"] * 6)
+    plan = LayerPlan(kept, sources, layer_names.layer_of, layer_names.renamed, lambda t, j, i: t)
+    with pytest.raises(LayerRepeatRefused) as refused:
+        repeat_layers(template.model, plan)
+    assert "layers 1 and 2" in refused.value.reason
+
+
+def test_a_wrong_plan_gives_another_graph(exports):
+    """Gemma 2's full-attention layer 5 repeating the template's sliding layer: each part
+    reads what it should, so nothing refuses it, and the graph is not the model's."""
+    full, template, kept, sources = exports("gemma2", "onnxruntime")
+    wrong = (*sources[:5], sources[4], *sources[6:])
+    assert wrong != sources
+    repeated = repeat_layers(template, _plan(kept, wrong, full, template))
+    assert graph_differences(repeated, full) != []

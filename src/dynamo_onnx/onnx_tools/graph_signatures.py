@@ -15,6 +15,7 @@ import onnx_ir as ir
 from dynamo_onnx.fake import is_fake
 
 __all__ = [
+    "GENERATED_NAME",
     "digest",
     "graph_differences",
     "initializer_key",
@@ -24,12 +25,15 @@ __all__ = [
     "tensor_key",
 ]
 
+#: Operators whose inputs can be given in any order (the capture writes ``a + b`` or
+#: ``b + a`` for one size, as the layers before it were traced).
+COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Equal"})
 #: Initializers up to this many elements are compared by value, larger ones by name: the
 #: small ones are the constants an optimizer names itself, the large ones the weights.
 COMPARED_BY_VALUE = 1024
 #: Names onnx_ir and torch.export give values themselves (``val_12``, ``linear_3``): such a
 #: value is compared by what it holds or computes, never by its name.
-_GENERATED_NAME = re.compile(r"[A-Za-z_]*_\d+")
+GENERATED_NAME = re.compile(r"[A-Za-z_]*_\d+")
 
 
 def digest(*parts: object) -> str:
@@ -67,7 +71,7 @@ def initializer_key(value: ir.Value) -> str:
     (a weight) its name, type and shape."""
     name = value.name or ""
     held = tensor_key(value.const_value)
-    if _GENERATED_NAME.fullmatch(name) and isinstance(held, tuple) and len(held) == 3:
+    if GENERATED_NAME.fullmatch(name) and isinstance(held, tuple) and len(held) == 3:
         return digest("constant", held)
     return digest("initializer", name, held if not isinstance(held, tuple) else held[:2])
 
@@ -81,11 +85,34 @@ def signatures(
     keyed: list[tuple[str, ir.Node]] = []
     for node in nodes:
         inputs = ["" if v is None else of[v] if v in of else leaf(v) for v in node.inputs]
+        sizes = _declared_sizes(node)
+        if sizes is not None:
+            inputs = [sizes]
+        elif node.domain == "" and node.op_type in COMMUTATIVE:
+            inputs.sort()
         key = node_key(node, inputs)
         keyed.append((key, node))
         for index, out in enumerate(node.outputs):
             of[out] = digest(key, index)
     return of, keyed
+
+
+def _declared_sizes(node: ir.Node) -> str | None:
+    """The sizes a ``Shape`` of a graph input reads, when its declared shape names them:
+    every input declaring those dimension names has those sizes, so which input the
+    capture read them from (torch.export takes a size shared by several inputs from any
+    of them) is no difference."""
+    if node.op_type != "Shape" or node.domain != "" or len(node.inputs) != 1:
+        return None
+    value = node.inputs[0]
+    if value is None or not value.is_graph_input() or value.shape is None:
+        return None
+    start = node.attributes.get_int("start", 0)
+    end = node.attributes.get_int("end", None)
+    dims = list(value.shape)[start:end]
+    if not all(isinstance(d, int) or d.value is not None for d in dims):
+        return None
+    return digest("sizes", tuple(d if isinstance(d, int) else d.value for d in dims))
 
 
 def outer_leaf(value: ir.Value) -> str:
@@ -96,7 +123,14 @@ def outer_leaf(value: ir.Value) -> str:
 
 
 def _shape_key(value: ir.Value) -> tuple:
-    return (str(value.type), str(value.shape))
+    """A value's type and shape; a dimension that is a sum by its terms in order (the
+    capture writes ``a + b`` or ``b + a`` for one length)."""
+    dims = () if value.shape is None else tuple(value.shape)
+    return (
+        str(value.type),
+        value.shape is None,
+        tuple(" + ".join(sorted(str(d).split(" + "))) for d in dims),
+    )
 
 
 def graph_differences(a: ir.Model, b: ir.Model, limit: int = 10) -> list[str]:

@@ -11,10 +11,15 @@ from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
-from dynamo_onnx.onnx_tools.graph_signatures import digest, outer_leaf, signatures
+from dynamo_onnx.onnx_tools.graph_signatures import (
+    GENERATED_NAME,
+    digest,
+    outer_leaf,
+    signatures,
+)
 from dynamo_onnx.onnx_tools.layer_plan import LayerPlan, LayerRepeatRefused
 
-__all__ = ["Body", "Parts", "check_kinds", "partition"]
+__all__ = ["Body", "Parts", "check_kinds", "check_tails", "partition"]
 
 #: The parts that are no layer (a layer's index minus one is never one of them).
 _PREFIX, _SUFFIX = -2, -3
@@ -40,6 +45,11 @@ class Parts:
     part_of: dict[ir.Node, int]
     #: the initializers and graph inputs/outputs that are a layer's: value -> layer
     sources: dict[ir.Value, int]
+    #: the layer sources and the values made from one layer's initializers alone
+    owned: dict[ir.Value, int]
+    #: the initializers with a generated name only one layer reads: value -> that layer
+    #: (each copy of the layer has its own, as the whole model's export made them)
+    private: dict[ir.Value, int]
     #: the signature of a value a part reads from outside it (not the layer before it)
     leaf: Callable[[ir.Value], str]
 
@@ -91,6 +101,33 @@ def _depends(nodes: Sequence[ir.Node], sources: dict[ir.Value, int]) -> set[ir.N
     return dependent
 
 
+def _with_weights_made(
+    nodes: Sequence[ir.Node], sources: dict[ir.Value, int]
+) -> dict[ir.Value, int]:
+    """``sources`` and the values computed from one layer's initializers alone (a weight
+    transposed, cast, reshaped: an unoptimized graph computes them), as that layer's: a
+    node reading one reads its layer's weight."""
+    owned = dict(sources)
+    constant: dict[ir.Value, frozenset[int]] = {
+        v: frozenset([layer]) for v, layer in sources.items() if v.is_initializer()
+    }
+    for node in nodes:
+        layers: set[int] = set()
+        for value in node.inputs:
+            if value is None:
+                continue
+            if value in constant:
+                layers |= constant[value]
+            elif not value.is_initializer():
+                break
+        else:
+            for out in node.outputs:
+                constant[out] = frozenset(layers)
+                if len(layers) == 1:
+                    owned[out] = next(iter(layers))
+    return owned
+
+
 def _layer_sources(graph: ir.Graph, plan: LayerPlan) -> dict[ir.Value, int]:
     """Every layer source: graph inputs and outputs named by a layer, and the initializers
     named by a layer that only nodes of that layer read. An initializer read by one node is
@@ -106,7 +143,7 @@ def _layer_sources(graph: ir.Graph, plan: LayerPlan) -> dict[ir.Value, int]:
         if (layer := plan.layer_of(v.name or "")) is not None
     }
     single = {v: layer for v, layer in named.items() if len({n for n, _ in v.uses()}) == 1}
-    first = _first_layers(nodes, {**sources, **single}, outputs)
+    first = _first_layers(nodes, _with_weights_made(nodes, {**sources, **single}), outputs)
     for value, layer in named.items():
         if value in single or all(first.get(n) == layer for n, _ in value.uses()):
             sources[value] = layer
@@ -166,8 +203,9 @@ def partition(graph: ir.Graph, plan: LayerPlan) -> Parts:
     count = len(plan.kept)
     sources = _layer_sources(graph, plan)
     outputs = set(graph.outputs)
-    first = _first_layers(nodes, sources, outputs)
-    dependent = _depends(nodes, sources)
+    owned = _with_weights_made(nodes, sources)
+    first = _first_layers(nodes, owned, outputs)
+    dependent = _depends(nodes, owned)
     part_of: dict[ir.Node, int] = {}
     for node in nodes:
         if node not in dependent:
@@ -176,6 +214,7 @@ def partition(graph: ir.Graph, plan: LayerPlan) -> Parts:
             part_of[node] = _SUFFIX
         else:
             part_of[node] = first[node]  # type: ignore[assignment]
+    _take_private_prefix(nodes, part_of, sources, outputs)
     bad = sorted({layer for layer in part_of.values() if layer >= count})
     if bad:
         raise LayerRepeatRefused(f"the template has {count} layers but its names give layers {bad}")
@@ -228,7 +267,35 @@ def partition(graph: ir.Graph, plan: LayerPlan) -> Parts:
                         f"template layer {j} makes the graph output {value.name!r}, which is "
                         "not named by its layer"
                     )
-    return Parts(grouped[_PREFIX], bodies, suffix, part_of, sources, leaf)
+    private = {
+        value: readers.pop()
+        for value in graph.initializers.values()
+        if value not in sources
+        and GENERATED_NAME.fullmatch(value.name or "")
+        and len(readers := {part_of[n] for n, _ in value.uses()}) == 1
+        and 0 <= next(iter(readers))
+    }
+    return Parts(grouped[_PREFIX], bodies, suffix, part_of, sources, owned, private, leaf)
+
+
+def _take_private_prefix(
+    nodes: Sequence[ir.Node],
+    part_of: dict[ir.Node, int],
+    sources: dict[ir.Value, int],
+    outputs: set[ir.Value],
+) -> None:
+    """The prefix's nodes that only one layer reads (an unoptimized graph computes its
+    mask and shapes again in each layer) moved into that layer: each of its copies has
+    them, as the whole model's export does."""
+    for node in reversed(nodes):
+        if part_of[node] != _PREFIX:
+            continue
+        readers = {part_of[n] for out in node.outputs for n, _ in out.uses()}
+        if any(out in outputs for out in node.outputs) or len(readers) != 1:
+            continue
+        (layer,) = readers
+        if layer >= 0 and all(sources.get(v, layer) == layer for v in node.inputs if v):
+            part_of[node] = layer
 
 
 def _check_reads(
@@ -257,16 +324,22 @@ def _check_reads(
                 )
 
 
-def _body_keys(parts: Parts, j: int, plan: LayerPlan) -> list:
-    """Template layer ``j``'s nodes' signatures, its layer's names read as layer 0's."""
-    incoming = {v: key for key, v in parts.bodies[j].incoming.items()}
+def _keyed(parts: Parts, body: Body) -> list[tuple[str, ir.Node]]:
+    """The signatures of ``body``'s nodes: the values it reads from the layer before it
+    by their keys, its layer's names as layer 0's."""
+    incoming = {v: key for key, v in body.incoming.items()}
 
     def leaf(value: ir.Value) -> str:
         if value in incoming:
             return digest("incoming", incoming[value])
         return parts.leaf(value)
 
-    _, keyed = signatures(parts.bodies[j].nodes, leaf)
+    return signatures(body.nodes, leaf)[1]
+
+
+def _body_keys(parts: Parts, j: int, plan: LayerPlan) -> list:
+    """Template layer ``j``'s nodes' signatures, its layer's names read as layer 0's."""
+    keyed = _keyed(parts, parts.bodies[j])
     outputs = sorted(
         plan.renamed(v.name or "", 0)
         for n in parts.bodies[j].nodes
@@ -287,4 +360,52 @@ def check_kinds(parts: Parts, plan: LayerPlan) -> None:
             raise LayerRepeatRefused(
                 f"the model's layers {layer} and {plan.kept[last]}, of one kind, are not the "
                 "same computation up to their index"
+            )
+
+
+def _tail(parts: Parts, body: Body, layer: int | None) -> list[str]:
+    """The signatures of the nodes of ``body`` (template layer ``layer``'s, None for the
+    suffix) that read nothing of that layer: what the layer before it computes last (an
+    expert's product, a residual sum), placed after it because only the next part reads it."""
+    own: set[ir.Value] = {v for v, k in parts.owned.items() if k == layer}
+    tail = []
+    for key, node in _keyed(parts, body):
+        if any(v in own for v in node.inputs if v is not None):
+            own.update(node.outputs)
+        else:
+            tail.append(key)
+    return sorted(tail)
+
+
+def check_tails(parts: Parts, plan: LayerPlan) -> None:
+    """Each model layer's copy starts with the tail of the template layer before its
+    template layer (and the suffix with the last one's): refused when that tail is not the
+    one the model's previous layer leaves, which a kind two layers have in the template
+    shows (a mixture-of-experts layer before a dense one)."""
+    count = len(plan.kept)
+
+    def left_by(p: int) -> list[str] | None:
+        """The tail template layer ``p``'s kind leaves: in the part after ``p`` or after
+        the template's other layer of that kind; None when neither is a layer."""
+        for q in (p, *(j for j, layer in enumerate(plan.kept) if plan.sources[layer] == p)):
+            if q + 1 < count:
+                return _tail(parts, parts.bodies[q + 1], q + 1)
+        return None
+
+    for i in range(1, len(plan.sources) + 1):
+        before = plan.sources[i - 1]
+        if i < len(plan.sources):
+            here, where = plan.sources[i], f"the model's layer {i}"
+            if here == before + 1:
+                continue
+            found = _tail(parts, parts.bodies[here], here)
+        else:
+            here, where = count, "the model's last part"
+            if before == count - 1:
+                continue
+            found = left_by(count - 1)
+        if found is None or left_by(before) != found:
+            raise LayerRepeatRefused(
+                f"{where} would start with what template layer {here - 1} leaves, which is "
+                f"not what the model's layer {i - 1} (template layer {before}) leaves"
             )

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import onnx_ir as ir
 
 from dynamo_onnx.onnx_tools.graph_signatures import graph_differences
-from dynamo_onnx.onnx_tools.layer_parts import check_kinds, partition
+from dynamo_onnx.onnx_tools.layer_parts import check_kinds, check_tails, partition
 from dynamo_onnx.onnx_tools.layer_plan import (
     LayerPlan,
     LayerRepeatRefused,
@@ -134,6 +134,7 @@ def repeat_layers(model: ir.Model, plan: LayerPlan) -> ir.Model:
         raise LayerRepeatRefused("only the model's first layer can repeat the template's first")
     parts = partition(graph, plan)
     check_kinds(parts, plan)
+    check_tails(parts, plan)
 
     writer = _Writer()
     shared: dict[ir.Value, ir.Value] = {}  # template value -> new value, outside layers
@@ -153,14 +154,27 @@ def repeat_layers(model: ir.Model, plan: LayerPlan) -> ir.Model:
             shared[value] = writer.value(value, value.name or "")
         return shared[value]
 
+    private: dict[tuple[ir.Value, int], ir.Value] = {}  # a layer's own constants
+
+    def private_value(value: ir.Value, i: int) -> ir.Value:
+        if (value, i) not in private:
+            private[value, i] = writer.value(value, value.name or "")
+        return private[value, i]
+
     # the names the caller sees first, so that a clone never takes one
     inputs = [
         shared_value(v) if i is None else layer_value(v, i)
         for v, i in _expanded(graph.inputs, parts.sources, plan)
     ]
     initializers = [
-        shared_value(v) if i is None else layer_value(v, i)
-        for v, i in _expanded(list(graph.initializers.values()), parts.sources, plan)
+        shared_value(v)
+        if i is None
+        else private_value(v, i)
+        if v in parts.private
+        else layer_value(v, i)
+        for v, i in _expanded(
+            list(graph.initializers.values()), {**parts.sources, **parts.private}, plan
+        )
     ]
 
     def outer(value: ir.Value) -> ir.Value:
@@ -187,6 +201,8 @@ def repeat_layers(model: ir.Model, plan: LayerPlan) -> ir.Model:
                 return local[value]
             if value in parts.sources:
                 return layer_value(value, i)
+            if value in parts.private:
+                return private_value(value, i)
             return outer(value)
 
         for node in body.nodes:
