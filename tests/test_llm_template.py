@@ -104,7 +104,9 @@ def test_the_repeated_template_is_the_whole_export(build, tmp_path):
     assert config["model"]["decoder"]["num_hidden_layers"] == 5
     eager, prompt, expected = _eager_tokens(saved)
     assert _generate(tmp_path / "onnx", TEXT, prompt) == expected
-    # the program returned runs the whole model: its inputs are every layer's cache
+    # the program returned runs the whole model: its inputs are every layer's cache (the
+    # program captured was the template's, so none is kept)
+    assert program.exported_program is None
     inputs = example_inputs(eager, batch=1)
     with torch.no_grad():
         want = eager(**copy_family_values(inputs)).logits
@@ -138,10 +140,15 @@ def test_a_sharded_checkpoint_through_the_command_line(tmp_path):
         tmp_path, "export-llm", str(tmp_path / "sharded"), "-o", str(out), "--sarif", str(sarif)
     )
     assert proc.returncode == 0, proc.stderr
-    results = json.loads(sarif.read_text())["runs"][0]["results"]
-    (note,) = [r for r in results if r["ruleId"] == "DO536"]
+    run = json.loads(sarif.read_text())["runs"][0]
+    (note,) = [r for r in run["results"] if r["ruleId"] == "DO536"]
     assert note["level"] == "note"
     assert "5 layers were made by repeating a template of 3" in note["message"]["text"]
+    # the log describes the model written: every layer's cache
+    inputs = [v["name"] for v in run["properties"]["inputs"]]
+    outputs = [v["name"] for v in run["properties"]["outputs"]]
+    assert inputs[-2:] == ["past_key_values.4.key", "past_key_values.4.value"]
+    assert outputs[-2:] == ["present.4.key", "present.4.value"]
     dynamo_onnx.export_llm(tmp_path / "one", tmp_path / "from_one")
     assert (out / "model.onnx.data").read_bytes() == (
         tmp_path / "from_one" / "model.onnx.data"
@@ -200,13 +207,14 @@ def test_a_nan_in_a_repeated_layer_names_that_layers_weight(tmp_path):
 
 def test_the_plain_sliding_fallback_goes_through_the_template(tmp_path):
     """Without fusions a sliding model is exported as the plain fallback (every layer its
-    whole cache, the window in the mask): its template is made with whole windows too, and
-    the folder generates transformers' tokens whichever path made it (DO536 or DO537)."""
+    whole cache, the window in the mask): its template is made with whole windows too, its
+    layers repeated, and the folder generates transformers' tokens."""
     torch.manual_seed(0)
     _save(tmp_path / "hf", _mistral())
     program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "onnx", optimize=True)
-    paths = program.diagnostics.by_rule("DO536") + program.diagnostics.by_rule("DO537")
-    assert len(paths) == 1
+    _repeated(program, 5)
+    config = json.loads((tmp_path / "onnx" / "genai_config.json").read_text())
+    assert config["model"]["decoder"]["num_hidden_layers"] == 5
     assert not [f for f in program.diagnostics.findings if f.level.name == "WARNING"]
     _, prompt, expected = _eager_tokens(tmp_path / "hf")
     assert _generate(tmp_path / "onnx", TEXT, prompt) == expected
