@@ -119,7 +119,13 @@ def caller_logging(request):
 # such a test is marked ``e2e`` or moved. A new module not listed is in the end-to-end layer
 # only, which `make test` runs along with this one.
 #: Folders under tests/ (POSIX paths) whose every module is in the unit layer.
-UNIT_DIRECTORIES = ("foreign_text", "passes", "runtimes/onnxruntime/rewrites", "specs")
+UNIT_DIRECTORIES = (
+    "foreign_text",
+    "onnx_tools",
+    "passes",
+    "runtimes/onnxruntime/rewrites",
+    "specs",
+)
 UNIT_MODULES = frozenset(
     {
         "test_architecture.py",

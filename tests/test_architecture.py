@@ -43,6 +43,7 @@ LAYERS = {
     "multimodal_folder": 8,
     "llm_stream": 8,
     "llm_copy": 8,
+    "llm_template": 8,
     "cli": 9,
     "__init__": 9,
 }
@@ -55,6 +56,7 @@ SAME_LAYER_EDGES = {
     ("llm_folder", "llm_stream"),  # export_llm's weights read as they are written
     ("llm_folder", "llm_copy"),  # export_llm's checks on a layer copy
     ("llm_copy", "llm_stream"),  # the peak the copy's note says
+    ("llm_folder", "llm_template"),  # export_llm's streamed model made from a template
 }
 #: What runtimes/ (the same layer as passes/) may import from passes/: the modules every
 #: pass shares (a runtime's passes are passes: PassName, the dropped loggers, the metadata

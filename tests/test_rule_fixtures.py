@@ -746,6 +746,8 @@ NOT_FROM_A_FIXTURE = {
     "DO533": "needs export_llm of a checkpoint larger than its export's peak: test_llm_layer_copy",
     "DO534": "needs export_llm's layer copy: test_llm_layer_copy",
     "DO535": "needs a fusion that is wrong for a model's layer: none is known",
+    "DO536": "needs export_llm of a checkpoint deeper than its template: test_llm_template",
+    "DO537": "needs export_llm of a checkpoint whose template is refused: test_llm_template",
 }
 
 

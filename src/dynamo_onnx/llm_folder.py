@@ -49,6 +49,7 @@ from dynamo_onnx.integrations import (
 )
 from dynamo_onnx.llm_copy import CopyCheck, run_on_copy
 from dynamo_onnx.llm_stream import give_weights, note_peak, report_streamed
+from dynamo_onnx.llm_template import export_repeated
 from dynamo_onnx.options import OPTIMIZE_RUNTIMES, DiagnosticOptions, optimize_problem
 from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
@@ -163,6 +164,22 @@ def _export_folder(
     return program, gate, stream
 
 
+def _export_model(
+    folder: SavedModel, streamed: bool, options: dict[str, Any], whole_windows: bool
+) -> tuple[ONNXProgram, WarningsAsErrorsError | None, WeightStream | None]:
+    """:func:`_export_folder` of the folder's model; a streamed one through a template of a
+    few layers repeated in the ONNX graph when it can be (:mod:`dynamo_onnx.llm_template`),
+    its sliding layers keeping their whole cache when ``whole_windows`` says the folder's
+    do."""
+    if not streamed:
+        return _export_folder(folder, streamed, options)
+    return export_repeated(
+        folder,  # type: ignore[arg-type]
+        whole_windows,
+        lambda exported: _export_folder(exported, True, options),
+    )
+
+
 def _unfused_sliding(program: ONNXProgram, folder: SavedModel) -> bool:
     """Whether the runtime's file is not written beside ``program``'s model because a
     sliding layer hands back its window (:meth:`SavedModel.with_whole_windows` fixes it)."""
@@ -234,17 +251,17 @@ def _export_with_fallback(
         # no fusion can make a sliding layer's cache whole: export the plain fallback
         folder = whole
     if whole is None or folder is whole:
-        return (*_export_folder(folder, streamed, options), folder, folder is whole)
+        return (*_export_model(folder, streamed, options, folder is whole), folder, folder is whole)
     with warnings.catch_warnings(record=True) as issued:
         warnings.simplefilter("always", DynamoOnnxWarning)
-        program, gate, stream = _export_folder(folder, streamed, options)
+        program, gate, stream = _export_model(folder, streamed, options, False)
     if _unfused_sliding(program, folder):
         # a sliding attention did not fuse (its DO503/DO511 says why, and the second
         # export says it again): the plain model, whose every layer keeps its whole
         # cache; the warnings of the model not kept are not the user's
         folder = whole
         issued = [w for w in issued if not issubclass(w.category, DynamoOnnxWarning)]
-        program, gate, stream = _export_folder(folder, streamed, options)
+        program, gate, stream = _export_model(folder, streamed, options, True)
     for w in issued:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return program, gate, stream, folder, folder is whole

@@ -21,6 +21,7 @@ from dynamo_onnx.integrations.transformers import (
     TransformersFamily,
     hf_folder,
     layer_copy,
+    layer_template,
     qwen2_5_vl_folder,
     streamed,
     whisper_folder,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
     from dynamo_onnx.diagnostics import DiagnosticContext
     from dynamo_onnx.integrations.transformers.layer_copy import LayerCopy
+    from dynamo_onnx.integrations.transformers.layer_template import LayerTemplate
     from dynamo_onnx.registry import OnnxRegistry
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "copy_family_values",
     "facts",
     "families",
+    "family_inputs_of",
     "family_of",
     "files_beside",
     "files_not_beside",
@@ -61,6 +64,7 @@ __all__ = [
     "is_vision_folder",
     "layer_copy_of",
     "layer_copy_to_eager",
+    "layer_template_of",
     "load_folder",
     "load_speech_folder",
     "load_streamed_folder",
@@ -128,6 +132,23 @@ def layer_copy_to_eager(copy_of: LayerCopy, whole_windows: bool) -> SavedModel:
     """The layer copy with its weights in memory and example inputs with values, to run
     eagerly."""
     return layer_copy.eager_folder(copy_of, whole_windows)
+
+
+def layer_template_of(folder: StreamedFolder) -> LayerTemplate | str:
+    """``folder``'s model as a template of a few layers that the ONNX graph repeats, reading
+    the same checkpoint; or why there is none."""
+    return layer_template.layer_template(folder)
+
+
+def family_inputs_of(model: Any, kwargs: dict[str, Any]) -> FamilyInputs | None:
+    """How an export of ``model`` with the keyword inputs ``kwargs`` takes them, when a
+    family's values are among them (as the export's validation finds it); else None."""
+    from dynamo_onnx.io.inputs import spread
+
+    signature = inspect.signature(model.forward)
+    bound = spread(signature, signature.bind(**kwargs).arguments)
+    family = input_family(model, signature, bound.values())
+    return family.inputs(signature, bound) if family is not None else None
 
 
 def family_of(value: Any) -> ModelFamily | None:

@@ -10,18 +10,45 @@ quantize to ``MatMulNBits``) is a lazy tensor over these, evaluated at the same 
 :class:`WeightStream` makes the lazy tensors and keeps what the findings need from the
 values seen: the count of non-finite values per weight (DO401, decided from the values as
 they are read, not from a second pass over the checkpoint).
+
+A model whose layers are repeated from a template's (``onnx_tools.layer_repeat``) evaluates
+a template layer's lazy tensor for each layer it stands for, with :data:`READ_REDIRECT` set
+to that layer's :class:`ReadRedirect`: the leaf reads then take that layer's tensors and the
+stream records that layer's weight names.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import threading
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["WeightStream", "non_finite_count"]
+__all__ = ["READ_REDIRECT", "ReadRedirect", "WeightStream", "non_finite_count"]
+
+
+class ReadRedirect(Protocol):
+    """How the reads of one template layer's weights become another layer's."""
+
+    def weight(self, name: str) -> str:
+        """The name the stream records for the template's weight ``name``."""
+        ...
+
+    def source(self, checkpoint: Any, name: str) -> tuple[Any, str]:
+        """The checkpoint and tensor name read instead of ``checkpoint``'s ``name``."""
+        ...
+
+
+#: The redirect of the lazy tensor being evaluated, if any. Set inside the evaluating
+#: function (a context variable is per thread: a writer that evaluates in a worker thread
+#: sees the one its own evaluation set).
+READ_REDIRECT: contextvars.ContextVar[ReadRedirect | None] = contextvars.ContextVar(
+    "READ_REDIRECT", default=None
+)
 
 
 def non_finite_count(array: np.ndarray, chunk: int = 1 << 22) -> int:
@@ -48,6 +75,13 @@ class WeightStream:
     read: set[str] = dataclasses.field(default_factory=set)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
+    def rename(self, name_of: Callable[[str], str]) -> None:
+        """The weights recorded so far under the names ``name_of`` gives them (a
+        template's weights read while it was exported, named as the model's)."""
+        with self._lock:
+            self.read = {name_of(n) for n in self.read}
+            self.non_finite = {name_of(n): v for n, v in self.non_finite.items()}
+
     def lazy(
         self,
         name: str,
@@ -61,10 +95,12 @@ class WeightStream:
         def evaluate() -> ir.TensorProtocol:
             array = load()
             bad = non_finite_count(array)
+            redirect = READ_REDIRECT.get()
+            recorded = name if redirect is None else redirect.weight(name)
             with self._lock:
-                self.read.add(name)
+                self.read.add(recorded)
                 if bad:
-                    self.non_finite[name] = (bad, int(array.size))
+                    self.non_finite[recorded] = (bad, int(array.size))
             return ir.tensor(array, name=name)
 
         return ir.LazyTensor(evaluate, dtype=dtype, shape=shape, name=name)

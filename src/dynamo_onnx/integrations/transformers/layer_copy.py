@@ -34,7 +34,7 @@ from dynamo_onnx.integrations.transformers.streamed import (
 )
 from dynamo_onnx.io.checkpoint import Checkpoint
 
-__all__ = ["LayerCopy", "eager_folder", "layer_copy"]
+__all__ = ["LayerCopy", "Layers", "eager_folder", "layer_copy", "layer_number", "layers_of"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,11 +99,18 @@ def _copy_config(config: Any, kept: tuple[int, ...], keys: list[str]) -> Any:
     return shrunk
 
 
+def layer_number(path: str) -> re.Pattern[str]:
+    """A tensor name's layer number (group 3) under the layer list at ``path``, matched by
+    the list's last name wherever it starts (a checkpoint saved from the base model has no
+    ``model.`` prefix)."""
+    return re.compile(rf"(^|\.)({re.escape(path.split('.')[-1])})\.(\d+)\.")
+
+
 def _renamed(checkpoint: Checkpoint, path: str, kept: tuple[int, ...]) -> Checkpoint:
     """The checkpoint's tensors of the kept layers under the copy's layer numbers, and its
     tensors of no layer as they are (a checkpoint saved from the base model has no
     ``model.`` prefix: the layer list's last name is matched wherever it starts)."""
-    pattern = re.compile(rf"(^|\.)({re.escape(path.split('.')[-1])})\.(\d+)\.")
+    pattern = layer_number(path)
     number = {old: new for new, old in enumerate(kept)}
     tensors = {}
     for name in checkpoint:
@@ -128,31 +135,62 @@ def _try(
     return model
 
 
+@dataclasses.dataclass(frozen=True)
+class Layers:
+    """What tells ``folder``'s model's layers apart: where their module list is (``path``),
+    how many there are, the config's per-layer entries (``keys``) and each layer's kind."""
+
+    folder: StreamedFolder
+    path: str
+    count: int
+    keys: list[str]
+    kinds: list[Hashable]
+
+    def keeping(self, kept: tuple[int, ...]) -> StreamedFolder | None:
+        """The copy of the model keeping the layers ``kept``, reading the checkpoint's
+        tensors of those layers under the copy's numbers; None when its layers are not of
+        the kinds of those they stand for, or its checkpoint is not its model's."""
+        model = _try(self.folder, kept, self.kinds, self.keys)
+        if model is None:
+            return None
+        checkpoint = _renamed(self.folder.checkpoint, self.path, kept)
+        sources, report = match_checkpoint(model, checkpoint)
+        if report.problem:
+            return None
+        return streamed_folder(self.folder.path, model, checkpoint, sources)
+
+
+def layers_of(folder: StreamedFolder) -> Layers | None:
+    """``folder``'s model's layers and their kinds; None when they cannot be found."""
+    config = folder.model.config
+    count = getattr(config, "num_hidden_layers", None)
+    if not isinstance(count, int):
+        return None
+    keys = _per_layer_keys(config, count)
+    kinds = _kinds(folder.model, count, keys)
+    found = _layer_list(folder.model, count) if kinds is not None else None
+    if kinds is None or found is None:
+        return None
+    return Layers(folder, found[0], count, keys, kinds)
+
+
 def layer_copy(folder: StreamedFolder) -> LayerCopy | None:
     """The copy of ``folder``'s model with the first layer of each kind, reading the
     checkpoint's tensors of those layers; None when the model's layers cannot be found,
     when it has no fewer layers than the copy would, or when no copy of its config has
     layers of the same kinds (see the module's docstring)."""
-    config = folder.model.config
-    count = getattr(config, "num_hidden_layers", None)
-    keys = _per_layer_keys(config, count) if isinstance(count, int) else []
-    kinds = _kinds(folder.model, count, keys) if isinstance(count, int) else None
-    found = _layer_list(folder.model, count) if kinds is not None else None
-    if kinds is None or found is None:
+    layers = layers_of(folder)
+    if layers is None:
         return None
+    kinds = layers.kinds
     first = sorted({kind: i for i, kind in reversed(list(enumerate(kinds)))}.values())
     candidates = [tuple(first), tuple(range(first[-1] + 1))]
     for kept in dict.fromkeys(candidates):
-        if len(kept) >= count:
+        if len(kept) >= layers.count:
             return None
-        model = _try(folder, kept, kinds, keys)
-        if model is None:
-            continue
-        checkpoint = _renamed(folder.checkpoint, found[0], kept)
-        sources, report = match_checkpoint(model, checkpoint)
-        if report.problem:
-            continue
-        return LayerCopy(streamed_folder(folder.path, model, checkpoint, sources), kept, count)
+        shrunk = layers.keeping(kept)
+        if shrunk is not None:
+            return LayerCopy(shrunk, kept, layers.count)
     return None
 
 

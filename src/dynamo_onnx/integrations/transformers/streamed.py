@@ -55,7 +55,7 @@ from dynamo_onnx.integrations.transformers.hf_folder import (
 from dynamo_onnx.integrations.transformers.loading import first_line, folder_problem, quiet_loading
 from dynamo_onnx.integrations.transformers.rotary import long_frequencies_as_buffers
 from dynamo_onnx.io.checkpoint import Checkpoint, open_checkpoint
-from dynamo_onnx.io.streamed_weights import WeightStream
+from dynamo_onnx.io.streamed_weights import READ_REDIRECT, WeightStream
 
 __all__ = [
     "StreamedFolder",
@@ -309,4 +309,9 @@ def attach_weights(model: ir.Model, folder: StreamedFolder, stream: WeightStream
 
 
 def _read(checkpoint: Checkpoint, source: str, dtype: Any) -> np.ndarray:
+    """``source`` read from ``checkpoint``, or the tensor a repeated layer reads in its
+    place (:data:`~dynamo_onnx.io.streamed_weights.READ_REDIRECT`)."""
+    redirect = READ_REDIRECT.get()
+    if redirect is not None:
+        checkpoint, source = redirect.source(checkpoint, source)
     return checkpoint.read(source, dtype).numpy()
