@@ -1,0 +1,168 @@
+"""The external data file of a save (``model.onnx.data``), written while the next weight is
+made: its tensors evaluated one ahead in a thread, written in file order past the page cache.
+
+``ir.save(..., external_data=...)`` evaluates each lazy tensor, then writes it through the
+page cache, one after the other: for a streamed export (each weight read from the
+checkpoint, converted, packed or quantized as it is written) the disk waits for the CPU and
+the CPU for the disk, and the page cache charges the writer for every page it must reclaim
+first (docs/performance.md, issue 44's "The save"). Here a thread evaluates tensor i+1 (the
+reads, torch's and NumPy's copies and ONNX Runtime's quantizer release the GIL) while the
+caller's thread writes tensor i with ``O_DIRECT`` (``direct_file``): at most two tensors are
+held, the one written and the one made.
+
+The file is the one ``ir.save`` writes, byte for byte: the same tensors (the initializers of
+more than the threshold's bytes, in the graphs' declaration order), packed end to end, each
+as onnx_ir serializes it; the model file then refers to it through the ``ExternalTensor`` s
+onnx_ir would make.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import queue
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+import numpy as np
+import onnx_ir as ir
+
+from dynamo_onnx.io.direct_file import open_direct
+
+__all__ = ["evaluated_ahead", "external_values", "payload", "write_data_file"]
+
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+#: Types onnx_ir packs several values into a byte of (or not as NumPy holds them).
+_PACKED = frozenset(
+    {
+        ir.DataType.INT4,
+        ir.DataType.UINT4,
+        ir.DataType.FLOAT4E2M1,
+        ir.DataType.INT2,
+        ir.DataType.UINT2,
+        ir.DataType.FLOAT6E2M3,
+        ir.DataType.FLOAT6E3M2,
+        ir.DataType.STRING,
+    }
+)
+
+
+def external_values(model: ir.Model, threshold: int) -> list[ir.Value] | None:
+    """The initializers ``ir.save`` writes to the external data file, in its order (every
+    graph's, subgraphs too, of more than ``threshold`` bytes); None when the model holds an
+    ``ExternalTensor`` (onnx_ir reloads or rewrites those first: it saves that model)."""
+    values = []
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if tensor is None:
+                continue
+            if isinstance(tensor, ir.ExternalTensor):
+                return None
+            if tensor.nbytes > threshold:
+                values.append(value)
+    return values
+
+
+def _evaluated(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
+    while isinstance(tensor, ir.LazyTensor):
+        tensor = tensor.raw()
+    return tensor
+
+
+def payload(tensor: ir.TensorProtocol) -> memoryview:
+    """The bytes onnx_ir writes for ``tensor`` (a lazy one evaluated): a view of its array
+    where they are its memory, else what its ``tofile`` writes to a file object."""
+    tensor = _evaluated(tensor)
+    raw = getattr(tensor, "raw", None)
+    if (
+        type(tensor) is ir.Tensor
+        and isinstance(raw, np.ndarray)
+        and tensor.dtype not in _PACKED
+        and raw.dtype.itemsize == tensor.dtype.itemsize
+        and raw.dtype.byteorder != ">"
+        and sys.byteorder == "little"
+    ):
+        return memoryview(np.ascontiguousarray(raw).reshape(-1).view(np.uint8))
+    buffer = io.BytesIO()  # no fileno: onnx_ir's tofile writes its tobytes() to it
+    if hasattr(tensor, "tofile"):
+        tensor.tofile(buffer)
+    else:
+        buffer.write(tensor.tobytes())
+    return buffer.getbuffer()
+
+
+def evaluated_ahead(
+    items: Sequence[_Item], evaluate: Callable[[_Item], _Result]
+) -> Iterator[_Result]:
+    """``evaluate(item)`` for each item, in order, computed in a thread one item ahead of
+    the consumer: the thread starts item i+1 when item i is taken, so the consumer's item
+    and the one being made are all that is held (the consumer drops its item before
+    asking for the next). An error of ``evaluate`` is raised here, the same exception;
+    when the consumer stops (an error, Ctrl-C), the thread ends after the item it is on."""
+    results: queue.SimpleQueue[tuple[bool, object]] = queue.SimpleQueue()
+    ticket = threading.Semaphore(1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        for item in items:
+            ticket.acquire()
+            if stop.is_set():
+                return
+            try:
+                results.put((True, evaluate(item)))
+            except BaseException as error:  # raised in the consumer's thread
+                results.put((False, error))
+                return
+
+    thread = threading.Thread(target=produce, name="dynamo-onnx-save", daemon=True)
+    thread.start()
+    try:
+        for _ in items:
+            ok, result = results.get()
+            ticket.release()
+            if not ok:
+                assert isinstance(result, BaseException)
+                raise result
+            yield result  # type: ignore[misc]
+            del result
+    finally:
+        stop.set()
+        ticket.release()
+        thread.join()
+
+
+#: ``before(index, tensor)``: called as each tensor is about to be written.
+BeforeEach = Callable[[int, ir.TensorProtocol], None]
+
+
+def write_data_file(
+    tensors: Sequence[ir.TensorProtocol],
+    path: str | os.PathLike[str],
+    *,
+    direct: bool,
+    before: BeforeEach | None = None,
+) -> None:
+    """Write the tensors' bytes end to end to ``path`` (created), evaluated one ahead of
+    the write (:func:`evaluated_ahead`), with ``O_DIRECT`` when ``direct`` and the file
+    system allows it. Raises what an evaluation or the file raised; ``ValueError`` for a
+    tensor whose bytes are not its declared size (the offsets follow the declared sizes, as
+    onnx_ir's do)."""
+    file = open_direct(path) if direct else None
+    with file if file is not None else open(path, "wb") as out:
+        for index, data in enumerate(evaluated_ahead(tensors, payload)):
+            tensor = tensors[index]
+            if data.nbytes != tensor.nbytes:
+                raise ValueError(
+                    f"tensor {tensor.name!r} gave {data.nbytes} bytes for its "
+                    f"{tensor.nbytes} ({tensor.dtype.name}, shape {tensor.shape})"
+                )
+            if before is not None:
+                before(index, tensor)
+            out.write(data)
+            data.release()
+            del data

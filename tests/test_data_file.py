@@ -1,0 +1,205 @@
+"""The external data file is written while the next weight is made (``io/data_file.py``):
+the same two files as ``ir.save``, byte for byte, whatever the tensors' kinds and sizes; the
+weights evaluated in a thread one ahead of the write, never more; an error or Ctrl-C in the
+middle raised as it was and no file left behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+import pytest
+import torch
+
+from dynamo_onnx.io import data_file, onnx_file
+from dynamo_onnx.tensors import torch_tensor_to_ir
+
+
+def _model(tensors: list[ir.TensorProtocol]) -> ir.Model:
+    """A graph that adds up its initializers' shapes: enough for ``ir.save``."""
+    values = []
+    for tensor in tensors:
+        value = ir.Value(name=tensor.name, shape=tensor.shape, type=ir.TensorType(tensor.dtype))
+        value.const_value = tensor
+        values.append(value)
+    shapes = [ir.node("Shape", [v]) for v in values]
+    out = shapes[0].outputs[0]
+    out.name = "out"
+    graph = ir.Graph([], [out], nodes=shapes, initializers=values, opset_imports={"": 21})
+    return ir.Model(graph, ir_version=10)
+
+
+def _lazy(tensor: ir.TensorProtocol, seen: list | None = None, delay: float = 0.0):
+    def evaluate() -> ir.TensorProtocol:
+        if seen is not None:
+            seen.append((tensor.name, threading.current_thread().name))
+        time.sleep(delay)
+        return tensor
+
+    return ir.LazyTensor(evaluate, dtype=tensor.dtype, shape=tensor.shape, name=tensor.name)
+
+
+def _kinds() -> list[ir.TensorProtocol]:
+    """Tensors of every kind a save meets, most over the inline threshold (256 bytes), of
+    very different sizes: NumPy and torch arrays, 16-bit floats NumPy lacks, packed int4,
+    a transposed (non-contiguous) view, booleans, a tiny inline one and lazy ones."""
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal((700, 3000)).astype(np.float32)  # 8.4 MB
+    return [
+        ir.tensor(big, name="big"),
+        ir.tensor(rng.standard_normal(3).astype(np.float32), name="inline"),
+        torch_tensor_to_ir(torch.randn(300, 7).bfloat16(), "torch_bf16"),
+        ir.tensor(rng.standard_normal((33, 9)).astype(ml_dtypes.bfloat16), name="np_bf16"),
+        ir.Tensor(
+            rng.integers(-8, 8, (40, 31)).astype(np.int8), dtype=ir.DataType.INT4, name="int4"
+        ),
+        ir.tensor(big[:100, :50].T, name="view"),
+        ir.tensor(rng.random(999) > 0.5, name="mask"),
+        _lazy(ir.tensor(np.arange(5000, dtype=np.int64), name="lazy_ids")),
+        _lazy(torch_tensor_to_ir(torch.randn(64, 64).half(), "lazy_torch")),
+        ir.tensor(np.float16(2.5) * np.ones(1, np.float16), name="one"),
+    ]
+
+
+def _ir_save(model: ir.Model, path) -> None:
+    ir.save(model, path, external_data=f"{path.name}.data", size_threshold_bytes=256)
+
+
+def test_the_two_files_are_ir_saves_byte_for_byte(tmp_path):
+    model = _model(_kinds())
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "theirs").mkdir()
+    onnx_file.save(model, tmp_path / "ours" / "m.onnx", external_data=True)
+    _ir_save(model, tmp_path / "theirs" / "m.onnx")
+    for name in ("m.onnx.data", "m.onnx"):
+        assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "theirs" / name).read_bytes()
+    loaded = ir.load(tmp_path / "ours" / "m.onnx")
+    for name, value in model.graph.initializers.items():
+        np.testing.assert_array_equal(
+            loaded.graph.initializers[name].const_value.numpy(), value.const_value.numpy()
+        )
+    # the model in memory keeps its own tensors (lazy ones stay lazy)
+    assert isinstance(model.graph.initializers["lazy_ids"].const_value, ir.LazyTensor)
+
+
+def test_a_model_that_holds_external_tensors_is_saved_again_the_same(tmp_path):
+    """Loaded from a saved folder, its weights are ExternalTensors: saved to another
+    folder, the files are the first ones (onnx_ir's own save handles those)."""
+    _ir_save(_model(_kinds()), tmp_path / "first.onnx")
+    again = tmp_path / "again"
+    again.mkdir()
+    onnx_file.save(ir.load(tmp_path / "first.onnx"), again / "first.onnx", external_data=True)
+    assert (again / "first.onnx.data").read_bytes() == (tmp_path / "first.onnx.data").read_bytes()
+
+
+def test_the_weights_are_made_in_a_thread_one_ahead_of_the_write(tmp_path):
+    """Tensors of 4 bytes to 8 MB: they are made in the save's thread, in file order, the
+    next one while one is written, and never more than two are alive."""
+    rng = np.random.default_rng(1)
+    sizes = [256, 2_000_000, 300, 70_000, 1, 500_000, 1000]
+    alive, most = [0], [0]
+    lock = threading.Lock()
+    seen: list = []
+
+    def gone() -> None:
+        with lock:
+            alive[0] -= 1
+
+    def lazy(index: int, size: int) -> ir.LazyTensor:
+        array = rng.standard_normal(size).astype(np.float32)
+
+        def evaluate() -> ir.TensorProtocol:
+            seen.append((f"w{index}", threading.current_thread().name))
+            copy = array.copy()
+            with lock:
+                alive[0] += 1
+                most[0] = max(most[0], alive[0])
+            weakref.finalize(copy, gone)
+            return ir.tensor(copy, name=f"w{index}")
+
+        return ir.LazyTensor(
+            evaluate, dtype=ir.DataType.FLOAT, shape=ir.Shape([size]), name=f"w{index}"
+        )
+
+    tensors = [lazy(i, n) for i, n in enumerate(sizes)]
+    progress: list = []
+
+    def slow_progress(*args: int) -> None:  # the write of each tensor takes a while
+        progress.append(args)
+        time.sleep(0.05)
+
+    onnx_file.save(_model(tensors), tmp_path / "m.onnx", external_data=True, progress=slow_progress)
+    expected = [t for t in tensors if t.nbytes > 256]  # w4 is inline, in the model's file
+    written = [(name, thread) for name, thread in seen if name != "w4"]
+    assert written == [(t.name, "dynamo-onnx-save") for t in expected]
+    assert most[0] == 2  # the next one made while one is written, never more
+    data = (tmp_path / "m.onnx.data").read_bytes()
+    assert data == b"".join(t.numpy().tobytes() for t in expected)
+    total = sum(t.nbytes for t in expected)
+    assert progress[-1] == (len(expected), len(expected), total, total)
+    assert [p[0] for p in progress] == list(range(1, len(expected) + 1))
+
+
+class Unreadable(OSError):
+    """What a checkpoint's read raises: the save must raise this one, unchanged."""
+
+
+@pytest.mark.parametrize("interrupt", [False, True])
+def test_an_error_or_ctrl_c_in_the_middle_leaves_no_file(tmp_path, interrupt):
+    """A tensor that cannot be made (raised in the thread that makes it), or Ctrl-C in the
+    caller's thread while the file is written: the same exception, no file, no thread."""
+    tensors = [ir.tensor(np.full(100_000, i, np.float32), name=f"w{i}") for i in range(6)]
+
+    def fail() -> ir.TensorProtocol:
+        raise Unreadable(5, "shard 2 ends inside tensor w3")
+
+    if interrupt:
+        progress = _interrupt_at(3)
+    else:
+        tensors[3] = ir.LazyTensor(
+            fail, dtype=ir.DataType.FLOAT, shape=ir.Shape([100_000]), name="w3"
+        )
+        progress = None
+    expected = KeyboardInterrupt if interrupt else Unreadable
+    with pytest.raises(expected) as raised:
+        onnx_file.save(_model(tensors), tmp_path / "m.onnx", external_data=True, progress=progress)
+    if not interrupt:
+        assert str(raised.value) == "[Errno 5] shard 2 ends inside tensor w3"
+    assert list(tmp_path.iterdir()) == []
+    assert not [t for t in threading.enumerate() if t.name == "dynamo-onnx-save"]
+
+
+def _interrupt_at(index: int):
+    def progress(done: int, *_: int) -> None:
+        if done == index:
+            raise KeyboardInterrupt
+
+    return progress
+
+
+def test_a_tensor_of_another_size_than_declared_is_refused(tmp_path):
+    """The offsets follow the declared sizes, as onnx_ir's: a lazy tensor that gives other
+    bytes would shift every weight after it."""
+    wrong = ir.LazyTensor(
+        lambda: ir.tensor(np.zeros(100, np.float32)),
+        dtype=ir.DataType.FLOAT,
+        shape=ir.Shape([200]),
+        name="wrong",
+    )
+    with pytest.raises(ValueError, match="'wrong' gave 400 bytes for its 800"):
+        onnx_file.save(_model([wrong]), tmp_path / "m.onnx", external_data=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_evaluated_ahead_keeps_the_order_of_items_that_take_very_different_times():
+    delays = [0.03, 0.0, 0.02, 0.0, 0.0, 0.01]
+
+    def evaluate(i: int) -> int:
+        time.sleep(delays[i])
+        return i * i
+
+    assert list(data_file.evaluated_ahead(range(6), evaluate)) == [i * i for i in range(6)]
