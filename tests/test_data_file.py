@@ -203,3 +203,43 @@ def test_evaluated_ahead_keeps_the_order_of_items_that_take_very_different_times
         return i * i
 
     assert list(data_file.evaluated_ahead(range(6), evaluate)) == [i * i for i in range(6)]
+
+
+def test_a_checkpoint_cut_short_fails_the_streamed_save_with_do406_and_no_folder_files(tmp_path):
+    """The weights are read in the save's thread: a shard that ends inside a tensor (one
+    the save is the first to read) fails
+    export-llm with the save's error (the read's cause, the tensor named) in the caller's
+    thread, and no model or data file is left in the output folder."""
+    import transformers
+
+    import dynamo_onnx
+    import hf_models
+    from test_export_llm_cli import _tokenizer
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**{**hf_models.DECODER, "hidden_size": 64})
+    folder = tmp_path / "llama"
+    transformers.LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(folder)
+    _tokenizer().save_pretrained(folder)
+    _point_past_the_end(folder / "model.safetensors", "model.layers.1.mlp.down_proj.weight")
+    with pytest.raises(dynamo_onnx.OnnxExporterError) as raised:
+        dynamo_onnx.export_llm(folder, tmp_path / "out")
+    message = str(raised.value)
+    assert message.startswith("[DO406 save-failed]") and "ends inside tensor" in message
+    assert not list((tmp_path / "out").glob("model.onnx*"))
+    assert not [t for t in threading.enumerate() if t.name == "dynamo-onnx-save"]
+
+
+def _point_past_the_end(shard, name: str) -> None:
+    """The safetensors header of ``shard`` with tensor ``name``'s bytes past the file's end
+    (a file cut short where that tensor is, the others still readable)."""
+    import json
+    import struct
+
+    raw = shard.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    start, end = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [start + len(raw), end + len(raw)]
+    text = json.dumps(header).encode()
+    shard.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length :])
