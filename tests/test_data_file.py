@@ -1,6 +1,6 @@
-"""The external data file is written while the next weight is made (``io/data_file.py``):
+"""The external data file is written while the next weights are made (``io/data_file.py``):
 the same two files as ``ir.save``, byte for byte, whatever the tensors' kinds and sizes; the
-weights evaluated in a thread one ahead of the write, never more; an error or Ctrl-C in the
+weights evaluated in threads a bounded number ahead of the write; an error or Ctrl-C in the
 middle raised as it was and no file left behind."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import onnx_ir as ir
 import pytest
 import torch
 
+from dynamo_onnx.defaults import SAVE_TENSORS_AHEAD
 from dynamo_onnx.io import data_file, onnx_file
 from dynamo_onnx.tensors import torch_tensor_to_ir
 
@@ -96,9 +97,9 @@ def test_a_model_that_holds_external_tensors_is_saved_again_the_same(tmp_path):
     assert (again / "first.onnx.data").read_bytes() == (tmp_path / "first.onnx.data").read_bytes()
 
 
-def test_the_weights_are_made_in_a_thread_one_ahead_of_the_write(tmp_path):
-    """Tensors of 4 bytes to 8 MB: they are made in the save's thread, in file order, the
-    next one while one is written, and never more than two are alive."""
+def test_the_weights_are_made_in_threads_ahead_of_the_write(tmp_path):
+    """Tensors of 4 bytes to 8 MB: they are made in the save's threads, in file order, the
+    next ones while one is written, and never more alive than those and the one written."""
     rng = np.random.default_rng(1)
     sizes = [256, 2_000_000, 300, 70_000, 1, 500_000, 1000]
     alive, most = [0], [0]
@@ -134,9 +135,9 @@ def test_the_weights_are_made_in_a_thread_one_ahead_of_the_write(tmp_path):
 
     onnx_file.save(_model(tensors), tmp_path / "m.onnx", external_data=True, progress=slow_progress)
     expected = [t for t in tensors if t.nbytes > 256]  # w4 is inline, in the model's file
-    written = [(name, thread) for name, thread in seen if name != "w4"]
-    assert written == [(t.name, "dynamo-onnx-save") for t in expected]
-    assert most[0] == 2  # the next one made while one is written, never more
+    written = [(name, thread.split("_")[0]) for name, thread in seen if name != "w4"]
+    assert written == [(t.name, data_file.THREAD_NAME) for t in expected]
+    assert most[0] == SAVE_TENSORS_AHEAD + 1  # made while one is written, never more
     data = (tmp_path / "m.onnx.data").read_bytes()
     assert data == b"".join(t.numpy().tobytes() for t in expected)
     total = sum(t.nbytes for t in expected)
@@ -170,7 +171,7 @@ def test_an_error_or_ctrl_c_in_the_middle_leaves_no_file(tmp_path, interrupt):
     if not interrupt:
         assert str(raised.value) == "[Errno 5] shard 2 ends inside tensor w3"
     assert list(tmp_path.iterdir()) == []
-    assert not [t for t in threading.enumerate() if t.name == "dynamo-onnx-save"]
+    assert not [t for t in threading.enumerate() if t.name.startswith(data_file.THREAD_NAME)]
 
 
 def _interrupt_at(index: int):
@@ -195,14 +196,29 @@ def test_a_tensor_of_another_size_than_declared_is_refused(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_evaluated_ahead_keeps_the_order_of_items_that_take_very_different_times():
-    delays = [0.03, 0.0, 0.02, 0.0, 0.0, 0.01]
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_evaluated_ahead_keeps_the_order_and_the_bound_of_items_held(workers):
+    """Items that take very different times come out in order; ``workers`` are made while
+    the consumer holds one, never more."""
+    delays = [0.03, 0.0, 0.02, 0.0, 0.0, 0.01, 0.0, 0.02]
+    made, taken, most = [0], [0], [0]
+    lock = threading.Lock()
 
     def evaluate(i: int) -> int:
+        with lock:
+            made[0] += 1
+            most[0] = max(most[0], made[0] - taken[0])
         time.sleep(delays[i])
         return i * i
 
-    assert list(data_file.evaluated_ahead(range(6), evaluate)) == [i * i for i in range(6)]
+    got = []
+    for value in data_file.evaluated_ahead(range(8), evaluate, workers):
+        got.append(value)
+        time.sleep(0.01)  # the consumer's write
+        with lock:
+            taken[0] += 1
+    assert got == [i * i for i in range(8)]
+    assert most[0] == workers + 1
 
 
 def test_a_checkpoint_cut_short_fails_the_streamed_save_with_do406_and_no_folder_files(tmp_path):
@@ -227,7 +243,7 @@ def test_a_checkpoint_cut_short_fails_the_streamed_save_with_do406_and_no_folder
     message = str(raised.value)
     assert message.startswith("[DO406 save-failed]") and "ends inside tensor" in message
     assert not list((tmp_path / "out").glob("model.onnx*"))
-    assert not [t for t in threading.enumerate() if t.name == "dynamo-onnx-save"]
+    assert not [t for t in threading.enumerate() if t.name.startswith(data_file.THREAD_NAME)]
 
 
 def _point_past_the_end(shard, name: str) -> None:

@@ -1,14 +1,15 @@
-"""The external data file of a save (``model.onnx.data``), written while the next weight is
-made: its tensors evaluated one ahead in a thread, written in file order past the page cache.
+"""The external data file of a save (``model.onnx.data``), written while the next weights
+are made: its tensors evaluated ahead in threads, written in file order past the page cache.
 
 ``ir.save(..., external_data=...)`` evaluates each lazy tensor, then writes it through the
 page cache, one after the other: for a streamed export (each weight read from the
 checkpoint, converted, packed or quantized as it is written) the disk waits for the CPU and
 the CPU for the disk, and the page cache charges the writer for every page it must reclaim
-first (docs/performance.md, issue 44's "The save"). Here a thread evaluates tensor i+1 (the
-reads, torch's and NumPy's copies and ONNX Runtime's quantizer release the GIL) while the
-caller's thread writes tensor i with ``O_DIRECT`` (``direct_file``): at most two tensors are
-held, the one written and the one made.
+first (docs/performance.md, issue 44's "The save"). Here threads evaluate the next tensors
+(the reads and torch's and NumPy's copies release the GIL; ONNX Runtime's quantizer holds
+it, so a second thread converts while one quantizes) while the caller's thread writes the
+current one with ``O_DIRECT`` (``direct_file``): the save holds the tensor written and the
+``ahead`` being made (``defaults.SAVE_TENSORS_AHEAD``).
 
 The file is the one ``ir.save`` writes, byte for byte: the same tensors (the initializers of
 more than the threshold's bytes, in the graphs' declaration order), packed end to end, each
@@ -18,11 +19,12 @@ onnx_ir would make.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import io
+import itertools
 import os
-import queue
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
@@ -31,7 +33,10 @@ import onnx_ir as ir
 
 from dynamo_onnx.io.direct_file import open_direct
 
-__all__ = ["evaluated_ahead", "external_values", "payload", "write_data_file"]
+__all__ = ["THREAD_NAME", "evaluated_ahead", "external_values", "payload", "write_data_file"]
+
+#: The name (prefix) of the threads that make the weights.
+THREAD_NAME = "dynamo-onnx-save"
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
@@ -97,43 +102,27 @@ def payload(tensor: ir.TensorProtocol) -> memoryview:
 
 
 def evaluated_ahead(
-    items: Sequence[_Item], evaluate: Callable[[_Item], _Result]
+    items: Sequence[_Item], evaluate: Callable[[_Item], _Result], workers: int = 1
 ) -> Iterator[_Result]:
-    """``evaluate(item)`` for each item, in order, computed in a thread one item ahead of
-    the consumer: the thread starts item i+1 when item i is taken, so the consumer's item
-    and the one being made are all that is held (the consumer drops its item before
-    asking for the next). An error of ``evaluate`` is raised here, the same exception;
-    when the consumer stops (an error, Ctrl-C), the thread ends after the item it is on."""
-    results: queue.SimpleQueue[tuple[bool, object]] = queue.SimpleQueue()
-    ticket = threading.Semaphore(1)
-    stop = threading.Event()
-
-    def produce() -> None:
-        for item in items:
-            ticket.acquire()
-            if stop.is_set():
-                return
-            try:
-                results.put((True, evaluate(item)))
-            except BaseException as error:  # raised in the consumer's thread
-                results.put((False, error))
-                return
-
-    thread = threading.Thread(target=produce, name="dynamo-onnx-save", daemon=True)
-    thread.start()
+    """``evaluate(item)`` for each item, in order, computed by ``workers`` threads ahead of
+    the consumer: item i+workers is started when item i is taken, so the consumer's item and
+    the ``workers`` being made are all that is held (the consumer drops its item before
+    asking for the next). An error of ``evaluate`` is raised here, the same exception; when
+    the consumer stops (an error, Ctrl-C), the threads end after the items they are on."""
+    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=THREAD_NAME)
+    pending: collections.deque[concurrent.futures.Future[_Result]] = collections.deque()
+    following = iter(items)
     try:
-        for _ in items:
-            ok, result = results.get()
-            ticket.release()
-            if not ok:
-                assert isinstance(result, BaseException)
-                raise result
-            yield result  # type: ignore[misc]
+        for item in itertools.islice(following, workers):
+            pending.append(pool.submit(evaluate, item))
+        while pending:
+            result = pending.popleft().result()
+            for item in itertools.islice(following, 1):
+                pending.append(pool.submit(evaluate, item))
+            yield result
             del result
     finally:
-        stop.set()
-        ticket.release()
-        thread.join()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 #: ``before(index, tensor)``: called as each tensor is about to be written.
@@ -146,15 +135,16 @@ def write_data_file(
     *,
     direct: bool,
     before: BeforeEach | None = None,
+    ahead: int = 1,
 ) -> None:
-    """Write the tensors' bytes end to end to ``path`` (created), evaluated one ahead of
-    the write (:func:`evaluated_ahead`), with ``O_DIRECT`` when ``direct`` and the file
+    """Write the tensors' bytes end to end to ``path`` (created), evaluated ``ahead`` at a
+    time while one is written (:func:`evaluated_ahead`), with ``O_DIRECT`` when ``direct`` and the file
     system allows it. Raises what an evaluation or the file raised; ``ValueError`` for a
     tensor whose bytes are not its declared size (the offsets follow the declared sizes, as
     onnx_ir's do)."""
     file = open_direct(path) if direct else None
     with file if file is not None else open(path, "wb") as out:
-        for index, data in enumerate(evaluated_ahead(tensors, payload)):
+        for index, data in enumerate(evaluated_ahead(tensors, payload, ahead)):
             tensor = tensors[index]
             if data.nbytes != tensor.nbytes:
                 raise ValueError(

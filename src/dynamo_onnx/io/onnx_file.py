@@ -13,6 +13,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
+from dynamo_onnx.defaults import SAVE_TENSORS_AHEAD
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.files import staging
 from dynamo_onnx.io import data_file, protowriter
@@ -163,8 +164,9 @@ def _save_with_data_file(
     progress: Progress | None,
 ) -> None:
     """``ir.save(model, staged, external_data=data_name)``'s two files, the data file
-    written by ``data_file`` (evaluated ahead, past the page cache): ``values`` are the
-    initializers it writes, which then refer to it as onnx_ir's own save makes them."""
+    written by ``data_file`` (weights made ahead in threads, written past the page cache):
+    ``values`` are the initializers it writes, which then refer to it as onnx_ir's own save
+    makes them."""
     tensors = [v.const_value for v in values]
     assert all(t is not None for t in tensors)
     total_bytes = sum(t.nbytes for t in tensors)  # type: ignore[union-attr]
@@ -180,6 +182,7 @@ def _save_with_data_file(
         staged.parent / data_name,
         direct=total_bytes >= DIRECT_BYTES,
         before=before,
+        ahead=SAVE_TENSORS_AHEAD,
     )
     location, base_dir = os.path.normpath(data_name), os.path.normpath(staged.parent)
     offset = 0
