@@ -259,3 +259,29 @@ def _point_past_the_end(shard, name: str) -> None:
     header[name]["data_offsets"] = [start + len(raw), end + len(raw)]
     text = json.dumps(header).encode()
     shard.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length :])
+
+
+def test_with_a_budget_the_largest_items_are_made_alone():
+    """Sizes as a budget: two small items are made while one is held, a large one (the
+    LM head of a model) only when nothing else is held or made."""
+    sizes = [1, 1, 1, 1, 10, 1, 10, 10, 1, 1, 1]
+    held: list[int] = []
+    lock = threading.Lock()
+    seen: list[list[int]] = []
+
+    def evaluate(i: int) -> int:
+        with lock:
+            held.append(i)
+            seen.append(list(held))
+        time.sleep(0.01)
+        return i
+
+    for value in data_file.evaluated_ahead(
+        range(len(sizes)), evaluate, 2, size=lambda i: sizes[i], budget=10
+    ):
+        time.sleep(0.02)
+        with lock:
+            held.remove(value)
+    for items in seen:
+        assert sum(sizes[i] for i in items) <= 10 or len(items) == 1, items
+    assert any(len(items) == 3 for items in seen)  # small ones two ahead

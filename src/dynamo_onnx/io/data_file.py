@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import io
-import itertools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -102,27 +102,51 @@ def payload(tensor: ir.TensorProtocol) -> memoryview:
 
 
 def evaluated_ahead(
-    items: Sequence[_Item], evaluate: Callable[[_Item], _Result], workers: int = 1
+    items: Sequence[_Item],
+    evaluate: Callable[[_Item], _Result],
+    workers: int = 1,
+    *,
+    size: Callable[[_Item], int] | None = None,
+    budget: int | None = None,
 ) -> Iterator[_Result]:
     """``evaluate(item)`` for each item, in order, computed by ``workers`` threads ahead of
-    the consumer: item i+workers is started when item i is taken, so the consumer's item and
-    the ``workers`` being made are all that is held (the consumer drops its item before
-    asking for the next). An error of ``evaluate`` is raised here, the same exception; when
-    the consumer stops (an error, Ctrl-C), the threads end after the items they are on."""
+    the consumer: the consumer's item and at most ``workers`` being made are held (the
+    consumer drops its item before asking for the next). With a ``budget``, an item is
+    started only while the ``size`` of those held and its own fit in it, or alone: the
+    largest items are made one at a time. An error of ``evaluate`` is raised here, the same
+    exception; when the consumer stops (an error, Ctrl-C), the threads end after the items
+    they are on."""
     pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=THREAD_NAME)
-    pending: collections.deque[concurrent.futures.Future[_Result]] = collections.deque()
-    following = iter(items)
+    pending: collections.deque[tuple[concurrent.futures.Future[_Result], int]] = collections.deque()
+    started = 0
+
+    def start(held: int) -> None:
+        nonlocal started
+        while started < len(items) and len(pending) < workers:
+            item = items[started]
+            cost = size(item) if size is not None else 0
+            in_flight = held + sum(c for _, c in pending)
+            if budget is not None and in_flight and in_flight + cost > budget:
+                return
+            pending.append((pool.submit(evaluate, item), cost))
+            started += 1
+
     try:
-        for item in itertools.islice(following, workers):
-            pending.append(pool.submit(evaluate, item))
-        while pending:
-            result = pending.popleft().result()
-            for item in itertools.islice(following, 1):
-                pending.append(pool.submit(evaluate, item))
+        while True:
+            start(0)
+            if not pending:
+                return
+            future, cost = pending.popleft()
+            result = future.result()
+            start(cost)
             yield result
             del result
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _nbytes(tensor: ir.TensorProtocol) -> int:
+    return tensor.nbytes
 
 
 #: ``before(index, tensor)``: called as each tensor is about to be written.
@@ -138,13 +162,17 @@ def write_data_file(
     ahead: int = 1,
 ) -> None:
     """Write the tensors' bytes end to end to ``path`` (created), evaluated ``ahead`` at a
-    time while one is written (:func:`evaluated_ahead`), with ``O_DIRECT`` when ``direct`` and the file
-    system allows it. Raises what an evaluation or the file raised; ``ValueError`` for a
+    time while one is written (:func:`evaluated_ahead`: the tensors held at once, the one
+    written included, are at most the largest one's bytes, or that one alone), with
+    ``O_DIRECT`` when ``direct`` and the file system allows it. Raises what an evaluation or the file raised; ``ValueError`` for a
     tensor whose bytes are not its declared size (the offsets follow the declared sizes, as
     onnx_ir's do)."""
     file = open_direct(path) if direct else None
-    with file if file is not None else open(path, "wb") as out:
-        for index, data in enumerate(evaluated_ahead(tensors, payload, ahead)):
+    largest = max((t.nbytes for t in tensors), default=0)
+    made = evaluated_ahead(tensors, payload, ahead, size=_nbytes, budget=largest)
+    # closed on an error too: its threads stop there, not when the generator is collected
+    with contextlib.closing(made), file if file is not None else open(path, "wb") as out:
+        for index, data in enumerate(made):
             tensor = tensors[index]
             if data.nbytes != tensor.nbytes:
                 raise ValueError(
