@@ -70,7 +70,10 @@ def _ir_save(model: ir.Model, path) -> None:
     ir.save(model, path, external_data=f"{path.name}.data", size_threshold_bytes=256)
 
 
-def test_the_two_files_are_ir_saves_byte_for_byte(tmp_path):
+@pytest.mark.parametrize("direct", [True, False])
+def test_the_two_files_are_ir_saves_byte_for_byte(tmp_path, monkeypatch, direct):
+    """Written past the page cache (O_DIRECT, where the file system allows it) or not."""
+    monkeypatch.setattr(onnx_file, "DIRECT_BYTES", 1 if direct else 1 << 62)
     model = _model(_kinds())
     (tmp_path / "ours").mkdir()
     (tmp_path / "theirs").mkdir()
