@@ -20,6 +20,7 @@ __all__ = [
     "QUANTIZATION_BLOCK_SIZE",
     "QUANTIZATION_PRECISION",
     "QUANTIZATION_SYMMETRIC",
+    "SAVE_TENSORS_AHEAD",
     "TORCHLIB_OPSET",
     "VERIFY_ATOL",
     "VERIFY_RTOL",
@@ -65,3 +66,11 @@ QUANTIZATION_ACCURACY_LEVEL = 4
 #: Its thresholds while passes run (each generation's at least this; passes/collector.py
 #: says why, docs/performance.md what it saves).
 GC_THRESHOLDS_WHILE_EXPORTING = (2000, 20, 100)
+
+# -- saving ------------------------------------------------------------------------------
+
+#: Weights made (read, converted, packed, quantized) in threads while the one before is
+#: written to the external data file (io/data_file.py): two keep both cores busy, one on
+#: ONNX Runtime's quantizer (which holds the GIL) and one on reads and copies (which do not);
+#: the save holds this many tensors plus the one it writes (docs/performance.md, issue 44).
+SAVE_TENSORS_AHEAD = 2

@@ -13,9 +13,10 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
+from dynamo_onnx.defaults import SAVE_TENSORS_AHEAD
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.files import staging
-from dynamo_onnx.io import protowriter
+from dynamo_onnx.io import data_file, protowriter
 from dynamo_onnx.io.direct_file import open_direct
 
 __all__ = [
@@ -125,13 +126,17 @@ def save(
         staged = stage.path(destination.name)
         if external_data and model.graph.initializers:
             data_name = f"{destination.name}.data"
-            ir.save(
-                model,
-                staged,
-                external_data=data_name,
-                size_threshold_bytes=EXTERNAL_THRESHOLD,
-                callback=_callback(model, progress),
-            )
+            values = data_file.external_values(model, EXTERNAL_THRESHOLD)
+            if values is None:
+                ir.save(
+                    model,
+                    staged,
+                    external_data=data_name,
+                    size_threshold_bytes=EXTERNAL_THRESHOLD,
+                    callback=_callback(model, progress),
+                )
+            else:
+                _save_with_data_file(model, staged, data_name, values, progress)
             data = stage.path(data_name)
             # Tensors under ir.save's threshold stay inline: no weights outside, no file.
             if data.exists() and data.stat().st_size:
@@ -149,6 +154,55 @@ def save(
 
 #: ``progress(tensors written, tensors, bytes written, bytes)``.
 Progress = Callable[[int, int, int, int], None]
+
+
+def _save_with_data_file(
+    model: ir.Model,
+    staged: pathlib.Path,
+    data_name: str,
+    values: list[ir.Value],
+    progress: Progress | None,
+) -> None:
+    """``ir.save(model, staged, external_data=data_name)``'s two files, the data file
+    written by ``data_file`` (weights made ahead in threads, written past the page cache):
+    ``values`` are the initializers it writes, which then refer to it as onnx_ir's own save
+    makes them."""
+    tensors = [v.const_value for v in values]
+    assert all(t is not None for t in tensors)
+    total_bytes = sum(t.nbytes for t in tensors)  # type: ignore[union-attr]
+    written = [0]
+
+    def before(index: int, tensor: ir.TensorProtocol) -> None:
+        written[0] += tensor.nbytes
+        if progress is not None:
+            progress(index + 1, len(tensors), written[0], total_bytes)
+
+    data_file.write_data_file(
+        tensors,  # type: ignore[arg-type]
+        staged.parent / data_name,
+        direct=total_bytes >= DIRECT_BYTES,
+        before=before,
+        ahead=SAVE_TENSORS_AHEAD,
+    )
+    location, base_dir = os.path.normpath(data_name), os.path.normpath(staged.parent)
+    offset = 0
+    try:
+        for value, tensor in zip(values, tensors, strict=True):
+            assert tensor is not None
+            value.const_value = ir.ExternalTensor(
+                location,
+                offset,
+                tensor.nbytes,
+                tensor.dtype,
+                shape=tensor.shape,  # type: ignore[arg-type]
+                name=tensor.name,  # type: ignore[arg-type]
+                base_dir=base_dir,
+            )
+            offset += tensor.nbytes
+        ir.save(model, staged)
+    finally:
+        for value, tensor in zip(values, tensors, strict=True):
+            value.const_value = tensor
 
 
 def _callback(model: ir.Model, progress: Progress | None) -> Callable[..., None] | None:

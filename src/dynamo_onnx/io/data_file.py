@@ -1,0 +1,186 @@
+"""The external data file of a save (``model.onnx.data``), written while the next weights
+are made: its tensors evaluated ahead in threads, written in file order past the page cache.
+
+``ir.save(..., external_data=...)`` evaluates each lazy tensor, then writes it through the
+page cache, one after the other: for a streamed export (each weight read from the
+checkpoint, converted, packed or quantized as it is written) the disk waits for the CPU and
+the CPU for the disk, and the page cache charges the writer for every page it must reclaim
+first (docs/performance.md, issue 44's "The save"). Here threads evaluate the next tensors
+(the reads and torch's and NumPy's copies release the GIL; ONNX Runtime's quantizer holds
+it, so a second thread converts while one quantizes) while the caller's thread writes the
+current one with ``O_DIRECT`` (``direct_file``): the save holds the tensor written and the
+``ahead`` being made (``defaults.SAVE_TENSORS_AHEAD``).
+
+The file is the one ``ir.save`` writes, byte for byte: the same tensors (the initializers of
+more than the threshold's bytes, in the graphs' declaration order), packed end to end, each
+as onnx_ir serializes it; the model file then refers to it through the ``ExternalTensor`` s
+onnx_ir would make.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import io
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+import numpy as np
+import onnx_ir as ir
+
+from dynamo_onnx.io.direct_file import open_direct
+
+__all__ = ["THREAD_NAME", "evaluated_ahead", "external_values", "payload", "write_data_file"]
+
+#: The name (prefix) of the threads that make the weights.
+THREAD_NAME = "dynamo-onnx-save"
+
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+#: Types onnx_ir packs several values into a byte of (or not as NumPy holds them).
+_PACKED = frozenset(
+    {
+        ir.DataType.INT4,
+        ir.DataType.UINT4,
+        ir.DataType.FLOAT4E2M1,
+        ir.DataType.INT2,
+        ir.DataType.UINT2,
+        ir.DataType.FLOAT6E2M3,
+        ir.DataType.FLOAT6E3M2,
+        ir.DataType.STRING,
+    }
+)
+
+
+def external_values(model: ir.Model, threshold: int) -> list[ir.Value] | None:
+    """The initializers ``ir.save`` writes to the external data file, in its order (every
+    graph's, subgraphs too, of more than ``threshold`` bytes); None when the model holds an
+    ``ExternalTensor`` (onnx_ir reloads or rewrites those first: it saves that model)."""
+    values = []
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if tensor is None:
+                continue
+            if isinstance(tensor, ir.ExternalTensor):
+                return None
+            if tensor.nbytes > threshold:
+                values.append(value)
+    return values
+
+
+def _evaluated(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
+    while isinstance(tensor, ir.LazyTensor):
+        tensor = tensor.raw()
+    return tensor
+
+
+def payload(tensor: ir.TensorProtocol) -> memoryview:
+    """The bytes onnx_ir writes for ``tensor`` (a lazy one evaluated): a view of its array
+    where they are its memory, else what its ``tofile`` writes to a file object."""
+    tensor = _evaluated(tensor)
+    raw = getattr(tensor, "raw", None)
+    if (
+        type(tensor) is ir.Tensor
+        and isinstance(raw, np.ndarray)
+        and tensor.dtype not in _PACKED
+        and raw.dtype.itemsize == tensor.dtype.itemsize
+        and raw.dtype.byteorder != ">"
+        and sys.byteorder == "little"
+    ):
+        return memoryview(np.ascontiguousarray(raw).reshape(-1).view(np.uint8))
+    buffer = io.BytesIO()  # no fileno: onnx_ir's tofile writes its tobytes() to it
+    if hasattr(tensor, "tofile"):
+        tensor.tofile(buffer)
+    else:
+        buffer.write(tensor.tobytes())
+    return buffer.getbuffer()
+
+
+def evaluated_ahead(
+    items: Sequence[_Item],
+    evaluate: Callable[[_Item], _Result],
+    workers: int = 1,
+    *,
+    size: Callable[[_Item], int] | None = None,
+    budget: int | None = None,
+) -> Iterator[_Result]:
+    """``evaluate(item)`` for each item, in order, computed by ``workers`` threads ahead of
+    the consumer: the consumer's item and at most ``workers`` being made are held (the
+    consumer drops its item before asking for the next). With a ``budget``, an item is
+    started only while the ``size`` of those held and its own fit in it, or alone: the
+    largest items are made one at a time. An error of ``evaluate`` is raised here, the same
+    exception; when the consumer stops (an error, Ctrl-C), the threads end after the items
+    they are on."""
+    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=THREAD_NAME)
+    pending: collections.deque[tuple[concurrent.futures.Future[_Result], int]] = collections.deque()
+    started = 0
+
+    def start(held: int) -> None:
+        nonlocal started
+        while started < len(items) and len(pending) < workers:
+            item = items[started]
+            cost = size(item) if size is not None else 0
+            in_flight = held + sum(c for _, c in pending)
+            if budget is not None and in_flight and in_flight + cost > budget:
+                return
+            pending.append((pool.submit(evaluate, item), cost))
+            started += 1
+
+    try:
+        while True:
+            start(0)
+            if not pending:
+                return
+            future, cost = pending.popleft()
+            result = future.result()
+            start(cost)
+            yield result
+            del result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _nbytes(tensor: ir.TensorProtocol) -> int:
+    return tensor.nbytes
+
+
+#: ``before(index, tensor)``: called as each tensor is about to be written.
+BeforeEach = Callable[[int, ir.TensorProtocol], None]
+
+
+def write_data_file(
+    tensors: Sequence[ir.TensorProtocol],
+    path: str | os.PathLike[str],
+    *,
+    direct: bool,
+    before: BeforeEach | None = None,
+    ahead: int = 1,
+) -> None:
+    """Write the tensors' bytes end to end to ``path`` (created), evaluated ``ahead`` at a
+    time while one is written (:func:`evaluated_ahead`: the tensors held at once, the one
+    written included, are at most the largest one's bytes, or that one alone), with
+    ``O_DIRECT`` when ``direct`` and the file system allows it. Raises what an evaluation or the file raised; ``ValueError`` for a
+    tensor whose bytes are not its declared size (the offsets follow the declared sizes, as
+    onnx_ir's do)."""
+    file = open_direct(path) if direct else None
+    largest = max((t.nbytes for t in tensors), default=0)
+    made = evaluated_ahead(tensors, payload, ahead, size=_nbytes, budget=largest)
+    # closed on an error too: its threads stop there, not when the generator is collected
+    with contextlib.closing(made), file if file is not None else open(path, "wb") as out:
+        for index, data in enumerate(made):
+            tensor = tensors[index]
+            if data.nbytes != tensor.nbytes:
+                raise ValueError(
+                    f"tensor {tensor.name!r} gave {data.nbytes} bytes for its "
+                    f"{tensor.nbytes} ({tensor.dtype.name}, shape {tensor.shape})"
+                )
+            if before is not None:
+                before(index, tensor)
+            out.write(data)
+            data.release()
+            del data
