@@ -530,6 +530,7 @@ def test_linear_algebra_unrolled_over_a_static_size_matches_eager(function, args
 
 _DISPATCHED_ONLY = """
 import json, sys
+import onnxscript
 import torch
 import dynamo_onnx
 from dynamo_onnx.registry import OnnxRegistry
