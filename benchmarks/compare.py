@@ -337,6 +337,10 @@ def run(models: list[str], repeats: int, log: Any = sys.stderr) -> dict[str, Any
         "opset": OPSET,
         "models": {},
     }
+    sys.path.insert(0, str(HERE))
+    from workers import compile_bytecode
+
+    compile_bytecode()  # the exporter as installed: see workers.compile_bytecode
     for model in models:
         runs: dict[str, list[dict[str, Any]]] = {e: [] for e in EXPORTERS}
         defaults: dict[str, list[dict[str, Any]]] = {e: [] for e in EXPORTERS}

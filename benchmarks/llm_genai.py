@@ -403,10 +403,32 @@ def _process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+class _Collections:
+    """Python's garbage collections while it is installed (``gc.callbacks``): how many of
+    each generation and the CPU seconds of this thread they took. A full collection (0.3 s
+    of CPU over GPT-2's heap) fires when CPython's heuristic says so, inside one exporter's
+    timed call or just after it: the report shows it apart (docs/performance.md)."""
+
+    def __init__(self) -> None:
+        self.counts = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.thread_time()
+            return
+        generation = info["generation"]
+        self.counts[generation] += 1
+        self.seconds[generation] += time.thread_time() - self._start
+
+
 def gpt2_worker(kind: str) -> dict[str, Any]:
-    """One export of GPT-2 124M in this (fresh) process: its wall and CPU seconds, and for
-    dynamo-onnx the seconds of each pass and what the export spent outside them (the
-    exporter's imports before the first pass, the end of the pipeline after the last)."""
+    """One export of GPT-2 124M in this (fresh) process: its wall and CPU seconds, the
+    garbage collections inside it, and for dynamo-onnx the seconds of each pass and what the
+    export spent outside them (the exporter's imports before the first pass, the end of the
+    pipeline after the last)."""
+    import gc
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -418,6 +440,8 @@ def gpt2_worker(kind: str) -> dict[str, Any]:
     torch.manual_seed(0)
     model, args = gpt2()
     result: dict[str, Any] = {}
+    collections = _Collections()
+    gc.callbacks.append(collections)
     if kind == "dynamo-onnx":
         import dynamo_onnx
 
@@ -432,6 +456,10 @@ def gpt2_worker(kind: str) -> dict[str, Any]:
         torch.export.export(model, args, strict=False)
     result["export_s"] = time.perf_counter() - start
     result["cpu_s"] = _process_cpu_s() - cpu
+    gc.callbacks.remove(collections)
+    result["gc_collections"] = collections.counts
+    result["gc_full_s"] = collections.seconds[2]
+    result["gc_young_s"] = collections.seconds[0] + collections.seconds[1]
     if "passes_s" in result:
         result["passes_s"]["outside the passes"] = result["export_s"] - sum(
             result["passes_s"].values()
@@ -443,6 +471,10 @@ def gpt2_overhead(repeats: int, log: Any) -> dict[str, Any]:
     """:data:`GPT2_KINDS` each in ``repeats`` fresh processes, in turns whose order is
     reversed every repeat: medians of the wall and CPU seconds, our export's ratios to the
     others, and the median seconds of each of our passes."""
+    sys.path.insert(0, str(HERE))
+    from workers import compile_bytecode
+
+    compile_bytecode()
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in GPT2_KINDS}
     for repeat in range(repeats):
         for kind in GPT2_KINDS if repeat % 2 == 0 else GPT2_KINDS[::-1]:
@@ -472,6 +504,9 @@ def gpt2_overhead(repeats: int, log: Any) -> dict[str, Any]:
         "cpu_ratio": cpu["dynamo-onnx"] / cpu["torch.export.export"],
         "cpu_ratio_torch_onnx": cpu["dynamo-onnx"] / cpu["torch.onnx"],
         "passes_s": passes,
+        "gc_full_s": {k: statistics.median(r["gc_full_s"] for r in v) for k, v in runs.items()},
+        "gc_full_runs": {k: sum(r["gc_collections"][2] > 0 for r in v) for k, v in runs.items()},
+        "gc_young_s": {k: statistics.median(r["gc_young_s"] for r in v) for k, v in runs.items()},
     }
 
 
@@ -572,8 +607,20 @@ def gpt2_line(gpt2: dict[str, Any]) -> str:
         f"alternating; in CPU time of the process {cpu['dynamo-onnx']:.2f} s / "
         f"{cpu['torch.export.export']:.2f} s / {cpu['torch.onnx']:.2f} s, "
         f"{gpt2['cpu_ratio']:.2f}x and {gpt2['cpu_ratio_torch_onnx']:.2f}x).\n\n"
-        f"Our export by pass (median wall seconds): {split}."
+        f"Our export by pass (median wall seconds): {split}.{_collections_line(gpt2, count)}"
     )
+
+
+def _collections_line(gpt2: dict[str, Any], count: int) -> str:
+    """Python's full garbage collections inside each timed call, and the young ones."""
+    if "gc_full_s" not in gpt2:
+        return ""
+    cells = ", ".join(
+        f"{kind} {gpt2['gc_full_runs'][kind]} of {count} runs "
+        f"(median {gpt2['gc_full_s'][kind]:.2f} s CPU; young ones {gpt2['gc_young_s'][kind]:.2f} s)"
+        for kind in GPT2_KINDS
+    )
+    return f"\n\nA full garbage collection inside the timed call: {cells}."
 
 
 def _cpu_table(folders: dict[str, Any], times: dict[str, Any]) -> list[str]:

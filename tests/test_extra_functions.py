@@ -3,7 +3,11 @@ matches eager, including the cases torch_lib gets wrong (training-mode batch nor
 
 from __future__ import annotations
 
+import json
 import math
+import pathlib
+import subprocess
+import sys
 
 import onnx_ir as ir
 import pytest
@@ -522,3 +526,75 @@ def test_linear_algebra_unrolled_over_a_static_size_matches_eager(function, args
     """LU with partial pivoting (the LU and pivots LAPACK returns), Cholesky and
     substitution: values, and every output the operator has."""
     _matches(function, *args, atol=1e-4, rtol=1e-4)
+
+
+_DISPATCHED_ONLY = """
+import json, sys
+import onnxscript
+import torch
+import dynamo_onnx
+from dynamo_onnx.registry import OnnxRegistry
+
+class Inverse(torch.nn.Module):
+    def forward(self, x):
+        return torch.linalg.inv(x) * 2  # marker: inverse
+
+registry = OnnxRegistry()  # the table of every function is built
+ours = "dynamo_onnx.registry.functions."
+lookups = {}
+for module, lookup in (
+    ("special", lambda: registry.get_op_functions("aten", "i0")[0]),
+    ("random", lambda: registry.functions_for("aten::cauchy", 18)[0]),
+    ("selection", lambda: registry.copy().get_op_functions("aten", "median", "dim")[0]),
+):
+    before = ours + module in sys.modules
+    entry = lookup()
+    lookups[module] = [
+        before,
+        ours + module in sys.modules,
+        entry.is_extra and isinstance(entry.function, onnxscript.values.TracedOnnxFunction),
+        bool(entry.signature.params),
+    ]
+before = ours + "linalg" in sys.modules
+x = torch.eye(3) * 2 + torch.rand(3, 3)
+program = dynamo_onnx.export(Inverse(), (x,), optimize=False)
+(note,) = [f for f in program.diagnostics.by_rule("node-dispatched")
+           if f.properties["op"] == "aten::linalg_inv"]
+print(json.dumps({
+    "lookups": lookups,
+    "imported_before": before,
+    "imported_after": ours + "linalg" in sys.modules,
+    "difference": float((program(x)[0] - Inverse()(x)).abs().max()),
+    "function": note.properties["function"],
+    "reason": note.properties["reason"],
+    "path": note.primary.path,
+    "line": note.primary.line,
+}))
+"""
+
+
+def test_an_extra_function_is_imported_and_typed_when_first_dispatched(tmp_path):
+    """Building the registry lists dynamo-onnx's functions by name; the module of one is
+    imported when an export dispatches to it (or the registry is asked for it, in each of
+    its spellings: the typed onnxscript function comes back, never the name), and it then
+    translates as before, with its note on the user's line. A fresh process: this one has
+    imported them all."""
+    script = tmp_path / "inverse_model.py"
+    script.write_text(_DISPATCHED_ONLY)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=True, timeout=600
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # (imported before the lookup, after it, a TracedOnnxFunction, typed parameters)
+    for module in ("special", "random", "selection"):
+        assert result["lookups"][module] == [False, True, True, True], module
+    assert result["imported_before"] is False
+    assert result["imported_after"] is True
+    assert result["difference"] < 1e-5
+    assert result["function"] == "linalg_inv"
+    assert result["reason"] == "perfect match (dynamo-onnx function for opset 18)"
+    assert pathlib.Path(result["path"]).resolve() == script.resolve()
+    marker = _DISPATCHED_ONLY.splitlines().index(
+        "        return torch.linalg.inv(x) * 2  # marker: inverse"
+    )
+    assert result["line"] == marker + 1

@@ -57,9 +57,12 @@ def weights_as_inputs(model: ir.Model) -> Iterator[ir.Model]:
             graph.initializers[name] = value
 
 
-def load_refusal(proto: onnx.ModelProto, *, graph_optimizations: bool = True) -> Exception | None:
+def load_refusal(
+    proto: onnx.ModelProto | bytes, *, graph_optimizations: bool = True
+) -> Exception | None:
     """The exception ONNX Runtime raises loading ``proto`` (made under
-    :func:`weights_as_inputs`), or None when it loads. One thread: the session never runs.
+    :func:`weights_as_inputs`; or its serialized bytes, when the caller has them already),
+    or None when it loads. One thread: the session never runs.
 
     With ``graph_optimizations`` (as a user's session has them) ONNX Runtime infers shapes
     through the com.microsoft operators again, so a fused node whose output has another rank
@@ -67,9 +70,8 @@ def load_refusal(proto: onnx.ModelProto, *, graph_optimizations: bool = True) ->
     is checked (types, shapes, a kernel for every node), which is all a freshly exported model
     needs and costs less."""
     try:
-        inference_session(
-            proto.SerializeToString(), graph_optimizations=graph_optimizations, threads=1
-        )
+        data = proto if isinstance(proto, bytes) else proto.SerializeToString()
+        inference_session(data, graph_optimizations=graph_optimizations, threads=1)
     except Exception as exc:  # the caller says what failed where
         return exc
     return None

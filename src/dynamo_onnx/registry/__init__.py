@@ -19,6 +19,7 @@ import onnxscript
 from onnxscript import values as onnxscript_values
 
 from dynamo_onnx.defaults import TORCHLIB_OPSET
+from dynamo_onnx.registry.extra_functions import DeferredFunction
 
 __all__ = ["OnnxRegistry", "ONNXFunction", "qualified_name", "target_name"]
 
@@ -46,6 +47,13 @@ class ONNXFunction:
     is_custom: bool = False
     opset_introduced: int = TORCHLIB_OPSET
     is_extra: bool = False
+
+    def loaded(self) -> ONNXFunction:
+        """This entry with its function imported and typed, when the registry listed it by
+        name (``extra_functions.DeferredFunction``); itself otherwise."""
+        if isinstance(self.function, DeferredFunction):
+            return dataclasses.replace(self, function=self.function.load())
+        return self
 
     @property
     def name(self) -> str:
@@ -180,7 +188,7 @@ class OnnxRegistry:
         Ordered by registration time: built-in functions first, custom ones after them.
         ``None`` if the operator is not registered.
         """
-        entries = self._functions.get(qualified_name(namespace, op_name, overload))
+        entries = self._loaded(qualified_name(namespace, op_name, overload))
         return list(entries) if entries else None
 
     def is_registered_op(self, namespace: str, op_name: str, overload: str | None = None) -> bool:
@@ -205,9 +213,24 @@ class OnnxRegistry:
         first, then those for the newest opset (one ``Gelu`` at opset 20 rather than
         torch_lib's five opset-18 nodes).
         """
+        self._loaded(name)
+        return self._candidates(name, opset)
+
+    def _candidates(self, name: str, opset: int | None) -> list[ONNXFunction]:
+        """:meth:`functions_for` without loading the functions listed by name."""
         limit = max(self.opset_version, opset or 0)
         entries = [e for e in self._functions.get(name, []) if e.opset_introduced <= limit]
         return sorted(entries, key=lambda e: (not e.is_custom, -e.opset_introduced))
+
+    def _loaded(self, name: str) -> list[ONNXFunction]:
+        """The operator's entries, each loaded (:meth:`ONNXFunction.loaded`); kept loaded
+        in this registry."""
+        entries = self._functions.get(name)
+        if not entries:
+            return []
+        if any(isinstance(e.function, DeferredFunction) for e in entries):
+            entries[:] = [e.loaded() for e in entries]
+        return entries
 
     def decomposition_table(self, also: Any = (), opset: int | None = None) -> Any:
         """torch.export's default decompositions, and torch's of the ONNX operators of
@@ -229,7 +252,7 @@ class OnnxRegistry:
         ``opset``, when given: ``Attention`` has one from opset 23)."""
         if opset is None:
             return target_name(target) in self._functions
-        return bool(self.functions_for(target_name(target), opset))
+        return bool(self._candidates(target_name(target), opset))
 
     def __repr__(self) -> str:
         custom = sum(e.is_custom for v in self._functions.values() for e in v)

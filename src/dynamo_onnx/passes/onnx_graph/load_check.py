@@ -43,10 +43,11 @@ class LoadCheckPass:
         model = state.onnx_model
         assert model is not None
         with weights_as_inputs(model):
-            proto = ir.to_proto(model)
+            # serialized once, for the checker and ONNX Runtime (each would otherwise)
+            data = ir.to_proto(model).SerializeToString()
         complaint: Exception | None = None
         try:
-            onnx.checker.check_model(proto, full_check=True)
+            onnx.checker.check_model(data, full_check=True)
         except Exception as exc:  # ONNX Runtime decides below
             complaint = exc
         if custom_domain_nodes(model):
@@ -55,7 +56,7 @@ class LoadCheckPass:
         # Loading is what is checked (types, shapes, a kernel for every node); ONNX
         # Runtime's graph optimizations would only cost time (the weights are inputs here,
         # so there is nothing to fold anyway).
-        exc = load_refusal(proto, graph_optimizations=False)
+        exc = load_refusal(data, graph_optimizations=False)
         if exc is not None:
             location, fields = node_error_fields(ctx, model, exc)
             if type(exc).__name__ != "NotImplemented":

@@ -3,7 +3,7 @@
 * ``var``/``std``/``var_mean``/``std_mean`` in all overloads: torch_lib writes them
   (``aten_var_correction``...) but leaves them unregistered, expecting torch's private full
   decomposition table to lower them; torch.export's public default table keeps
-  ``var.correction``.
+  ``var.correction``. ``extra_functions`` registers torch_lib's own functions for them.
 * ``dist``, ``ldexp``, ``special_entr`` and ``diff``, which torch_lib has not written
   (transformers' masks call ``diff``: without a function it is decomposed alone, a small
   export of its own on every export of a model that uses it).
@@ -15,17 +15,9 @@ import math
 
 import onnx_ir as ir
 from onnxscript import opset18 as op
-from onnxscript.function_libs.torch_lib.ops import core as torchlib_core
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat, TReal, TTensor
 
-__all__ = ["MOMENTS", "cdist", "diff", "dist", "ldexp", "special_entr"]
-
-#: (ATen overload, torch_lib's function) for the variance family.
-MOMENTS = tuple(
-    (f"aten::{name}{overload}", getattr(torchlib_core, f"aten_{name}{suffix}"))
-    for name in ("var", "std", "var_mean", "std_mean")
-    for overload, suffix in (("", ""), (".dim", "_dim"), (".correction", "_correction"))
-)
+__all__ = ["cdist", "diff", "dist", "ldexp", "special_entr"]
 
 
 def _p_norm(difference: TFloat, p: float, axes: TFloat | None) -> TFloat:
