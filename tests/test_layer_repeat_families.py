@@ -39,7 +39,7 @@ pytestmark = pytest.mark.e2e
 #: 0 and two), five of two alternating kinds (Gemma 2, Gemma 3's pattern of two here).
 LAYERS = 7
 FEWER_LAYERS = 4
-ALTERNATING = {"gemma2", "gemma3-text"}
+ALTERNATING = {"gemma2", "gemma3-text", "smollm3", "gpt-oss"}
 _GENERATED = re.compile(r"val_\d+")
 _INDEX = re.compile(r"(?:^|\.)(?:layers|h)\.(\d+)\.")
 
@@ -205,6 +205,10 @@ FUSED = [
     "gpt2",
     "mixtral",
     "phi3",
+    "olmo",
+    "granite",
+    "smollm3",
+    "nemotron",
 ]
 
 
