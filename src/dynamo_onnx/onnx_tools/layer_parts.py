@@ -359,8 +359,20 @@ def check_kinds(parts: Parts, plan: LayerPlan) -> None:
         if _body_keys(parts, j, plan) != _body_keys(parts, last, plan):
             raise LayerRepeatRefused(
                 f"the model's layers {layer} and {plan.kept[last]}, of one kind, are not the "
-                "same computation up to their index"
+                f"same computation up to their index{_first_difference(parts, j, last)}"
             )
+
+
+def _first_difference(parts: Parts, j: int, other: int) -> str:
+    """Where template layer ``j`` first differs from layer ``other`` (the nodes after it
+    differ because of it): its node and what it reads."""
+    theirs = collections.Counter(key for key, _ in _keyed(parts, parts.bodies[other]))
+    for key, node in _keyed(parts, parts.bodies[j]):
+        if theirs[key] == 0:
+            read = ", ".join(repr(v.name) for v in node.inputs if v is not None)
+            return f": its {node.op_type} node {node.name!r} reading {read} has no equal there"
+        theirs[key] -= 1
+    return ": they make other outputs"
 
 
 def _tail(parts: Parts, body: Body, layer: int | None) -> list[str]:
