@@ -209,6 +209,7 @@ FUSED = [
     "granite",
     "smollm3",
     "nemotron",
+    "phimoe",
 ]
 
 
