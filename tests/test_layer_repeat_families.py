@@ -22,6 +22,7 @@ from dynamo_onnx.integrations.transformers.hf_folder import HFFolder, example_in
 from dynamo_onnx.io.onnx_file import save
 from dynamo_onnx.io.sessions import inference_session
 from dynamo_onnx.llm_folder import _export_with_fallback
+from dynamo_onnx.onnx_tools.graph_signatures import GENERATED_NAME
 from dynamo_onnx.onnx_tools.layer_repeat import (
     LayerPlan,
     LayerRepeatRefused,
@@ -40,7 +41,6 @@ pytestmark = pytest.mark.e2e
 LAYERS = 7
 FEWER_LAYERS = 4
 ALTERNATING = {"gemma2", "gemma3-text", "smollm3", "gpt-oss"}
-_GENERATED = re.compile(r"val_\d+")
 _INDEX = re.compile(r"(?:^|\.)(?:layers|h)\.(\d+)\.")
 
 
@@ -143,9 +143,10 @@ def _plan(kept, sources, full, template) -> LayerPlan:
 
 
 def _initializer_names(model: ir.Model) -> list[str]:
-    """The initializers' names in order, those the optimizer names itself (``val_12``) as
-    ``*``: their numbers are the export's count of values, which the layers change."""
-    return ["*" if _GENERATED.fullmatch(n) else n for n in model.graph.initializers]
+    """The initializers' names in order, those the exporter and optimizer name themselves
+    (``val_12``, ``add_128``) as ``*``: their numbers count the export's values, which the
+    layers change."""
+    return ["*" if GENERATED_NAME.fullmatch(n) else n for n in model.graph.initializers]
 
 
 def _feeds(model: ir.Model, session) -> dict[str, np.ndarray]:
@@ -209,6 +210,7 @@ FUSED = [
     "granite",
     "smollm3",
     "nemotron",
+    "phimoe",
 ]
 
 
