@@ -19,8 +19,10 @@ import transformers
 
 from dynamo_onnx.integrations.transformers import layer_names
 from dynamo_onnx.integrations.transformers.hf_folder import HFFolder, example_inputs
+from dynamo_onnx.io.onnx_file import save
 from dynamo_onnx.io.sessions import inference_session
 from dynamo_onnx.llm_folder import _export_with_fallback
+from dynamo_onnx.onnx_tools.graph_signatures import GENERATED_NAME
 from dynamo_onnx.onnx_tools.layer_repeat import (
     LayerPlan,
     LayerRepeatRefused,
@@ -34,10 +36,11 @@ import llm_families  # the matrix's tiny configs (benchmarks/, put on the path a
 
 pytestmark = pytest.mark.e2e
 
-#: Enough layers for every family's pattern to repeat: a Gemma 2 alternates two kinds, so its
-#: template keeps five layers.
+#: Enough layers for a family's pattern to repeat: a template keeps three of one kind (layer
+#: 0 and two), five of two alternating kinds (Gemma 2, Gemma 3's pattern of two here).
 LAYERS = 7
-_GENERATED = re.compile(r"val_\d+")
+FEWER_LAYERS = 4
+ALTERNATING = {"gemma2", "gemma3-text", "smollm3", "gpt-oss"}
 _INDEX = re.compile(r"(?:^|\.)(?:layers|h)\.(\d+)\.")
 
 
@@ -140,9 +143,10 @@ def _plan(kept, sources, full, template) -> LayerPlan:
 
 
 def _initializer_names(model: ir.Model) -> list[str]:
-    """The initializers' names in order, those the optimizer names itself (``val_12``) as
-    ``*``: their numbers are the export's count of values, which the layers change."""
-    return ["*" if _GENERATED.fullmatch(n) else n for n in model.graph.initializers]
+    """The initializers' names in order, those the exporter and optimizer name themselves
+    (``val_12``, ``add_128``) as ``*``: their numbers count the export's values, which the
+    layers change."""
+    return ["*" if GENERATED_NAME.fullmatch(n) else n for n in model.graph.initializers]
 
 
 def _feeds(model: ir.Model, session) -> dict[str, np.ndarray]:
@@ -177,10 +181,11 @@ def exports():
     def get(name: str, optimize):
         if (name, optimize) not in cache:
             family = llm_families.by_name([name])[0]
+            layers = LAYERS if name in ALTERNATING else FEWER_LAYERS
             torch.manual_seed(0)
-            model = transformers.AutoModelForCausalLM.from_config(_config(family, LAYERS))
+            model = transformers.AutoModelForCausalLM.from_config(_config(family, layers))
             model = model.eval()
-            planned = plan_template(_kinds(model, LAYERS))
+            planned = plan_template(_kinds(model, layers))
             assert planned is not None
             kept, sources = planned
             full = _export(model, optimize)
@@ -201,6 +206,11 @@ FUSED = [
     "gpt2",
     "mixtral",
     "phi3",
+    "olmo",
+    "granite",
+    "smollm3",
+    "nemotron",
+    "phimoe",
 ]
 
 
@@ -213,11 +223,16 @@ PLAIN = ["llama", "mistral"]
     ("name", "optimize"),
     [(name, "onnxruntime") for name in FUSED] + [(name, False) for name in PLAIN],
 )
-def test_the_repeated_template_is_the_whole_export(exports, name, optimize):
+def test_the_repeated_template_is_the_whole_export(exports, name, optimize, tmp_path):
     full, template, kept, sources = exports(name, optimize)
     repeated = repeat_layers(template, _plan(kept, sources, full, template))
     assert graph_differences(repeated, full) == []
     assert _initializer_names(repeated) == _initializer_names(full)
+    # the weights in the same order: the external data file is the whole export's
+    save(repeated, tmp_path / "repeated.onnx", external_data=True)
+    save(full, tmp_path / "full.onnx", external_data=True)
+    data = (tmp_path / "repeated.onnx.data").read_bytes()
+    assert data == (tmp_path / "full.onnx.data").read_bytes()
     for got, want in zip(_run(repeated), _run(full), strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 

@@ -182,6 +182,7 @@ def test_layers_that_differ_by_their_index_are_refused():
     with pytest.raises(LayerRepeatRefused) as refused:
         repeat_layers(template, _plan(kept, sources, layered_model(6, scale_by_index=True)))
     assert "layers 1 and 2" in refused.value.reason
+    assert "its Mul node" in refused.value.reason  # where the two first differ
 
 
 def test_a_plan_the_template_cannot_vouch_for_is_refused():

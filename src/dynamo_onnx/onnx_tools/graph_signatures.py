@@ -28,9 +28,6 @@ __all__ = [
 #: Operators whose inputs can be given in any order (the capture writes ``a + b`` or
 #: ``b + a`` for one size, as the layers before it were traced).
 COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor", "Equal"})
-#: Initializers up to this many elements are compared by value, larger ones by name: the
-#: small ones are the constants an optimizer names itself, the large ones the weights.
-COMPARED_BY_VALUE = 1024
 #: Names onnx_ir and torch.export give values themselves (``val_12``, ``linear_3``): such a
 #: value is compared by what it holds or computes, never by its name.
 GENERATED_NAME = re.compile(r"[A-Za-z_]*_\d+")
@@ -40,13 +37,13 @@ def digest(*parts: object) -> str:
     return hashlib.blake2b(repr(parts).encode(), digest_size=12).hexdigest()
 
 
-def tensor_key(tensor: ir.TensorProtocol | None) -> object:
-    """What a small readable tensor holds; its type and shape otherwise."""
+def tensor_key(tensor: ir.TensorProtocol | None, limit: int | None = None) -> object:
+    """What a readable tensor of at most ``limit`` elements (None: any) holds; its type
+    and shape otherwise."""
     if tensor is None:
         return None
-    raw = getattr(tensor, "raw", None)
     head = (str(tensor.dtype), tuple(tensor.shape.numpy()))
-    if is_fake(raw) or tensor.size > COMPARED_BY_VALUE:
+    if is_fake(getattr(tensor, "raw", None)) or (limit is not None and tensor.size > limit):
         return head
     return (*head, digest(tensor.tobytes()))
 
@@ -67,13 +64,13 @@ def node_key(node: ir.Node, inputs: Iterable[str]) -> str:
 
 
 def initializer_key(value: ir.Value) -> str:
-    """A generated name says nothing: such an initializer is what it holds; a named one
-    (a weight) its name, type and shape."""
+    """A generated name says nothing: such an initializer is what it holds (its type and
+    shape when it is fake); a named one (a weight, never read here) its name, type and
+    shape."""
     name = value.name or ""
-    held = tensor_key(value.const_value)
-    if GENERATED_NAME.fullmatch(name) and isinstance(held, tuple) and len(held) == 3:
-        return digest("constant", held)
-    return digest("initializer", name, held if not isinstance(held, tuple) else held[:2])
+    if GENERATED_NAME.fullmatch(name):
+        return digest("constant", tensor_key(value.const_value, limit=None))
+    return digest("initializer", name, tensor_key(value.const_value, limit=0))
 
 
 def signatures(

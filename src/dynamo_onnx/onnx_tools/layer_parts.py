@@ -39,6 +39,9 @@ class Body:
 
 @dataclasses.dataclass
 class Parts:
+    """A template's graph in parts: the prefix's nodes, each template layer's body, the
+    suffix, and what tells a layer's values from the shared ones."""
+
     prefix: list[ir.Node]
     bodies: list[Body]
     suffix: Body
@@ -64,8 +67,8 @@ def _reads(node: ir.Node, sources: dict[ir.Value, int]) -> list[ir.Value]:
 
 
 def _graph_sources(graph: ir.Graph, plan: LayerPlan) -> dict[ir.Value, int]:
-    """Graph inputs and outputs named by a layer, and the initializers named by a layer
-    that only that layer's nodes read (decided in :func:`partition`)."""
+    """The graph inputs and outputs named by a layer (its initializers are decided by
+    :func:`_layer_sources`)."""
     found: dict[ir.Value, int] = {}
     for value in (*graph.inputs, *graph.outputs):
         layer = plan.layer_of(value.name or "")
@@ -159,7 +162,7 @@ def _incoming(
     """The values ``nodes`` read from the part before them, each under a key of the slots
     that read it: their operators and input indices, which a layer of another kind or the
     last part reads the same way; where two values have the same slots, what computes the
-    readers too (the incoming values unnamed)."""
+    readers too (the incoming values by their slots)."""
     members = set(nodes)
     read: list[ir.Value] = []
     for node in nodes:
@@ -173,7 +176,8 @@ def _incoming(
     shallow = collections.Counter(slots(v) for v in read)
     keyed: dict[ir.Value, str] = {}
     if any(count > 1 for count in shallow.values()):
-        unnamed = {v: digest("incoming") for v in read}
+        # the values told apart by their slots by those, the others alike
+        unnamed = {v: digest("incoming", slots(v), shallow[slots(v)] == 1) for v in read}
         _, keyed_nodes = signatures(nodes, lambda v: unnamed.get(v) or leaf(v))
         keyed = {node: key for key, node in keyed_nodes}  # type: ignore[misc]
     incoming: dict[tuple, ir.Value] = {}
@@ -359,8 +363,20 @@ def check_kinds(parts: Parts, plan: LayerPlan) -> None:
         if _body_keys(parts, j, plan) != _body_keys(parts, last, plan):
             raise LayerRepeatRefused(
                 f"the model's layers {layer} and {plan.kept[last]}, of one kind, are not the "
-                "same computation up to their index"
+                f"same computation up to their index{_first_difference(parts, j, last)}"
             )
+
+
+def _first_difference(parts: Parts, j: int, other: int) -> str:
+    """Where template layer ``j`` first differs from layer ``other`` (the nodes after it
+    differ because of it): its node and what it reads."""
+    theirs = collections.Counter(key for key, _ in _keyed(parts, parts.bodies[other]))
+    for key, node in _keyed(parts, parts.bodies[j]):
+        if theirs[key] == 0:
+            read = ", ".join(repr(v.name) for v in node.inputs if v is not None)
+            return f": its {node.op_type} node {node.name!r} reading {read} has no equal there"
+        theirs[key] -= 1
+    return ": they make other outputs"
 
 
 def _tail(parts: Parts, body: Body, layer: int | None) -> list[str]:

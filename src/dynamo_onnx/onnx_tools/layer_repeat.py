@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import onnx_ir as ir
 
 from dynamo_onnx.onnx_tools.graph_signatures import graph_differences
-from dynamo_onnx.onnx_tools.layer_parts import check_kinds, check_tails, partition
+from dynamo_onnx.onnx_tools.layer_parts import Parts, check_kinds, check_tails, partition
 from dynamo_onnx.onnx_tools.layer_plan import (
     LayerPlan,
     LayerRepeatRefused,
@@ -125,126 +125,138 @@ def repeat_layers(model: ir.Model, plan: LayerPlan) -> ir.Model:
     of template layer ``plan.sources[i]`` reading its own initializers (``plan.retarget``)
     and I/O names (``plan.renamed``). Raises :class:`LayerRepeatRefused` with the reason
     when the template's layers cannot be told apart or are not the same computation."""
-    graph = model.graph
     if model.functions:
         raise LayerRepeatRefused("the template has model-local functions")
     if len(plan.sources) == 0 or plan.sources[0] != 0:
         raise LayerRepeatRefused("the model's first layer must repeat the template's first")
     if any(s == 0 for s in plan.sources[1:]):
         raise LayerRepeatRefused("only the model's first layer can repeat the template's first")
-    parts = partition(graph, plan)
+    parts = partition(model.graph, plan)
     check_kinds(parts, plan)
     check_tails(parts, plan)
+    return _Repeater(parts, plan).model(model)
 
-    writer = _Writer()
-    shared: dict[ir.Value, ir.Value] = {}  # template value -> new value, outside layers
-    layered: dict[str, ir.Value] = {}  # a model layer's source by its name
 
-    def layer_value(value: ir.Value, i: int) -> ir.Value:
-        name = plan.renamed(value.name or "", i)
-        if name not in layered:
+class _Repeater:
+    """The model's values made from the template's: the shared ones once, a layer's
+    sources and own constants once per model layer."""
+
+    def __init__(self, parts: Parts, plan: LayerPlan) -> None:
+        self.parts, self.plan = parts, plan
+        self.writer = _Writer()
+        self.shared: dict[ir.Value, ir.Value] = {}  # template value -> new, outside layers
+        self.layered: dict[str, ir.Value] = {}  # a model layer's source by its name
+        self.private: dict[tuple[ir.Value, int], ir.Value] = {}  # a layer's own constants
+
+    def layer_value(self, value: ir.Value, i: int) -> ir.Value:
+        """Template source ``value`` as model layer ``i``'s: its name, its tensor."""
+        name = self.plan.renamed(value.name or "", i)
+        if name not in self.layered:
             tensor = None
             if value.const_value is not None:
-                tensor = plan.retarget(value.const_value, parts.sources[value], i)
-            layered[name] = writer.value(value, name, tensor)
-        return layered[name]
+                tensor = self.plan.retarget(value.const_value, self.parts.sources[value], i)
+            self.layered[name] = self.writer.value(value, name, tensor)
+        return self.layered[name]
 
-    def shared_value(value: ir.Value) -> ir.Value:
-        if value not in shared:
-            shared[value] = writer.value(value, value.name or "")
-        return shared[value]
+    def shared_value(self, value: ir.Value) -> ir.Value:
+        if value not in self.shared:
+            self.shared[value] = self.writer.value(value, value.name or "")
+        return self.shared[value]
 
-    private: dict[tuple[ir.Value, int], ir.Value] = {}  # a layer's own constants
+    def private_value(self, value: ir.Value, i: int) -> ir.Value:
+        if (value, i) not in self.private:
+            self.private[value, i] = self.writer.value(value, value.name or "")
+        return self.private[value, i]
 
-    def private_value(value: ir.Value, i: int) -> ir.Value:
-        if (value, i) not in private:
-            private[value, i] = writer.value(value, value.name or "")
-        return private[value, i]
-
-    # the names the caller sees first, so that a clone never takes one
-    inputs = [
-        shared_value(v) if i is None else layer_value(v, i)
-        for v, i in _expanded(graph.inputs, parts.sources, plan)
-    ]
-    initializers = [
-        shared_value(v)
-        if i is None
-        else private_value(v, i)
-        if v in parts.private
-        else layer_value(v, i)
-        for v, i in _expanded(
-            list(graph.initializers.values()), {**parts.sources, **parts.private}, plan
-        )
-    ]
-
-    def outer(value: ir.Value) -> ir.Value:
-        if value in parts.sources:  # the shape of a layer's input (a size all share)
-            return layer_value(value, _shape_source(parts.sources[value], plan))
-        if value not in shared:
+    def outer(self, value: ir.Value) -> ir.Value:
+        """A value the prefix or the suffix reads from outside its part."""
+        if value in self.parts.sources:  # the shape of a layer's input (a size all share)
+            return self.layer_value(value, _shape_source(self.parts.sources[value], self.plan))
+        if value not in self.shared:
             raise LayerRepeatRefused(f"{value.name!r} is read before it is made")
-        return shared[value]
+        return self.shared[value]
 
-    for node in parts.prefix:
-        for old, new in zip(node.outputs, writer.clone(node, outer, "")):
-            shared[old] = new
-    handed: dict[tuple, ir.Value] = {}
-    for i, source in enumerate(plan.sources):
-        body = parts.bodies[source]
-        local: dict[ir.Value, ir.Value] = {}
-        wanted = {key: v for key, v in body.incoming.items()}
-        reads = _matched(wanted, handed, f"the model's layer {i}")
-        for key, old in wanted.items():
-            local[old] = reads[key]
+    def layer(self, i: int, handed: dict[tuple, ir.Value]) -> dict[tuple, ir.Value]:
+        """Model layer ``i`` cloned, reading what the layer before it ``handed``; returns
+        what it hands the next part."""
+        body = self.parts.bodies[self.plan.sources[i]]
+        reads = _matched(body.incoming, handed, f"the model's layer {i}")
+        local = {old: reads[key] for key, old in body.incoming.items()}
 
-        def mapped(value: ir.Value, i: int = i, local: dict = local) -> ir.Value:
+        def mapped(value: ir.Value) -> ir.Value:
             if value in local:
                 return local[value]
-            if value in parts.sources:
-                return layer_value(value, i)
-            if value in parts.private:
-                return private_value(value, i)
-            return outer(value)
+            if value in self.parts.sources:
+                return self.layer_value(value, i)
+            if value in self.parts.private:
+                return self.private_value(value, i)
+            return self.outer(value)
 
         for node in body.nodes:
-            made = writer.clone(node, mapped, f"__{i}")
-            for old, new in zip(node.outputs, made):
-                if old in parts.sources:  # a graph output of the layer: its name
-                    writer.used.discard(new.name or "")
-                    new.name = writer.name(plan.renamed(old.name or "", i))
-                    layered[new.name] = new
+            for old, new in zip(node.outputs, self.writer.clone(node, mapped, f"__{i}")):
+                if old in self.parts.sources:  # a graph output of the layer: its name
+                    self.writer.used.discard(new.name or "")
+                    new.name = self.writer.name(self.plan.renamed(old.name or "", i))
+                    self.layered[new.name] = new
                 local[old] = new
-        handed = {key: local[v] for key, v in body.outgoing.items()}
-    suffix_reads = _matched(parts.suffix.incoming, handed, "the model's last part")
-    local = {old: suffix_reads[key] for key, old in parts.suffix.incoming.items()}
-    for node in parts.suffix.nodes:
-        made = writer.clone(node, lambda v: local[v] if v in local else outer(v), "")
-        local.update(zip(node.outputs, made))
+        return {key: local[v] for key, v in body.outgoing.items()}
 
-    def output(value: ir.Value, i: int | None) -> ir.Value:
-        if i is not None:
-            return layered[plan.renamed(value.name or "", i)]
-        return local.get(value) or outer(value)
+    def model(self, template: ir.Model) -> ir.Model:
+        graph, parts, plan = template.graph, self.parts, self.plan
+        # the names the caller sees first, so that a clone never takes one
+        inputs = [
+            self.shared_value(v) if i is None else self.layer_value(v, i)
+            for v, i in _expanded(graph.inputs, parts.sources, plan)
+        ]
+        initializers = [
+            self.shared_value(v)
+            if i is None
+            else self.private_value(v, i)
+            if v in parts.private
+            else self.layer_value(v, i)
+            for v, i in _expanded(
+                list(graph.initializers.values()), {**parts.sources, **parts.private}, plan
+            )
+        ]
+        for node in parts.prefix:
+            for old, new in zip(node.outputs, self.writer.clone(node, self.outer, "")):
+                self.shared[old] = new
+        handed: dict[tuple, ir.Value] = {}
+        for i in range(len(plan.sources)):
+            handed = self.layer(i, handed)
+        reads = _matched(parts.suffix.incoming, handed, "the model's last part")
+        local = {old: reads[key] for key, old in parts.suffix.incoming.items()}
+        for node in parts.suffix.nodes:
+            made = self.writer.clone(node, lambda v: local[v] if v in local else self.outer(v), "")
+            local.update(zip(node.outputs, made))
+        outputs = [
+            self.layered[plan.renamed(v.name or "", i)]
+            if i is not None
+            else local[v]
+            if v in local
+            else self.outer(v)
+            for v, i in _expanded(graph.outputs, parts.sources, plan)
+        ]
+        return _model_like(
+            template, ir.Graph(inputs, outputs, nodes=self.writer.nodes, initializers=initializers)
+        )
 
-    outputs = [output(v, i) for v, i in _expanded(graph.outputs, parts.sources, plan)]
-    new_graph = ir.Graph(
-        inputs,
-        outputs,
-        nodes=writer.nodes,
-        initializers=initializers,
-        doc_string=graph.doc_string,
-        opset_imports=dict(graph.opset_imports),
-        name=graph.name,
-        metadata_props=dict(graph.metadata_props) or None,
-    )
+
+def _model_like(template: ir.Model, graph: ir.Graph) -> ir.Model:
+    """``graph`` in a model with the template's graph and model fields."""
+    old = template.graph
+    graph.name, graph.doc_string = old.name, old.doc_string
+    graph.opset_imports.update(old.opset_imports)
+    graph.metadata_props.update(old.metadata_props)
     return ir.Model(
-        new_graph,
-        ir_version=model.ir_version,
-        producer_name=model.producer_name,
-        producer_version=model.producer_version,
-        domain=model.domain,
-        model_version=model.model_version,
-        doc_string=model.doc_string,
-        metadata_props=dict(model.metadata_props) or None,
+        graph,
+        ir_version=template.ir_version,
+        producer_name=template.producer_name,
+        producer_version=template.producer_version,
+        domain=template.domain,
+        model_version=template.model_version,
+        doc_string=template.doc_string,
+        metadata_props=dict(template.metadata_props) or None,
     )
 
 
