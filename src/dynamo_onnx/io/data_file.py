@@ -7,9 +7,9 @@ checkpoint, converted, packed or quantized as it is written) the disk waits for 
 the CPU for the disk, and the page cache charges the writer for every page it must reclaim
 first (docs/performance.md, issue 44's "The save"). Here threads evaluate the next tensors
 (the reads and torch's and NumPy's copies release the GIL; ONNX Runtime's quantizer holds
-it, so a second thread converts while one quantizes) while the caller's thread writes the
-current one with ``O_DIRECT`` (``direct_file``): the save holds the tensor written and the
-``ahead`` being made (``defaults.SAVE_TENSORS_AHEAD``).
+it) while the caller's thread writes the current one with ``O_DIRECT`` (``direct_file``):
+the save holds the tensor written and the ``ahead`` being made
+(``defaults.SAVE_TENSORS_AHEAD``), within the largest tensor's bytes.
 
 The file is the one ``ir.save`` writes, byte for byte: the same tensors (the initializers of
 more than the threshold's bytes, in the graphs' declaration order), packed end to end, each
