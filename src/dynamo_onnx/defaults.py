@@ -70,7 +70,7 @@ GC_THRESHOLDS_WHILE_EXPORTING = (2000, 20, 100)
 # -- saving ------------------------------------------------------------------------------
 
 #: Weights made (read, converted, packed, quantized) in threads while the one before is
-#: written to the external data file (io/data_file.py). One: two were slower on a 2-core
-#: machine in both precisions (docs/performance.md, issue 44's "The save"), each thread's
-#: torch copies running an OpenMP team of their own beside the quantizer, which holds the GIL.
+#: written to the external data file (io/data_file.py). One: two were no faster on a shared
+#: 2-core machine and held more (docs/performance.md, issue 44's "The save"); each thread's
+#: torch copies run an OpenMP team of their own, and ONNX Runtime's quantizer holds the GIL.
 SAVE_TENSORS_AHEAD = 1
