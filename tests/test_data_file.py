@@ -100,11 +100,15 @@ def test_a_model_that_holds_external_tensors_is_saved_again_the_same(tmp_path):
     assert (again / "first.onnx.data").read_bytes() == (tmp_path / "first.onnx.data").read_bytes()
 
 
-def test_the_weights_are_made_in_threads_ahead_of_the_write(tmp_path):
+@pytest.mark.parametrize(
+    "sizes",
+    [[256, 2_000_000, 300, 70_000, 1, 500_000, 1000], [100_000] * 4 + [1] + [100_000] * 2],
+    ids=["varied", "equal"],
+)
+def test_the_weights_are_made_in_threads_ahead_of_the_write(tmp_path, sizes):
     """Tensors of 4 bytes to 8 MB: they are made in the save's threads, in file order, the
     next ones while one is written, and never more alive than those and the one written."""
     rng = np.random.default_rng(1)
-    sizes = [256, 2_000_000, 300, 70_000, 1, 500_000, 1000]
     alive, most = [0], [0]
     lock = threading.Lock()
     seen: list = []

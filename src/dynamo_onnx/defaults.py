@@ -70,7 +70,7 @@ GC_THRESHOLDS_WHILE_EXPORTING = (2000, 20, 100)
 # -- saving ------------------------------------------------------------------------------
 
 #: Weights made (read, converted, packed, quantized) in threads while the one before is
-#: written to the external data file (io/data_file.py): two keep both cores busy, one on
-#: ONNX Runtime's quantizer (which holds the GIL) and one on reads and copies (which do not);
-#: the save holds this many tensors plus the one it writes (docs/performance.md, issue 44).
-SAVE_TENSORS_AHEAD = 2
+#: written to the external data file (io/data_file.py). One: two were no faster on a shared
+#: 2-core machine and held more (docs/performance.md, issue 44's "The save"); each thread's
+#: torch copies run an OpenMP team of their own, and ONNX Runtime's quantizer holds the GIL.
+SAVE_TENSORS_AHEAD = 1

@@ -7,9 +7,9 @@ checkpoint, converted, packed or quantized as it is written) the disk waits for 
 the CPU for the disk, and the page cache charges the writer for every page it must reclaim
 first (docs/performance.md, issue 44's "The save"). Here threads evaluate the next tensors
 (the reads and torch's and NumPy's copies release the GIL; ONNX Runtime's quantizer holds
-it, so a second thread converts while one quantizes) while the caller's thread writes the
-current one with ``O_DIRECT`` (``direct_file``): the save holds the tensor written and the
-``ahead`` being made (``defaults.SAVE_TENSORS_AHEAD``).
+it) while the caller's thread writes the current one with ``O_DIRECT`` (``direct_file``):
+the save holds the tensor written and the ``ahead`` being made
+(``defaults.SAVE_TENSORS_AHEAD``), within twice the largest tensor's bytes.
 
 The file is the one ``ir.save`` writes, byte for byte: the same tensors (the initializers of
 more than the threshold's bytes, in the graphs' declaration order), packed end to end, each
@@ -163,13 +163,13 @@ def write_data_file(
 ) -> None:
     """Write the tensors' bytes end to end to ``path`` (created), evaluated ``ahead`` at a
     time while one is written (:func:`evaluated_ahead`: the tensors held at once, the one
-    written included, are at most the largest one's bytes, or that one alone), with
+    written included, are at most twice the largest one's bytes), with
     ``O_DIRECT`` when ``direct`` and the file system allows it. Raises what an evaluation or the file raised; ``ValueError`` for a
     tensor whose bytes are not its declared size (the offsets follow the declared sizes, as
     onnx_ir's do)."""
     file = open_direct(path) if direct else None
-    largest = max((t.nbytes for t in tensors), default=0)
-    made = evaluated_ahead(tensors, payload, ahead, size=_nbytes, budget=largest)
+    budget = 2 * max((t.nbytes for t in tensors), default=0)  # one ahead is always within
+    made = evaluated_ahead(tensors, payload, ahead, size=_nbytes, budget=budget)
     # closed on an error too: its threads stop there, not when the generator is collected
     with contextlib.closing(made), file if file is not None else open(path, "wb") as out:
         for index, data in enumerate(made):

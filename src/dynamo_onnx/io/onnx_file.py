@@ -107,8 +107,9 @@ def save(
 
     With external data (asked for, or automatic above 2 GB of weights) the weights go to
     ``<destination>.data`` beside it, written and renamed the same way, before the model,
-    one tensor at a time (a lazy tensor is evaluated as it is written): ``progress`` is
-    called before each with the tensors and bytes written so far and in all.
+    one tensor at a time (``data_file``: a lazy tensor is evaluated in a thread while the
+    one before it is written): ``progress`` is called before each is written with the
+    tensors and bytes written so far, that one included, and in all.
     A model with no weights to write has no ``.data`` file. Raises ``OSError`` as the file
     system does; check :func:`unwritable` first for a clear cause.
     """
