@@ -218,3 +218,60 @@ def test_the_plain_sliding_fallback_goes_through_the_template(tmp_path):
     assert not [f for f in program.diagnostics.findings if f.level.name == "WARNING"]
     _, prompt, expected = _eager_tokens(tmp_path / "hf")
     assert _generate(tmp_path / "onnx", TEXT, prompt) == expected
+
+
+def _qwen3_window():
+    """Two full layers, then sliding ones: the copy needs a layer of each kind."""
+    config = transformers.Qwen3Config(
+        **SMALL, head_dim=16, use_sliding_window=True, sliding_window=4, max_window_layers=2
+    )
+    return transformers.Qwen3ForCausalLM(config)
+
+
+@pytest.mark.parametrize(
+    ("build", "template", "copied"),
+    [(_llama, "0, 1, 2", "0, 1"), (_qwen3_window, "0, 1, 2, 3", "0, 1, 2")],
+    ids=["llama", "qwen3-window"],
+)
+def test_the_layer_copy_is_the_templates_graph_not_a_second_export(
+    build, template, copied, tmp_path, monkeypatch
+):
+    """The checks after the save run on a layer copy (forced here: a tiny folder is checked
+    whole): the template's first layers, up to one of each kind after layer 0, their graph
+    the template's, the same graph an export of that copy gives; the model is captured
+    once, the template only."""
+    from dynamo_onnx import llm_folder
+    from dynamo_onnx.onnx_tools.graph_signatures import GENERATED_NAME, graph_differences
+
+    torch.manual_seed(0)
+    _save(tmp_path / "hf", build())
+    monkeypatch.setattr(dynamo_onnx.llm_copy, "checks_a_copy", lambda *sizes: True)
+    exported, derived = [], []
+    export_folder, copy_program = llm_folder._export_folder, llm_folder.copy_program
+    monkeypatch.setattr(
+        llm_folder, "_export_folder", lambda f, *a: exported.append(f) or export_folder(f, *a)
+    )
+
+    def recorded(kept, folder):
+        derived.append(copy_program(kept, folder))
+        return derived[-1]
+
+    monkeypatch.setattr(llm_folder, "copy_program", recorded)
+    program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "onnx")
+    _repeated(program, 5, template)
+    (note,) = program.diagnostics.by_rule("DO533")
+    assert note.properties["indices"] == copied
+    (match,) = program.diagnostics.by_rule("DO534")
+    assert match.properties["max_abs"] < 1e-4
+    assert not [f for f in program.diagnostics.findings if f.level.name == "WARNING"]
+    assert len(exported) == 1  # the template; the copy was not exported
+    ((copy_of, shrunk),) = derived
+    options = {"optimize": "onnxruntime", "progress": None, "diagnostic_options": None}
+    options |= {"source_root": None, "verbose": False}
+    direct = export_folder(copy_of.folder, True, options)[0]
+    assert graph_differences(shrunk.model, direct.model) == []
+    names = [  # those the exporter names itself (val_12) count its values: masked
+        ["*" if GENERATED_NAME.fullmatch(n) else n for n in m.graph.initializers]
+        for m in (shrunk.model, direct.model)
+    ]
+    assert names[0] == names[1]

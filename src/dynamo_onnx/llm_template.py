@@ -13,29 +13,54 @@ is the template's, so it is dropped: the program is run by its inputs' names.
 
 DO536 says the folder was made so; DO537, with the reason, that the model was exported whole
 (no template with fewer layers, or its layers could not be repeated).
+
+The template's own float32 model is kept (:class:`TemplateExport`) for the checks after the
+save: the layer copy they run on (``llm_copy``) holds layers the template holds, so its
+graph is the template's with those layers repeated once each (:func:`copy_program`), where
+exporting the copy would capture and optimize it again.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dynamo_onnx.errors import OnnxExporterError, WarningsAsErrorsError
-from dynamo_onnx.integrations import StreamedFolder, family_inputs_of, layer_template_of
+from dynamo_onnx.integrations import (
+    StreamedFolder,
+    family_inputs_of,
+    first_layers_copy_of,
+    layer_template_of,
+)
 from dynamo_onnx.passes.onnx_graph.describe import describe_into
 
 if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from dynamo_onnx.integrations.transformers.layer_copy import LayerCopy
     from dynamo_onnx.integrations.transformers.layer_template import LayerTemplate
     from dynamo_onnx.io.streamed_weights import WeightStream
     from dynamo_onnx.program import ONNXProgram
 
-__all__ = ["Exported", "export_repeated"]
+__all__ = ["Exported", "TemplateExport", "copy_program", "export_repeated"]
 
 #: an export of a folder: the program, the gate error ``warnings_as_errors`` raised, the
 #: weight stream
 Exported = tuple["ONNXProgram", "WarningsAsErrorsError | None", "WeightStream | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TemplateExport:
+    """The template's model as its export made it (fused, float32, before its layers were
+    repeated) and the program that now stands for the whole model: what
+    :func:`copy_program` derives the layer copy's model from."""
+
+    model: ir.Model
+    template: LayerTemplate
+    program: ONNXProgram
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,11 +74,13 @@ def export_repeated(
     folder: StreamedFolder,
     whole_windows: bool,
     export_one: Callable[[StreamedFolder], Exported],
+    keep: Callable[[TemplateExport], None] | None = None,
 ) -> Exported:
     """``folder``'s model exported by ``export_one`` through its template, its layers
     repeated (DO536); exported whole by ``export_one`` when there is no template or its
     layers cannot be repeated (DO537 with the reason). ``whole_windows``: the folder's
-    sliding layers keep their whole cache (the plain fallback), and so do the template's."""
+    sliding layers keep their whole cache (the plain fallback), and so do the template's.
+    ``keep`` is handed the template's export when the layers were repeated."""
     template = layer_template_of(folder)
     if isinstance(template, str):
         return _whole(folder, export_one, template)
@@ -74,6 +101,8 @@ def export_repeated(
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if stream is not None:  # what the export read, under the model's names
         stream.rename(template.model_weight)
+    if keep is not None:
+        keep(TemplateExport(program.model, template, program))
     _stand_for_the_model(program, repeated, folder)
     program._context().record(
         "layers-repeated-from-template",
@@ -140,3 +169,30 @@ def _whole(
         reason=reason.rstrip("."),
     )
     return program, gate, stream
+
+
+def copy_program(
+    kept: TemplateExport, folder: StreamedFolder
+) -> tuple[LayerCopy, ONNXProgram] | None:
+    """The layer copy of ``folder``'s model made of its template's export: the model's
+    first layers, up to one of each kind after layer 0 (``first_layers_copy_of``), made
+    as the model's are (each the template layer it repeats, reading its own tensors), and
+    the copy's program, run by its inputs' names as the repeated model is. None when the
+    model has no fewer layers than that, or its layers cannot be repeated so (the copy is
+    then exported)."""
+    from dynamo_onnx.onnx_tools.layer_repeat import LayerRepeatRefused, repeat_layers
+
+    copy_of = first_layers_copy_of(folder)
+    if copy_of is None:
+        return None
+    plan = kept.template.plan()
+    try:
+        model = repeat_layers(
+            kept.model, dataclasses.replace(plan, sources=plan.sources[: len(copy_of.kept)])
+        )
+    except LayerRepeatRefused:
+        return None
+    program = copy.copy(kept.program)  # the template's: the same export, anchor and class
+    program.diagnostics = None  # the copy's findings are its own (llm_copy records them)
+    _stand_for_the_model(program, model, copy_of.folder)
+    return copy_of, program
