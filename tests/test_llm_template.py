@@ -21,6 +21,7 @@ from cli_runner import run_cli
 from dynamo_onnx.integrations import copy_family_values
 from dynamo_onnx.integrations.transformers.hf_folder import example_inputs
 from test_export_llm_cli import _generate, _ops, _tokenizer
+from test_streamed_export_llm import _in_memory  # the whole export, in memory
 
 og = pytest.importorskip("onnxruntime_genai")
 
@@ -56,19 +57,6 @@ def _mistral():
     return transformers.MistralForCausalLM(transformers.MistralConfig(**SMALL, sliding_window=4))
 
 
-def _whole_export(folder, out, precision):
-    """The folder's model loaded in float32 and exported whole as export_llm does (the
-    runtime's fusions, quantized, saved): the ``.data`` bytes a template must give."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        folder, local_files_only=True, dtype=torch.float32
-    ).eval()
-    program = dynamo_onnx.export(model, (), kwargs=example_inputs(model), optimize="onnxruntime")
-    program.quantize(precision)
-    out.mkdir()
-    program.save(out / "model.onnx", external_data=True)
-    return (out / "model.onnx.data").read_bytes()
-
-
 def _eager_tokens(folder):
     eager = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     prompt = transformers.AutoTokenizer.from_pretrained(folder)(TEXT, return_tensors="pt")
@@ -95,7 +83,7 @@ def test_the_repeated_template_is_the_whole_export(build, tmp_path):
     _repeated(program, 5)
     assert not [f for f in program.diagnostics.findings if f.level.name == "WARNING"]
     data = (tmp_path / "onnx" / "model.onnx.data").read_bytes()
-    assert data == _whole_export(saved, tmp_path / "whole", "fp32")
+    assert data == _in_memory(saved, tmp_path / "whole", "fp32")
     (streamed,) = program.diagnostics.by_rule("DO532")  # every checkpoint tensor read
     assert streamed.properties["read"] == len(
         safetensors.torch.load_file(saved / "model.safetensors")
@@ -122,7 +110,7 @@ def test_the_int4_folder_is_the_whole_int4_export(tmp_path):
     # per layer q/k/v packed, o, gate/up packed, down; and the LM head
     assert _ops(tmp_path / "int4")["MatMulNBits"] == 4 * 5 + 1
     data = (tmp_path / "int4" / "model.onnx.data").read_bytes()
-    assert data == _whole_export(tmp_path / "hf", tmp_path / "whole", "int4")
+    assert data == _in_memory(tmp_path / "hf", tmp_path / "whole", "int4")
     og.Model(str(tmp_path / "int4"))  # onnxruntime-genai loads it
 
 
