@@ -22,19 +22,13 @@ exporting the copy would capture and optimize it again.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dynamo_onnx.errors import OnnxExporterError, WarningsAsErrorsError
-from dynamo_onnx.integrations import (
-    StreamedFolder,
-    family_inputs_of,
-    first_layers_copy_of,
-    layer_template_of,
-)
+from dynamo_onnx.integrations import StreamedFolder, family_inputs_of, layer_template_of
 from dynamo_onnx.passes.onnx_graph.describe import describe_into
 
 if TYPE_CHECKING:
@@ -175,24 +169,45 @@ def copy_program(
     kept: TemplateExport, folder: StreamedFolder
 ) -> tuple[LayerCopy, ONNXProgram] | None:
     """The layer copy of ``folder``'s model made of its template's export: the model's
-    first layers, up to one of each kind after layer 0 (``first_layers_copy_of``), made
+    first layers, up to one of each kind after layer 0 (a Llama's layers 0 and 1), made
     as the model's are (each the template layer it repeats, reading its own tensors), and
     the copy's program, run by its inputs' names as the repeated model is. None when the
     model has no fewer layers than that, or its layers cannot be repeated so (the copy is
     then exported)."""
-    from dynamo_onnx.onnx_tools.layer_repeat import LayerRepeatRefused, repeat_layers
+    import dataclasses as dc
 
-    copy_of = first_layers_copy_of(folder)
-    if copy_of is None:
+    from dynamo_onnx.integrations.transformers.layer_copy import LayerCopy, layers_of
+    from dynamo_onnx.onnx_tools.layer_repeat import LayerRepeatRefused, repeat_layers
+    from dynamo_onnx.program import ONNXProgram
+
+    layers = layers_of(folder)
+    count = _first_of_each_kind(layers.kinds) if layers is not None else None
+    if layers is None or count is None or count >= layers.count:
+        return None
+    shrunk = layers.keeping(tuple(range(count)))
+    if shrunk is None:
         return None
     plan = kept.template.plan()
     try:
-        model = repeat_layers(
-            kept.model, dataclasses.replace(plan, sources=plan.sources[: len(copy_of.kept)])
-        )
+        model = repeat_layers(kept.model, dc.replace(plan, sources=plan.sources[:count]))
     except LayerRepeatRefused:
         return None
-    program = copy.copy(kept.program)  # the template's: the same export, anchor and class
-    program.diagnostics = None  # the copy's findings are its own (llm_copy records them)
-    _stand_for_the_model(program, model, copy_of.folder)
-    return copy_of, program
+    inputs = family_inputs_of(shrunk.model, shrunk.inputs)
+    program = ONNXProgram(
+        model,
+        None,  # run by its inputs' names, as the repeated model is
+        reference=shrunk.model,
+        model_location=kept.program.model_location,
+        inputs=inputs.for_model(model) if inputs is not None else None,
+    )
+    return LayerCopy(shrunk, tuple(range(count)), layers.count), program
+
+
+def _first_of_each_kind(kinds: list[Any]) -> int | None:
+    """How many of the model's first layers hold layer 0 and a layer of every kind the
+    model has after it (at least two: layer 0's graph is unlike the others')."""
+    wanted = set(kinds[1:])
+    for count in range(2, len(kinds) + 1):
+        if set(kinds[1:count]) >= wanted:
+            return count
+    return None

@@ -62,7 +62,6 @@ __all__ = [
     "input_family",
     "is_speech_folder",
     "is_vision_folder",
-    "first_layers_copy_of",
     "layer_copy_of",
     "layer_copy_to_eager",
     "layer_template_of",
@@ -127,12 +126,6 @@ def layer_copy_of(folder: StreamedFolder) -> LayerCopy | None:
     """``folder``'s model with the first layer of each kind, reading the same checkpoint:
     what the checks that would hold the whole model's weights run on (None: no such copy)."""
     return layer_copy.layer_copy(folder)
-
-
-def first_layers_copy_of(folder: StreamedFolder) -> LayerCopy | None:
-    """``folder``'s model with its first layers up to one of each kind after layer 0,
-    reading the same checkpoint: the layer copy a template's graph makes (None: none)."""
-    return layer_copy.first_layers_copy(folder)
 
 
 def layer_copy_to_eager(copy_of: LayerCopy, whole_windows: bool) -> SavedModel:

@@ -194,23 +194,6 @@ def layer_copy(folder: StreamedFolder) -> LayerCopy | None:
     return None
 
 
-def first_layers_copy(folder: StreamedFolder) -> LayerCopy | None:
-    """The copy of ``folder``'s model with its first layers, up to one of each kind after
-    layer 0 (a Llama's layers 0 and 1: layer 0's graph is unlike the others'), reading the
-    checkpoint's tensors of those layers: the copy a template's graph makes (the model's
-    layers as the template repeats them); None when the model has no fewer layers."""
-    layers = layers_of(folder)
-    if layers is None:
-        return None
-    wanted = set(layers.kinds[1:])
-    count = next((c for c in range(2, layers.count + 1) if set(layers.kinds[1:c]) >= wanted), None)
-    if count is None or count >= layers.count:
-        return None
-    kept = tuple(range(count))
-    shrunk = layers.keeping(kept)
-    return LayerCopy(shrunk, kept, layers.count) if shrunk is not None else None
-
-
 def eager_folder(copy_of: LayerCopy, whole_windows: bool) -> HFFolder:
     """The copy as transformers runs it: float32 parameters read from the checkpoint (a
     tied weight's names share one tensor; a 16-bit embedding and head kept 16-bit and
