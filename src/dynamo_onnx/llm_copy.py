@@ -3,10 +3,8 @@
 when holding the whole folder's weights would cost more memory than the export did.
 
 The copy (``integrations.transformers.layer_copy``) is the model's config with the first
-layer of each kind, reading the checkpoint's tensors of those layers. When the model was
-exported through a template holding those layers (``llm_template``), the copy's graph is the
-template's with those layers (no second capture); else it is exported here as the model was
-(the same export, fusions and precision). It is saved into a temporary folder with its
+layer of each kind, reading the checkpoint's tensors of those layers; it is exported here
+as the model was (the same export, fusions and precision) into a temporary folder with its
 runtime files. Its float32 ONNX model is compared with transformers' model of the copy
 (DO534, or DO535 when they differ), then quantized as the model was and checked by the
 runtime, whose failure is the folder's DO514. DO533 says the check ran on the copy.
@@ -78,9 +76,6 @@ class CopyCheck:
     weights: int
     #: where the copy's temporary folder goes (the folder written: on its disk)
     beside: pathlib.Path
-    #: the copy and its program made without exporting it (of the model's template:
-    #: ``llm_template.copy_program``), or None when they cannot be
-    derive: Callable[[StreamedFolder], tuple[LayerCopy, ONNXProgram] | None] | None = None
 
 
 def run_on_copy(
@@ -94,8 +89,7 @@ def run_on_copy(
     runtime's check, with DO533 recorded first in ``program``'s diagnostics. False, with
     nothing recorded, when the whole folder is to be checked: it is small enough, the model
     has no copy, or the copy does not export."""
-    derived = how.derive(folder) if how.derive is not None else None
-    copy_of = derived[0] if derived is not None else layer_copy_of(folder)
+    copy_of = layer_copy_of(folder)
     if copy_of is None or not checks_a_copy(
         how.weights, copy_of.float32_bytes, peak_rss_bytes(), resident_bytes()
     ):
@@ -107,11 +101,9 @@ def run_on_copy(
         out = pathlib.Path(tmp)
         model_path = out / how.model_filename
         try:
-            shrunk = derived[1] if derived is not None else None
-            if shrunk is None:
-                with warnings.catch_warnings():  # the model's export said them already
-                    warnings.simplefilter("ignore")
-                    shrunk = how.export(saved)
+            with warnings.catch_warnings():  # the model's export said them already
+                warnings.simplefilter("ignore")
+                shrunk = how.export(saved)
             shrunk.save(model_path, external_data=True)
         except OnnxExporterError:  # the model exported: the copy's failure is not the user's
             return False

@@ -49,7 +49,7 @@ from dynamo_onnx.integrations import (
 )
 from dynamo_onnx.llm_copy import CopyCheck, run_on_copy
 from dynamo_onnx.llm_stream import give_weights, note_peak, report_streamed
-from dynamo_onnx.llm_template import TemplateExport, copy_program, export_repeated
+from dynamo_onnx.llm_template import export_repeated
 from dynamo_onnx.options import OPTIMIZE_RUNTIMES, DiagnosticOptions, optimize_problem
 from dynamo_onnx.passes.base import PassName, run_pipeline
 from dynamo_onnx.reports import ReportingContext
@@ -165,23 +165,18 @@ def _export_folder(
 
 
 def _export_model(
-    folder: SavedModel,
-    streamed: bool,
-    options: dict[str, Any],
-    whole_windows: bool,
-    keep: Callable[[TemplateExport], None] | None = None,
+    folder: SavedModel, streamed: bool, options: dict[str, Any], whole_windows: bool
 ) -> tuple[ONNXProgram, WarningsAsErrorsError | None, WeightStream | None]:
     """:func:`_export_folder` of the folder's model; a streamed one through a template of a
     few layers repeated in the ONNX graph when it can be (:mod:`dynamo_onnx.llm_template`),
     its sliding layers keeping their whole cache when ``whole_windows`` says the folder's
-    do; ``keep`` is handed the template's export (:func:`export_repeated`)."""
+    do."""
     if not streamed:
         return _export_folder(folder, streamed, options)
     return export_repeated(
         folder,  # type: ignore[arg-type]
         whole_windows,
         lambda exported: _export_folder(exported, True, options),
-        keep,
     )
 
 
@@ -220,12 +215,10 @@ def _checked_on_copy(
     quantization: Quantization,
     options: dict[str, Any],
     whole_windows: bool,
-    template: TemplateExport | None = None,
 ) -> bool:
     """The checks of a streamed folder whose weights would take more memory than the
-    export did, made on a layer copy (:mod:`dynamo_onnx.llm_copy`), whose graph is made of
-    ``template`` when the model was; False when the whole folder is to be checked (not
-    streamed, no runtime file, or as ``run_on_copy`` says)."""
+    export did, made on a layer copy (:mod:`dynamo_onnx.llm_copy`); False when the whole
+    folder is to be checked (not streamed, no runtime file, or as ``run_on_copy`` says)."""
     data = check.folder / f"{MODEL_FILENAME}.data"
     if streamed is None or check.saved.runtime_file in check.not_written or not data.is_file():
         return False
@@ -237,7 +230,6 @@ def _checked_on_copy(
         MODEL_FILENAME,
         data.stat().st_size,
         check.folder,
-        (lambda model: copy_program(template, model)) if template is not None else None,
     )
 
     def check_copy(folder: pathlib.Path, saved: SavedModel) -> None:
@@ -248,10 +240,7 @@ def _checked_on_copy(
 
 
 def _export_with_fallback(
-    folder: SavedModel,
-    streamed: bool,
-    options: dict[str, Any],
-    keep: Callable[[TemplateExport], None] | None = None,
+    folder: SavedModel, streamed: bool, options: dict[str, Any]
 ) -> tuple[ONNXProgram, WarningsAsErrorsError | None, WeightStream | None, SavedModel, bool]:
     """The folder exported, and exported again as the plain fallback (every layer its whole
     cache, the window in the mask) when a sliding layer's cache cannot stay bounded: with no
@@ -262,18 +251,17 @@ def _export_with_fallback(
         # no fusion can make a sliding layer's cache whole: export the plain fallback
         folder = whole
     if whole is None or folder is whole:
-        exported = _export_model(folder, streamed, options, folder is whole, keep)
-        return (*exported, folder, folder is whole)
+        return (*_export_model(folder, streamed, options, folder is whole), folder, folder is whole)
     with warnings.catch_warnings(record=True) as issued:
         warnings.simplefilter("always", DynamoOnnxWarning)
-        program, gate, stream = _export_model(folder, streamed, options, False, keep)
+        program, gate, stream = _export_model(folder, streamed, options, False)
     if _unfused_sliding(program, folder):
         # a sliding attention did not fuse (its DO503/DO511 says why, and the second
         # export says it again): the plain model, whose every layer keeps its whole
         # cache; the warnings of the model not kept are not the user's
         folder = whole
         issued = [w for w in issued if not issubclass(w.category, DynamoOnnxWarning)]
-        program, gate, stream = _export_model(folder, streamed, options, True, keep)
+        program, gate, stream = _export_model(folder, streamed, options, True)
     for w in issued:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return program, gate, stream, folder, folder is whole
@@ -286,15 +274,12 @@ def _check_folder(
     quantization: Quantization,
     options: dict[str, Any],
     whole_windows: bool,
-    template: TemplateExport | None = None,
 ) -> None:
-    """The folder written, checked by its runtime (whole, or on a layer copy, made of the
-    ``template`` the program was made of when there is one); the command's peak noted after
-    it; the check's warnings (DO515, DO516) issued to the caller as export()'s are."""
+    """The folder written, checked by its runtime (whole, or on a layer copy); the command's
+    peak noted after it; the check's warnings (DO515, DO516) issued to the caller as
+    export()'s are."""
     known = len(program.diagnostics.findings)
-    if not _checked_on_copy(
-        program, streamed, check, quantization, options, whole_windows, template
-    ):
+    if not _checked_on_copy(program, streamed, check, quantization, options, whole_windows):
         run_pipeline(program.diagnostics, [FolderCheckPass()], check)
     note_peak(program)
     warned = [f for f in program.diagnostics.findings[known:] if f.level == Level.WARNING]
@@ -406,9 +391,8 @@ def export_llm(
         "verbose": verbose,
     }
     with _load_findings_kept(ctx):  # the load's findings in a failure's record too
-        templates: list[TemplateExport] = []  # what a streamed model was made of
         program, gate, stream, folder, whole_windows = _export_with_fallback(
-            folder, streamed is not None, options, templates.append
+            folder, streamed is not None, options
         )
         _carry_load(ctx, program)
         program.quantize(
@@ -425,8 +409,7 @@ def export_llm(
             program.model, program.reference, program.inputs, MODEL_FILENAME
         )
         check = FolderCheck(out, folder, not_written, program.model_location)
-        template = next((t for t in templates if t.program is program), None)
-        _check_folder(program, streamed, check, quantization, options, whole_windows, template)
+        _check_folder(program, streamed, check, quantization, options, whole_windows)
         if gate is None:  # a warning of the quantization or the save
             gate = warnings_gate(program.diagnostics)
             if gate is not None:

@@ -13,11 +13,6 @@ is the template's, so it is dropped: the program is run by its inputs' names.
 
 DO536 says the folder was made so; DO537, with the reason, that the model was exported whole
 (no template with fewer layers, or its layers could not be repeated).
-
-The template's own float32 model is kept (:class:`TemplateExport`) for the checks after the
-save: the layer copy they run on (``llm_copy``) holds layers the template holds, so its
-graph is the template's with those layers repeated once each (:func:`copy_program`), where
-exporting the copy would capture and optimize it again.
 """
 
 from __future__ import annotations
@@ -32,29 +27,15 @@ from dynamo_onnx.integrations import StreamedFolder, family_inputs_of, layer_tem
 from dynamo_onnx.passes.onnx_graph.describe import describe_into
 
 if TYPE_CHECKING:
-    import onnx_ir as ir
-
-    from dynamo_onnx.integrations.transformers.layer_copy import LayerCopy
     from dynamo_onnx.integrations.transformers.layer_template import LayerTemplate
     from dynamo_onnx.io.streamed_weights import WeightStream
     from dynamo_onnx.program import ONNXProgram
 
-__all__ = ["Exported", "TemplateExport", "copy_program", "export_repeated"]
+__all__ = ["Exported", "export_repeated"]
 
 #: an export of a folder: the program, the gate error ``warnings_as_errors`` raised, the
 #: weight stream
 Exported = tuple["ONNXProgram", "WarningsAsErrorsError | None", "WeightStream | None"]
-
-
-@dataclasses.dataclass(frozen=True)
-class TemplateExport:
-    """The template's model as its export made it (fused, float32, before its layers were
-    repeated) and the program that now stands for the whole model: what
-    :func:`copy_program` derives the layer copy's model from."""
-
-    model: ir.Model
-    template: LayerTemplate
-    program: ONNXProgram
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,13 +49,11 @@ def export_repeated(
     folder: StreamedFolder,
     whole_windows: bool,
     export_one: Callable[[StreamedFolder], Exported],
-    keep: Callable[[TemplateExport], None] | None = None,
 ) -> Exported:
     """``folder``'s model exported by ``export_one`` through its template, its layers
     repeated (DO536); exported whole by ``export_one`` when there is no template or its
     layers cannot be repeated (DO537 with the reason). ``whole_windows``: the folder's
-    sliding layers keep their whole cache (the plain fallback), and so do the template's.
-    ``keep`` is handed the template's export when the layers were repeated."""
+    sliding layers keep their whole cache (the plain fallback), and so do the template's."""
     template = layer_template_of(folder)
     if isinstance(template, str):
         return _whole(folder, export_one, template)
@@ -95,8 +74,6 @@ def export_repeated(
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if stream is not None:  # what the export read, under the model's names
         stream.rename(template.model_weight)
-    if keep is not None:
-        keep(TemplateExport(program.model, template, program))
     _stand_for_the_model(program, repeated, folder)
     program._context().record(
         "layers-repeated-from-template",
@@ -163,51 +140,3 @@ def _whole(
         reason=reason.rstrip("."),
     )
     return program, gate, stream
-
-
-def copy_program(
-    kept: TemplateExport, folder: StreamedFolder
-) -> tuple[LayerCopy, ONNXProgram] | None:
-    """The layer copy of ``folder``'s model made of its template's export: the model's
-    first layers, up to one of each kind after layer 0 (a Llama's layers 0 and 1), made
-    as the model's are (each the template layer it repeats, reading its own tensors), and
-    the copy's program, run by its inputs' names as the repeated model is. None when the
-    model has no fewer layers than that, or its layers cannot be repeated so (the copy is
-    then exported)."""
-    import dataclasses as dc
-
-    from dynamo_onnx.integrations.transformers.layer_copy import LayerCopy, layers_of
-    from dynamo_onnx.onnx_tools.layer_repeat import LayerRepeatRefused, repeat_layers
-    from dynamo_onnx.program import ONNXProgram
-
-    layers = layers_of(folder)
-    count = _first_of_each_kind(layers.kinds) if layers is not None else None
-    if layers is None or count is None or count >= layers.count:
-        return None
-    shrunk = layers.keeping(tuple(range(count)))
-    if shrunk is None:
-        return None
-    plan = kept.template.plan()
-    try:
-        model = repeat_layers(kept.model, dc.replace(plan, sources=plan.sources[:count]))
-    except LayerRepeatRefused:
-        return None
-    inputs = family_inputs_of(shrunk.model, shrunk.inputs)
-    program = ONNXProgram(
-        model,
-        None,  # run by its inputs' names, as the repeated model is
-        reference=shrunk.model,
-        model_location=kept.program.model_location,
-        inputs=inputs.for_model(model) if inputs is not None else None,
-    )
-    return LayerCopy(shrunk, tuple(range(count)), layers.count), program
-
-
-def _first_of_each_kind(kinds: list[Any]) -> int | None:
-    """How many of the model's first layers hold layer 0 and a layer of every kind the
-    model has after it (at least two: layer 0's graph is unlike the others')."""
-    wanted = set(kinds[1:])
-    for count in range(2, len(kinds) + 1):
-        if set(kinds[1:count]) >= wanted:
-            return count
-    return None

@@ -357,9 +357,9 @@ def check_kinds(parts: Parts, plan: LayerPlan) -> None:
     """Each template layer a model layer repeats is the same computation as the template's
     other layer of its kind, up to their index: else the repetition would guess."""
     for j, layer in enumerate(plan.kept):
-        if j == 0 or layer >= len(plan.sources) or plan.sources[layer] == j:
-            continue  # (a model shorter than the template: a layer copy of it)
         last = plan.sources[layer]
+        if j == 0 or last == j:
+            continue
         if _body_keys(parts, j, plan) != _body_keys(parts, last, plan):
             raise LayerRepeatRefused(
                 f"the model's layers {layer} and {plan.kept[last]}, of one kind, are not the "
@@ -393,12 +393,6 @@ def _tail(parts: Parts, body: Body, layer: int | None) -> list[str]:
     return sorted(tail)
 
 
-def _repeats(plan: LayerPlan, layer: int, p: int) -> bool:
-    """Whether the model's ``layer`` repeats template layer ``p`` (a model with fewer
-    layers than the template, a layer copy, has no layer ``layer``)."""
-    return layer < len(plan.sources) and plan.sources[layer] == p
-
-
 def check_tails(parts: Parts, plan: LayerPlan) -> None:
     """Each model layer's copy starts with the tail of the template layer before its
     template layer (and the suffix with the last one's): refused when that tail is not the
@@ -409,8 +403,7 @@ def check_tails(parts: Parts, plan: LayerPlan) -> None:
     def left_by(p: int) -> list[str] | None:
         """The tail template layer ``p``'s kind leaves: in the part after ``p`` or after
         the template's other layer of that kind; None when neither is a layer."""
-        repeating = [j for j, layer in enumerate(plan.kept) if _repeats(plan, layer, p)]
-        for q in (p, *repeating):
+        for q in (p, *(j for j, layer in enumerate(plan.kept) if plan.sources[layer] == p)):
             if q + 1 < count:
                 return _tail(parts, parts.bodies[q + 1], q + 1)
         return None
