@@ -9,6 +9,7 @@ import onnx_ir as ir
 import torch
 
 __all__ = [
+    "ONNX_TO_TORCH_DTYPE",
     "TORCH_TO_ONNX_DTYPE",
     "DtypeNotInOnnx",
     "TensorSubclassWeight",
@@ -18,6 +19,7 @@ __all__ = [
     "onnx_shape",
     "torch_tensor_to_ir",
     "transposed",
+    "widens_exactly",
 ]
 
 TORCH_TO_ONNX_DTYPE: dict[torch.dtype, ir.DataType] = {
@@ -88,6 +90,26 @@ class TensorSubclassWeight(TypeError):
         )
         self.name = name
         self.type_name = type(tensor).__name__
+
+
+#: The torch dtype of an ONNX tensor type whose elements torch holds one per element (float4,
+#: two to a byte in torch, excepted).
+ONNX_TO_TORCH_DTYPE: dict[ir.DataType, torch.dtype] = {
+    onnx: dtype for dtype, onnx in TORCH_TO_ONNX_DTYPE.items() if dtype != torch.float4_e2m1fn_x2
+}
+
+#: float dtypes each of whose values the wider ones hold exactly (NaN and inf included).
+_EXACT_WIDENINGS: dict[torch.dtype, frozenset[torch.dtype]] = {
+    torch.bfloat16: frozenset({torch.float32, torch.float64}),
+    torch.float16: frozenset({torch.float32, torch.float64}),
+    torch.float32: frozenset({torch.float64}),
+}
+
+
+def widens_exactly(source: torch.dtype, target: torch.dtype) -> bool:
+    """Whether converting ``source`` values to ``target`` changes none (the same dtype, or
+    a float dtype to a wider one): moving them before converting gives the same bytes."""
+    return source == target or target in _EXACT_WIDENINGS.get(source, frozenset())
 
 
 def is_wrapper_subclass(tensor: object) -> bool:

@@ -115,23 +115,31 @@ class Checkpoint:
         """The tensor ``name``, converted to ``dtype`` when given: a fresh tensor that owns
         its memory (nothing of the file stays mapped)."""
         stored = self._tensors[name]
-        buffer = bytearray(stored.nbytes)
+        # not zeroed first: every byte is read into it
+        tensor = self.read_into(name, torch.empty(stored.nbytes, dtype=torch.uint8))
+        if dtype is not None and dtype != tensor.dtype:
+            return tensor.to(dtype)
+        return tensor
+
+    def read_into(self, name: str, buffer: torch.Tensor) -> torch.Tensor:
+        """The tensor ``name`` as stored (its dtype and shape), read into ``buffer``'s
+        first bytes (a contiguous ``uint8`` tensor at least its size, e.g. a
+        ``fill.Scratch`` slot reused from tensor to tensor) and viewing them."""
+        stored = self._tensors[name]
+        if not stored.nbytes:
+            return torch.empty(stored.shape, dtype=stored.dtype)
+        target = buffer[: stored.nbytes]
+        view = memoryview(target.numpy())
         with open(stored.path, "rb", buffering=0) as file:
             file.seek(stored.start)
-            view = memoryview(buffer)
             done = 0
             while done < stored.nbytes:
                 count = file.readinto(view[done:])
                 if not count:
                     raise OSError(f"{stored.path.name} ends inside tensor {name}")
                 done += count
-        if not stored.nbytes:
-            tensor = torch.empty(stored.shape, dtype=stored.dtype)
-        else:
-            tensor = torch.frombuffer(buffer, dtype=stored.dtype).reshape(stored.shape)
-        if dtype is not None and dtype != tensor.dtype:
-            return tensor.to(dtype)
-        return tensor
+        view.release()
+        return target.view(stored.dtype).reshape(stored.shape)
 
 
 def open_checkpoint(folder: str | os.PathLike[str]) -> Checkpoint | None:

@@ -24,14 +24,19 @@ import concurrent.futures
 import contextlib
 import io
 import os
+import queue
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
+import torch
 
 from dynamo_onnx.io.direct_file import open_direct
+from dynamo_onnx.io.fill import Fillable, Scratch
+from dynamo_onnx.tensors import ONNX_TO_TORCH_DTYPE
 
 __all__ = ["THREAD_NAME", "evaluated_ahead", "external_values", "payload", "write_data_file"]
 
@@ -149,6 +154,45 @@ def _nbytes(tensor: ir.TensorProtocol) -> int:
     return tensor.nbytes
 
 
+class _Buffers:
+    """The reused memory of one save: each worker thread's :class:`Scratch`, and the
+    buffers :class:`Fillable` tensors are written into, each handed back once written (as
+    many as the tensors held at once, each the largest such tensor's size)."""
+
+    def __init__(self, tensors: Sequence[ir.TensorProtocol]) -> None:
+        self._size = max((t.nbytes for t in tensors if _fills(t)), default=0)
+        self._free: queue.SimpleQueue[torch.Tensor] = queue.SimpleQueue()
+        self._local = threading.local()
+
+    def payload(self, tensor: ir.TensorProtocol) -> tuple[memoryview, torch.Tensor | None]:
+        """``tensor``'s bytes, and the buffer they are in when it is to be handed back."""
+        if not _fills(tensor):
+            return payload(tensor), None
+        try:
+            buffer = self._free.get_nowait()
+        except queue.Empty:
+            buffer = torch.empty(self._size, dtype=torch.uint8)
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = Scratch()
+        out = buffer[: tensor.nbytes].view(ONNX_TO_TORCH_DTYPE[tensor.dtype])
+        tensor.fill(out.view(tuple(tensor.shape.numpy())), scratch)  # type: ignore[attr-defined]
+        return memoryview(buffer[: tensor.nbytes].numpy()), buffer
+
+    def written(self, buffer: torch.Tensor | None) -> None:
+        if buffer is not None:
+            self._free.put(buffer)
+
+
+def _fills(tensor: ir.TensorProtocol) -> bool:
+    return (
+        isinstance(tensor, Fillable)
+        and tensor.dtype in ONNX_TO_TORCH_DTYPE
+        and tensor.dtype not in _PACKED
+        and sys.byteorder == "little"
+    )
+
+
 #: ``before(index, tensor)``: called as each tensor is about to be written.
 BeforeEach = Callable[[int, ir.TensorProtocol], None]
 
@@ -164,15 +208,18 @@ def write_data_file(
     """Write the tensors' bytes end to end to ``path`` (created), evaluated ``ahead`` at a
     time while one is written (:func:`evaluated_ahead`: the tensors held at once, the one
     written included, are at most twice the largest one's bytes), with
-    ``O_DIRECT`` when ``direct`` and the file system allows it. Raises what an evaluation or the file raised; ``ValueError`` for a
+    ``O_DIRECT`` when ``direct`` and the file system allows it. A :class:`Fillable`
+    tensor is written into a buffer reused from tensor to tensor (``io/fill.py``).
+    Raises what an evaluation or the file raised; ``ValueError`` for a
     tensor whose bytes are not its declared size (the offsets follow the declared sizes, as
     onnx_ir's do)."""
     file = open_direct(path) if direct else None
     budget = 2 * max((t.nbytes for t in tensors), default=0)  # one ahead is always within
-    made = evaluated_ahead(tensors, payload, ahead, size=_nbytes, budget=budget)
+    buffers = _Buffers(tensors)
+    made = evaluated_ahead(tensors, buffers.payload, ahead, size=_nbytes, budget=budget)
     # closed on an error too: its threads stop there, not when the generator is collected
     with contextlib.closing(made), file if file is not None else open(path, "wb") as out:
-        for index, data in enumerate(made):
+        for index, (data, buffer) in enumerate(made):
             tensor = tensors[index]
             if data.nbytes != tensor.nbytes:
                 raise ValueError(
@@ -184,3 +231,4 @@ def write_data_file(
             out.write(data)
             data.release()
             del data
+            buffers.written(buffer)

@@ -27,8 +27,19 @@ from typing import Any, Protocol
 
 import numpy as np
 import onnx_ir as ir
+import torch
 
-__all__ = ["READ_REDIRECT", "ReadRedirect", "WeightStream", "non_finite_count"]
+from dynamo_onnx.io.fill import Scratch, copy_array
+from dynamo_onnx.tensors import ONNX_TO_TORCH_DTYPE, widens_exactly
+
+__all__ = [
+    "READ_REDIRECT",
+    "ReadRedirect",
+    "StreamedTensor",
+    "WeightStream",
+    "non_finite_count",
+    "torch_non_finite_count",
+]
 
 
 class ReadRedirect(Protocol):
@@ -88,19 +99,88 @@ class WeightStream:
         dtype: ir.DataType,
         shape: ir.Shape,
         load: Callable[[], np.ndarray],
+        stored: Callable[[Scratch], torch.Tensor] | None = None,
     ) -> ir.LazyTensor:
         """An initializer's tensor that calls ``load`` each time its data is needed (the
-        result is not cached: it lives as long as its reader holds it)."""
+        result is not cached: it lives as long as its reader holds it). With ``stored``
+        (the tensor as its file holds it, read into a scratch buffer), a
+        :class:`StreamedTensor`: a save fills its buffers from that, converting once."""
 
         def evaluate() -> ir.TensorProtocol:
             array = load()
-            bad = non_finite_count(array)
-            redirect = READ_REDIRECT.get()
-            recorded = name if redirect is None else redirect.weight(name)
-            with self._lock:
-                self.read.add(recorded)
-                if bad:
-                    self.non_finite[recorded] = (bad, int(array.size))
+            self.seen(name, non_finite_count(array), int(array.size))
             return ir.tensor(array, name=name)
 
-        return ir.LazyTensor(evaluate, dtype=dtype, shape=shape, name=name)
+        if stored is None:
+            return ir.LazyTensor(evaluate, dtype=dtype, shape=shape, name=name)
+        return StreamedTensor(self, evaluate, stored, dtype=dtype, shape=shape, name=name)
+
+    def seen(self, name: str, bad: int, size: int) -> None:
+        """Weight ``name`` read (under the name the redirect gives it), with ``bad``
+        non-finite values of ``size``."""
+        redirect = READ_REDIRECT.get()
+        recorded = name if redirect is None else redirect.weight(name)
+        with self._lock:
+            self.read.add(recorded)
+            if bad:
+                self.non_finite[recorded] = (bad, size)
+
+
+def torch_non_finite_count(tensor: torch.Tensor, chunk: int = 1 << 22) -> int:
+    """:func:`non_finite_count` of a torch tensor (bfloat16 too, which NumPy lacks): a
+    finite minimum and maximum prove there are none (NaN propagates through both; one
+    pass, no temporary, several times faster than a sum in float32), else they are
+    counted chunk by chunk."""
+    if not tensor.is_floating_point() or not tensor.numel():
+        return 0
+    flat = tensor.reshape(-1)
+    low, high = torch.aminmax(flat)
+    if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
+        return 0
+    return sum(
+        int((~torch.isfinite(flat[i : i + chunk])).sum()) for i in range(0, flat.numel(), chunk)
+    )
+
+
+class StreamedTensor(ir.LazyTensor):
+    """A streamed weight that also hands its values as its file stores them (read into a
+    :class:`~dynamo_onnx.io.fill.Scratch` buffer, in the file's dtype where converting
+    them to the initializer's is exact) to a consumer that only moves them: packing and
+    transposing move half the bytes of a bfloat16 checkpoint, and the conversion to float32
+    writes once, where the value lands (:class:`~dynamo_onnx.io.fill.Fillable`). The stream
+    records the read and its non-finite values as :meth:`WeightStream.lazy`'s evaluation
+    does."""
+
+    def __init__(
+        self,
+        stream: WeightStream,
+        evaluate: Callable[[], ir.TensorProtocol],
+        stored: Callable[[Scratch], torch.Tensor],
+        *,
+        dtype: ir.DataType,
+        shape: ir.Shape,
+        name: str,
+    ) -> None:
+        super().__init__(evaluate, dtype=dtype, shape=shape, name=name)
+        self._stream = stream
+        self._stored = stored
+        self._target = ONNX_TO_TORCH_DTYPE.get(dtype)
+
+    def stored(self, scratch: Scratch) -> torch.Tensor | None:
+        """The values in the file's dtype (a view of ``scratch``'s ``"read"`` slot, valid
+        until the slot's next use), or None when they would not convert exactly to the
+        initializer's dtype (read the usual way then)."""
+        if self._target is None:
+            return None
+        tensor = self._stored(scratch)
+        if not widens_exactly(tensor.dtype, self._target):
+            return None
+        self._stream.seen(self.name or "", torch_non_finite_count(tensor), tensor.numel())
+        return tensor
+
+    def fill(self, out: torch.Tensor, scratch: Scratch) -> None:
+        tensor = self.stored(scratch)
+        if tensor is None:  # a narrowing conversion: the evaluation's array, counted on it
+            copy_array(out, self.numpy())
+            return
+        out.copy_(tensor.reshape(out.shape))

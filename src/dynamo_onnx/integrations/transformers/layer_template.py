@@ -17,24 +17,27 @@ weight, DO401).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
+import torch
 
 from dynamo_onnx.integrations.transformers import layer_names
 from dynamo_onnx.integrations.transformers.layer_copy import layer_number, layers_of
 from dynamo_onnx.integrations.transformers.loading import first_line
 from dynamo_onnx.integrations.transformers.streamed import StreamedFolder
 from dynamo_onnx.io.checkpoint import Checkpoint
+from dynamo_onnx.io.fill import Fillable, Scratch, copy_array
 from dynamo_onnx.io.streamed_weights import READ_REDIRECT
 
 if TYPE_CHECKING:
     from dynamo_onnx.onnx_tools.layer_repeat import LayerPlan
 
-__all__ = ["LayerRead", "LayerTemplate", "layer_template"]
+__all__ = ["LayerRead", "LayerTemplate", "RedirectedTensor", "layer_template"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,17 +131,39 @@ class LayerTemplate:
                 f"checkpoint: layer {i}'s cannot be made from it"
             )
         read = LayerRead(self.model.checkpoint, layer_number(self.path), j, self.kept[j], i)
-        thunk = tensor.raw  # type: ignore[union-attr]
+        return RedirectedTensor(tensor, read)  # type: ignore[arg-type]
+
+
+class RedirectedTensor(ir.LazyTensor):
+    """A template layer's lazy ``tensor`` evaluated for another layer: with ``read`` in
+    ``READ_REDIRECT`` while it evaluates (or fills a save's buffer: ``io.fill``)."""
+
+    def __init__(self, tensor: ir.LazyTensor, read: LayerRead) -> None:
+        thunk = tensor.raw
 
         def evaluate() -> ir.TensorProtocol:
-            token = READ_REDIRECT.set(read)
-            try:
-                return thunk()
-            finally:
-                READ_REDIRECT.reset(token)
+            with self._redirected():
+                return thunk()  # type: ignore[no-any-return]
 
         name = read.weight(tensor.name) if tensor.name else None
-        return ir.LazyTensor(evaluate, dtype=tensor.dtype, shape=tensor.shape, name=name)
+        super().__init__(evaluate, dtype=tensor.dtype, shape=tensor.shape, name=name)
+        self._tensor = tensor
+        self._read = read
+
+    @contextlib.contextmanager
+    def _redirected(self) -> Iterator[None]:
+        token = READ_REDIRECT.set(self._read)
+        try:
+            yield
+        finally:
+            READ_REDIRECT.reset(token)
+
+    def fill(self, out: torch.Tensor, scratch: Scratch) -> None:
+        with self._redirected():
+            if isinstance(self._tensor, Fillable):
+                self._tensor.fill(out, scratch)
+            else:
+                copy_array(out, self._tensor.numpy())
 
 
 def layer_template(folder: StreamedFolder) -> LayerTemplate | str:

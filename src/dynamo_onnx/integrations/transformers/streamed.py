@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+import torch
 
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError, WeightsMismatchError
@@ -55,6 +56,7 @@ from dynamo_onnx.integrations.transformers.hf_folder import (
 from dynamo_onnx.integrations.transformers.loading import first_line, folder_problem, quiet_loading
 from dynamo_onnx.integrations.transformers.rotary import long_frequencies_as_buffers
 from dynamo_onnx.io.checkpoint import Checkpoint, open_checkpoint
+from dynamo_onnx.io.fill import Scratch
 from dynamo_onnx.io.streamed_weights import READ_REDIRECT, WeightStream
 
 __all__ = [
@@ -300,7 +302,8 @@ def attach_weights(model: ir.Model, folder: StreamedFolder, stream: WeightStream
         source = folder.sources.get(name)
         if source is not None:
             read = functools.partial(_read, folder.checkpoint, source, torch_dtypes[tensor.dtype])
-            value.const_value = stream.lazy(name, tensor.dtype, tensor.shape, read)
+            stored = functools.partial(_read_stored, folder.checkpoint, source)
+            value.const_value = stream.lazy(name, tensor.dtype, tensor.shape, read, stored)
         elif name in folder.buffers:
             value.const_value = torch_tensor_to_ir(folder.buffers[name], name)
         else:
@@ -315,3 +318,12 @@ def _read(checkpoint: Checkpoint, source: str, dtype: Any) -> np.ndarray:
     if redirect is not None:
         checkpoint, source = redirect.source(checkpoint, source)
     return checkpoint.read(source, dtype).numpy()
+
+
+def _read_stored(checkpoint: Checkpoint, source: str, scratch: Scratch) -> torch.Tensor:
+    """``source`` as stored (its file's dtype), read into ``scratch``'s ``"read"`` slot;
+    redirected as :func:`_read` is."""
+    redirect = READ_REDIRECT.get()
+    if redirect is not None:
+        checkpoint, source = redirect.source(checkpoint, source)
+    return checkpoint.read_into(source, scratch.take("read", checkpoint.stored(source).nbytes))

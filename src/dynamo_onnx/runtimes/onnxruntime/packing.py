@@ -27,9 +27,12 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+import torch
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.ort_fusions.gqa_packed_qkv import PackedQKVForGQAFusion
 
+from dynamo_onnx.io.fill import Scratch, copy_array
+from dynamo_onnx.io.streamed_weights import StreamedTensor
 from dynamo_onnx.passes.metadata import (
     MODULE_CHAIN,
     MODULE_CLASSES,
@@ -200,7 +203,51 @@ def _concatenated(
         arrays = [transposed(t.numpy()) if flip else t.numpy() for t, flip in parts]
         return ir.tensor(np.ascontiguousarray(np.concatenate(arrays, axis=axis)), name=name)
 
-    return ir.LazyTensor(evaluate, dtype=dtype, shape=ir.Shape(shape), name=name)
+    return PackedTensor(evaluate, parts, axis, dtype=dtype, shape=ir.Shape(shape), name=name)
+
+
+class PackedTensor(ir.LazyTensor):
+    """A packed weight (:func:`_concatenated`) that a save can have written into its own
+    buffer (:class:`~dynamo_onnx.io.fill.Fillable`): each part, when it hands its stored
+    values (a streamed checkpoint's), is transposed in its file's dtype in a scratch buffer
+    and converted once, into its place in ``out``."""
+
+    def __init__(
+        self,
+        evaluate: Any,
+        parts: Sequence[tuple[ir.TensorProtocol, bool]],
+        axis: int,
+        *,
+        dtype: ir.DataType,
+        shape: ir.Shape,
+        name: str,
+    ) -> None:
+        super().__init__(evaluate, dtype=dtype, shape=shape, name=name)
+        self._parts = tuple(parts)
+        self._axis = axis
+
+    def fill(self, out: torch.Tensor, scratch: Scratch) -> None:
+        if not all(isinstance(tensor, StreamedTensor) for tensor, _ in self._parts):
+            copy_array(out, self.numpy())
+            return
+        offset = 0
+        for tensor, flip in self._parts:
+            size = (tuple(tensor.shape)[::-1] if flip else tuple(tensor.shape))[self._axis]
+            place = out.narrow(self._axis, offset, size)
+            offset += size
+            stored = tensor.stored(scratch)  # type: ignore[attr-defined]
+            if stored is None:  # not an exact conversion: the part's own array
+                array = transposed(tensor.numpy()) if flip else tensor.numpy()
+                made = torch.empty(place.shape, dtype=out.dtype)
+                copy_array(made, array)
+                place.copy_(made)
+                continue
+            if flip:
+                moved = scratch.take("transpose", stored.numel() * stored.element_size())
+                moved = moved.view(stored.dtype).view(tuple(stored.shape)[::-1])
+                moved.copy_(stored.T)  # in the file's dtype: half the bytes of a bfloat16
+                stored = moved
+            place.copy_(stored)
 
 
 def _initializer(graph: ir.Graph, tensor: ir.LazyTensor) -> ir.Value:
