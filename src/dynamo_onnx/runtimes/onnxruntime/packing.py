@@ -200,10 +200,25 @@ def _concatenated(
     shape[axis] = sum(s[axis] for s in shapes)
 
     def evaluate() -> ir.TensorProtocol:
+        target = _NUMPY_TORCH_DTYPES.get(dtype)
+        if target is not None and all(isinstance(t, StreamedTensor) for t, _ in parts):
+            out = torch.empty(shape, dtype=target)  # moved in the checkpoint's dtype first
+            packed.fill(out, Scratch())
+            return ir.tensor(out.numpy(), name=name)
         arrays = [transposed(t.numpy()) if flip else t.numpy() for t, flip in parts]
         return ir.tensor(np.ascontiguousarray(np.concatenate(arrays, axis=axis)), name=name)
 
-    return PackedTensor(evaluate, parts, axis, dtype=dtype, shape=ir.Shape(shape), name=name)
+    packed = PackedTensor(evaluate, parts, axis, dtype=dtype, shape=ir.Shape(shape), name=name)
+    return packed
+
+
+#: The float types NumPy holds as torch does: a packed weight of one is made by
+#: :meth:`PackedTensor.fill` when evaluated too (the quantizer reads it so).
+_NUMPY_TORCH_DTYPES = {
+    ir.DataType.FLOAT: torch.float32,
+    ir.DataType.FLOAT16: torch.float16,
+    ir.DataType.DOUBLE: torch.float64,
+}
 
 
 class PackedTensor(ir.LazyTensor):
