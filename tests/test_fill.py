@@ -20,7 +20,7 @@ from dynamo_onnx.io.streamed_weights import (
     non_finite_count,
     torch_non_finite_count,
 )
-from dynamo_onnx.runtimes.onnxruntime.packing import PackedTensor, _concatenated
+from dynamo_onnx.runtimes.onnxruntime.packed_tensor import PackedTensor, concatenated
 from dynamo_onnx.tensors import TORCH_TO_ONNX_DTYPE
 
 
@@ -62,9 +62,9 @@ def _weights(stream: WeightStream, checkpoint, target: torch.dtype) -> list[ir.T
     parts = {n: _streamed(stream, checkpoint, n, target) for n in ("q", "k", "v", "gate", "up")}
     return [
         _streamed(stream, checkpoint, "embed", target),
-        _concatenated("qkv", [(parts["q"], True), (parts["k"], True), (parts["v"], True)], 1),
-        _concatenated("gate_up", [(parts["gate"], True), (parts["up"], True)], 1),
-        _concatenated("kv_rows", [(parts["k"], False), (parts["v"], False)], 0),
+        concatenated("qkv", [(parts["q"], True), (parts["k"], True), (parts["v"], True)], 1),
+        concatenated("gate_up", [(parts["gate"], True), (parts["up"], True)], 1),
+        concatenated("kv_rows", [(parts["k"], False), (parts["v"], False)], 0),
     ]
 
 
@@ -111,7 +111,7 @@ def test_streamed_weights_give_the_checkpoints_bytes_and_count_its_non_finite_va
 def test_a_packed_tensor_of_other_parts_is_filled_from_its_evaluation(tmp_path):
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((5, 4))
-    packed = _concatenated(
+    packed = concatenated(
         "ab", [(ir.tensor(a, name="a"), True), (ir.tensor(b.astype(np.float32), name="b"), True)], 1
     )
     assert isinstance(packed, PackedTensor)

@@ -27,12 +27,9 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-import torch
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.ort_fusions.gqa_packed_qkv import PackedQKVForGQAFusion
 
-from dynamo_onnx.io.fill import Scratch, copy_array
-from dynamo_onnx.io.streamed_weights import StreamedTensor
 from dynamo_onnx.passes.metadata import (
     MODULE_CHAIN,
     MODULE_CLASSES,
@@ -40,7 +37,7 @@ from dynamo_onnx.passes.metadata import (
     NAMESPACE,
     PACKED,
 )
-from dynamo_onnx.tensors import transposed
+from dynamo_onnx.runtimes.onnxruntime.packed_tensor import concatenated
 
 __all__ = [
     "PackProjectionsStep",
@@ -189,82 +186,6 @@ def _unique(graph: ir.Graph, name: str) -> str:
     return candidate
 
 
-def _concatenated(
-    name: str, parts: Sequence[tuple[ir.TensorProtocol, bool]], axis: int
-) -> ir.LazyTensor:
-    """The tensors (each transposed where its flag says so) concatenated along ``axis``,
-    computed when the model is serialized: packing copies no weight until then."""
-    dtype = parts[0][0].dtype
-    shapes = [tuple(t.shape)[::-1] if flip else tuple(t.shape) for t, flip in parts]
-    shape = list(shapes[0])
-    shape[axis] = sum(s[axis] for s in shapes)
-
-    def evaluate() -> ir.TensorProtocol:
-        target = _NUMPY_TORCH_DTYPES.get(dtype)
-        if target is not None and all(isinstance(t, StreamedTensor) for t, _ in parts):
-            out = torch.empty(shape, dtype=target)  # moved in the checkpoint's dtype first
-            packed.fill(out, Scratch())
-            return ir.tensor(out.numpy(), name=name)
-        arrays = [transposed(t.numpy()) if flip else t.numpy() for t, flip in parts]
-        return ir.tensor(np.ascontiguousarray(np.concatenate(arrays, axis=axis)), name=name)
-
-    packed = PackedTensor(evaluate, parts, axis, dtype=dtype, shape=ir.Shape(shape), name=name)
-    return packed
-
-
-#: The float types NumPy holds as torch does: a packed weight of one is made by
-#: :meth:`PackedTensor.fill` when evaluated too (the quantizer reads it so).
-_NUMPY_TORCH_DTYPES = {
-    ir.DataType.FLOAT: torch.float32,
-    ir.DataType.FLOAT16: torch.float16,
-    ir.DataType.DOUBLE: torch.float64,
-}
-
-
-class PackedTensor(ir.LazyTensor):
-    """A packed weight (:func:`_concatenated`) that a save can have written into its own
-    buffer (:class:`~dynamo_onnx.io.fill.Fillable`): each part, when it hands its stored
-    values (a streamed checkpoint's), is transposed in its file's dtype in a scratch buffer
-    and converted once, into its place in ``out``."""
-
-    def __init__(
-        self,
-        evaluate: Any,
-        parts: Sequence[tuple[ir.TensorProtocol, bool]],
-        axis: int,
-        *,
-        dtype: ir.DataType,
-        shape: ir.Shape,
-        name: str,
-    ) -> None:
-        super().__init__(evaluate, dtype=dtype, shape=shape, name=name)
-        self._parts = tuple(parts)
-        self._axis = axis
-
-    def fill(self, out: torch.Tensor, scratch: Scratch) -> None:
-        if not all(isinstance(tensor, StreamedTensor) for tensor, _ in self._parts):
-            copy_array(out, self.numpy())
-            return
-        offset = 0
-        for tensor, flip in self._parts:
-            size = (tuple(tensor.shape)[::-1] if flip else tuple(tensor.shape))[self._axis]
-            place = out.narrow(self._axis, offset, size)
-            offset += size
-            stored = tensor.stored(scratch)  # type: ignore[attr-defined]
-            if stored is None:  # not an exact conversion: the part's own array
-                array = transposed(tensor.numpy()) if flip else tensor.numpy()
-                made = torch.empty(place.shape, dtype=out.dtype)
-                copy_array(made, array)
-                place.copy_(made)
-                continue
-            if flip:
-                moved = scratch.take("transpose", stored.numel() * stored.element_size())
-                moved = moved.view(stored.dtype).view(tuple(stored.shape)[::-1])
-                moved.copy_(stored.T)  # in the file's dtype: half the bytes of a bfloat16
-                stored = moved
-            place.copy_(stored)
-
-
 def _initializer(graph: ir.Graph, tensor: ir.LazyTensor) -> ir.Value:
     value = ir.Value(
         name=tensor.name,
@@ -307,7 +228,7 @@ def _pack(graph: ir.Graph, group: list[Projection]) -> None:
     # a new initializer would be folded by the optimizer into an unnamed constant
     names = [p.weight.name or "weight" for p in group]
     name = _unique(graph, _joined_name(names))
-    weight = _initializer(graph, _concatenated(name, [(p.tensor, p.transposed) for p in group], 1))
+    weight = _initializer(graph, concatenated(name, [(p.tensor, p.transposed) for p in group], 1))
     origin = _common_origin([p.matmul for p in group])
     nodes = [ir.node("MatMul", [x, weight])]
     nodes[0].metadata_props[PACKED] = ", ".join(
@@ -350,7 +271,7 @@ def _packed_bias(graph: ir.Graph, weight: str, group: list[Projection]) -> ir.La
             parts.append((ir.tensor(np.zeros(p.width, dtype.numpy())), False))
     stem = weight.removesuffix("weight")
     name = f"{stem}bias" if stem != weight else f"{weight}.bias"
-    return _concatenated(_unique(graph, name), parts, 0)
+    return concatenated(_unique(graph, name), parts, 0)
 
 
 def _describe(packed: ir.Value, group: list[Projection]) -> None:

@@ -36,7 +36,7 @@ from dynamo_onnx.errors import InvalidOptionValueError, OnnxExporterError, Optim
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import dropped
 from dynamo_onnx.runtimes.onnxruntime.blockwise import quantizable_here, quantize_lazily
-from dynamo_onnx.tensors import transposed
+from dynamo_onnx.runtimes.onnxruntime.packed_tensor import concatenated
 
 __all__ = [
     "PRECISIONS",
@@ -170,13 +170,9 @@ def _as_matmuls(model: ir.Model) -> None:
 
 def _transposed(tensor: ir.TensorProtocol, name: str) -> ir.LazyTensor:
     """``tensor`` transposed, computed when read: the quantizer reads each weight once,
-    and a weight streamed from a checkpoint is in memory only while it is written."""
-    rows, cols = (int(d) for d in tensor.shape)
-
-    def evaluate() -> ir.TensorProtocol:
-        return ir.tensor(transposed(tensor.numpy()), name=name)
-
-    return ir.LazyTensor(evaluate, dtype=tensor.dtype, shape=ir.Shape([cols, rows]), name=name)
+    and a weight streamed from a checkpoint is in memory only while it is written (and
+    transposed in its file's dtype: ``packing.concatenated`` of one part)."""
+    return concatenated(name, [(tensor, True)], 1)
 
 
 def store_transposed_weights(model: ir.Model) -> int:
