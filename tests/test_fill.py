@@ -4,6 +4,8 @@ and the same findings as their evaluation gives, from a real safetensors checkpo
 from __future__ import annotations
 
 import functools
+import gc
+import weakref
 
 import numpy as np
 import onnx_ir as ir
@@ -142,6 +144,35 @@ def test_the_save_reuses_its_buffers_from_tensor_to_tensor(tmp_path):
         written, np.repeat(np.arange(1, 13, dtype=np.float32), 256 * 64).reshape(12, -1)
     )
     assert len(given) == 12 and len(set(given)) <= 2  # the one written and the one made
+
+
+def test_the_buffers_are_dropped_where_other_tensors_follow(tmp_path, monkeypatch):
+    """An int4 model's float embedding comes before its quantized weights: the buffers
+    it was written from must not stay held while those are made."""
+    given: list[int] = []
+    buffers: list[weakref.ref] = []
+    empty = torch.empty
+
+    def recorded(*args, **kwargs):
+        tensor = empty(*args, **kwargs)
+        buffers.append(weakref.ref(tensor))
+        return tensor
+
+    monkeypatch.setattr(torch, "empty", recorded)
+    alive: list[int] = []
+
+    def later() -> ir.TensorProtocol:
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in buffers))
+        return ir.tensor(np.zeros((256, 64), np.float32))
+
+    plain = [
+        ir.LazyTensor(later, dtype=ir.DataType.FLOAT, shape=ir.Shape([256, 64])) for _ in range(3)
+    ]
+    tensors = [_Recorded("a", given), _Recorded("b", given), *plain, _Recorded("c", given)]
+    data_file.write_data_file(tensors, tmp_path / "w.data", direct=False, ahead=1)  # type: ignore[arg-type]
+    assert len(given) == 3 and len(buffers) >= 2
+    assert alive[-1] == 0  # by the third plain tensor, no buffer is held
 
 
 def test_the_torch_count_of_non_finite_values_is_numpys():

@@ -150,28 +150,30 @@ def evaluated_ahead(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _nbytes(tensor: ir.TensorProtocol) -> int:
-    return tensor.nbytes
-
-
 class _Buffers:
     """The reused memory of one save: each worker thread's :class:`Scratch`, and the
-    buffers :class:`Fillable` tensors are written into, each handed back once written (as
-    many as the tensors held at once, each the largest such tensor's size)."""
+    buffers :class:`Fillable` tensors are written into, each handed back once written, as
+    many as the tensors held at once. Kept only through a run of fillable tensors: where
+    others follow (an int4 model's quantized weights after its float embedding), the
+    buffers and the scratch are dropped, or they would add to what those hold."""
 
-    def __init__(self, tensors: Sequence[ir.TensorProtocol]) -> None:
-        self._size = max((t.nbytes for t in tensors if _fills(t)), default=0)
+    def __init__(self, tensors: Sequence[ir.TensorProtocol], ahead: int) -> None:
+        fills = [_fills(t) for t in tensors]
+        self._fills = fills
+        # a buffer handed back after tensor i serves one of the next ``ahead + 1``
+        self._keep = [any(fills[i + 1 : i + 2 + ahead]) for i in range(len(tensors))]
         self._free: queue.SimpleQueue[torch.Tensor] = queue.SimpleQueue()
         self._local = threading.local()
 
-    def payload(self, tensor: ir.TensorProtocol) -> tuple[memoryview, torch.Tensor | None]:
+    def payload(
+        self, index: int, tensor: ir.TensorProtocol
+    ) -> tuple[memoryview, torch.Tensor | None]:
         """``tensor``'s bytes, and the buffer they are in when it is to be handed back."""
-        if not _fills(tensor):
+        if not self._fills[index]:
+            self._local.scratch = None
+            self._drop_free()
             return payload(tensor), None
-        try:
-            buffer = self._free.get_nowait()
-        except queue.Empty:
-            buffer = torch.empty(self._size, dtype=torch.uint8)
+        buffer = self._buffer(tensor.nbytes)
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = Scratch()
@@ -179,8 +181,24 @@ class _Buffers:
         tensor.fill(out.view(tuple(tensor.shape.numpy())), scratch)  # type: ignore[attr-defined]
         return memoryview(buffer[: tensor.nbytes].numpy()), buffer
 
-    def written(self, buffer: torch.Tensor | None) -> None:
-        if buffer is not None:
+    def _buffer(self, nbytes: int) -> torch.Tensor:
+        try:
+            buffer = self._free.get_nowait()
+        except queue.Empty:
+            return torch.empty(nbytes, dtype=torch.uint8)
+        if buffer.numel() < nbytes:  # dropped: a larger one takes its place
+            return torch.empty(nbytes, dtype=torch.uint8)
+        return buffer
+
+    def _drop_free(self) -> None:
+        while True:
+            try:
+                self._free.get_nowait()
+            except queue.Empty:
+                return
+
+    def written(self, index: int, buffer: torch.Tensor | None) -> None:
+        if buffer is not None and self._keep[index]:
             self._free.put(buffer)
 
 
@@ -215,8 +233,14 @@ def write_data_file(
     onnx_ir's do)."""
     file = open_direct(path) if direct else None
     budget = 2 * max((t.nbytes for t in tensors), default=0)  # one ahead is always within
-    buffers = _Buffers(tensors)
-    made = evaluated_ahead(tensors, buffers.payload, ahead, size=_nbytes, budget=budget)
+    buffers = _Buffers(tensors, ahead)
+    made = evaluated_ahead(
+        list(enumerate(tensors)),
+        lambda item: buffers.payload(*item),
+        ahead,
+        size=lambda item: item[1].nbytes,
+        budget=budget,
+    )
     # closed on an error too: its threads stop there, not when the generator is collected
     with contextlib.closing(made), file if file is not None else open(path, "wb") as out:
         for index, (data, buffer) in enumerate(made):
@@ -231,4 +255,4 @@ def write_data_file(
             out.write(data)
             data.release()
             del data
-            buffers.written(buffer)
+            buffers.written(index, buffer)
