@@ -151,14 +151,14 @@ def test_the_buffers_are_dropped_where_other_tensors_follow(tmp_path, monkeypatc
     it was written from must not stay held while those are made."""
     given: list[int] = []
     buffers: list[weakref.ref] = []
-    empty = torch.empty
+    allocate = data_file._page_aligned
 
-    def recorded(*args, **kwargs):
-        tensor = empty(*args, **kwargs)
+    def recorded(nbytes: int) -> torch.Tensor:
+        tensor = allocate(nbytes)
         buffers.append(weakref.ref(tensor))
         return tensor
 
-    monkeypatch.setattr(torch, "empty", recorded)
+    monkeypatch.setattr(data_file, "_page_aligned", recorded)
     alive: list[int] = []
 
     def later() -> ir.TensorProtocol:

@@ -79,6 +79,30 @@ def test_the_direct_writer_stages_pads_and_truncates(tmp_path):
     assert path.read_bytes() == b"".join(pieces)
 
 
+@pytest.mark.parametrize("staged", [0, 4096, 4096 * 3 + 5])
+def test_the_direct_writer_writes_page_aligned_buffers_from_where_they_are(tmp_path, staged):
+    """A page-aligned buffer (the save's filled ones) after whole blocks staged is written
+    from its own memory, its tail staged; after a part block, it is staged: the same bytes
+    either way, on a real O_DIRECT file where the file system allows it."""
+    import os
+
+    from dynamo_onnx.io.direct_file import BUFFER_BYTES, open_direct, page_aligned_bytes
+
+    head = os.urandom(staged)
+    big = page_aligned_bytes(2 * BUFFER_BYTES + 1000)
+    big[:] = os.urandom(big.nbytes)
+    aligned = page_aligned_bytes(BUFFER_BYTES)
+    aligned[:] = os.urandom(BUFFER_BYTES)
+    path = tmp_path / "direct.bin"
+    file = open_direct(path)
+    if file is None:
+        pytest.skip("no O_DIRECT on this file system")
+    with file:
+        for piece in (head, big, aligned, b"end"):
+            assert file.write(piece) == len(piece)
+    assert path.read_bytes() == head + bytes(big) + bytes(aligned) + b"end"
+
+
 def test_a_large_model_saved_past_the_page_cache_is_the_same_file(tmp_path, monkeypatch):
     """Above DIRECT_BYTES the weights are written with O_DIRECT where the file system
     allows it, else the usual way: the file is the same, byte for byte, either way."""

@@ -34,7 +34,7 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from dynamo_onnx.io.direct_file import open_direct
+from dynamo_onnx.io.direct_file import open_direct, page_aligned_bytes
 from dynamo_onnx.io.fill import Fillable, Scratch
 from dynamo_onnx.tensors import ONNX_TO_TORCH_DTYPE
 
@@ -185,9 +185,9 @@ class _Buffers:
         try:
             buffer = self._free.get_nowait()
         except queue.Empty:
-            return torch.empty(nbytes, dtype=torch.uint8)
+            return _page_aligned(nbytes)
         if buffer.numel() < nbytes:  # dropped: a larger one takes its place
-            return torch.empty(nbytes, dtype=torch.uint8)
+            return _page_aligned(nbytes)
         return buffer
 
     def _drop_free(self) -> None:
@@ -202,9 +202,15 @@ class _Buffers:
             self._free.put(buffer)
 
 
+def _page_aligned(nbytes: int) -> torch.Tensor:
+    """A buffer the direct writer writes from where it is (no copy to its staging)."""
+    return torch.frombuffer(page_aligned_bytes(nbytes), dtype=torch.uint8)
+
+
 def _fills(tensor: ir.TensorProtocol) -> bool:
     return (
-        isinstance(tensor, Fillable)
+        tensor.nbytes > 0
+        and isinstance(tensor, Fillable)
         and tensor.dtype in ONNX_TO_TORCH_DTYPE
         and tensor.dtype not in _PACKED
         and sys.byteorder == "little"
