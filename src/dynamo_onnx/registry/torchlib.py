@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +46,13 @@ class TorchLibFunction:
 def torchlib_ops(module: str = _MODULE) -> Sequence[TorchLibFunction]:
     """torch_lib's functions, with their qualified names (internal helpers left out)."""
     try:
-        importlib.import_module(_OPS)  # registers the functions
+        if _OPS in sys.modules:  # imported already (by torch.onnx): its functions are made
+            importlib.import_module(_OPS)
+        else:
+            from dynamo_onnx.registry.torchlib_deferred import functions_made_when_used
+
+            with functions_made_when_used():
+                importlib.import_module(_OPS)  # registers the functions
         registry = getattr(importlib.import_module(module), _REGISTRY)
         entries = list(registry.items())
     except (ImportError, AttributeError) as exc:
