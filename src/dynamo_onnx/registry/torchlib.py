@@ -5,7 +5,8 @@ torch_lib registers its functions in ``onnxscript.function_libs.torch_lib.regist
 through ``onnxscript._framework_apis.torch_2_11.get_torchlib_ops``, which also builds the
 IR of every function (once per process, for hundreds of functions an export mostly never
 calls);
-reading the registry directly leaves that to the functions translation uses. When the
+reading the registry directly leaves that to the functions translation uses, and importing
+torch_lib here makes each function when it is first used (``torchlib_deferred``). When the
 registry moves in a release of onnxscript, the export fails here with a clear message
 naming the versions this was checked with, instead of an error deep in a pass.
 """
