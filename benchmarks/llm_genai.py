@@ -423,6 +423,40 @@ class _Collections:
         self.seconds[generation] += time.thread_time() - self._start
 
 
+#: How many small lists :func:`_first_full_after` builds at most after the timed call.
+_AFTER_LISTS = 200_000
+
+
+def _first_full_after() -> dict[str, Any]:
+    """What the export left the caller: how many small long-lived lists the caller can build
+    before CPython's next full collection, and that collection's CPU seconds. A collection
+    the export made due fires after a few hundred; ``None`` when none fired within
+    :data:`_AFTER_LISTS` (docs/performance.md, "The overhead beyond capture", third round)."""
+    import gc
+
+    built = [0]
+    fired: list[tuple[int, float]] = []
+    start = [0.0]
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2 or fired:
+            return
+        if phase == "start":
+            start[0] = time.thread_time()
+        else:
+            fired.append((built[0], time.thread_time() - start[0]))
+
+    gc.callbacks.append(watch)
+    kept = []
+    for index in range(_AFTER_LISTS):
+        built[0] = index
+        kept.append([index])
+        if fired:
+            break
+    gc.callbacks.remove(watch)
+    return {"lists": fired[0][0], "cpu_s": fired[0][1]} if fired else {"lists": None}
+
+
 def gpt2_worker(kind: str) -> dict[str, Any]:
     """One export of GPT-2 124M in this (fresh) process: its wall and CPU seconds, the
     garbage collections inside it, and for dynamo-onnx the seconds of each pass and what the
@@ -460,6 +494,7 @@ def gpt2_worker(kind: str) -> dict[str, Any]:
     result["gc_collections"] = collections.counts
     result["gc_full_s"] = collections.seconds[2]
     result["gc_young_s"] = collections.seconds[0] + collections.seconds[1]
+    result["full_after"] = _first_full_after()
     if "passes_s" in result:
         result["passes_s"]["outside the passes"] = result["export_s"] - sum(
             result["passes_s"].values()
@@ -507,6 +542,7 @@ def gpt2_overhead(repeats: int, log: Any) -> dict[str, Any]:
         "gc_full_s": {k: statistics.median(r["gc_full_s"] for r in v) for k, v in runs.items()},
         "gc_full_runs": {k: sum(r["gc_collections"][2] > 0 for r in v) for k, v in runs.items()},
         "gc_young_s": {k: statistics.median(r["gc_young_s"] for r in v) for k, v in runs.items()},
+        "full_after": {k: [r["full_after"]["lists"] for r in v] for k, v in runs.items()},
     }
 
 
@@ -620,7 +656,18 @@ def _collections_line(gpt2: dict[str, Any], count: int) -> str:
         f"(median {gpt2['gc_full_s'][kind]:.2f} s CPU; young ones {gpt2['gc_young_s'][kind]:.2f} s)"
         for kind in GPT2_KINDS
     )
-    return f"\n\nA full garbage collection inside the timed call: {cells}."
+    line = f"\n\nA full garbage collection inside the timed call: {cells}."
+    if "full_after" in gpt2:
+        after = ", ".join(
+            f"{kind} "
+            + "/".join("none" if n is None else f"{n:,}" for n in gpt2["full_after"][kind])
+            for kind in GPT2_KINDS
+        )
+        line += (
+            f" The caller's first full collection after the call, in small lists built "
+            f"(none within {_AFTER_LISTS:,}): {after}."
+        )
+    return line
 
 
 def _cpu_table(folders: dict[str, Any], times: dict[str, Any]) -> list[str]:

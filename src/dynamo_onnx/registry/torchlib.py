@@ -5,7 +5,8 @@ torch_lib registers its functions in ``onnxscript.function_libs.torch_lib.regist
 through ``onnxscript._framework_apis.torch_2_11.get_torchlib_ops``, which also builds the
 IR of every function (once per process, for hundreds of functions an export mostly never
 calls);
-reading the registry directly leaves that to the functions translation uses. When the
+reading the registry directly leaves that to the functions translation uses, and importing
+torch_lib here makes each function when it is first used (``torchlib_deferred``). When the
 registry moves in a release of onnxscript, the export fails here with a clear message
 naming the versions this was checked with, instead of an error deep in a pass.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +47,13 @@ class TorchLibFunction:
 def torchlib_ops(module: str = _MODULE) -> Sequence[TorchLibFunction]:
     """torch_lib's functions, with their qualified names (internal helpers left out)."""
     try:
-        importlib.import_module(_OPS)  # registers the functions
+        if _OPS in sys.modules:  # imported already (by torch.onnx): its functions are made
+            importlib.import_module(_OPS)
+        else:
+            from dynamo_onnx.registry.torchlib_deferred import functions_made_when_used
+
+            with functions_made_when_used():
+                importlib.import_module(_OPS)  # registers the functions
         registry = getattr(importlib.import_module(module), _REGISTRY)
         entries = list(registry.items())
     except (ImportError, AttributeError) as exc:
