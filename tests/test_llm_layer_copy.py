@@ -298,6 +298,13 @@ def test_the_command_gives_its_peak_after_the_checks_and_the_copys_notes(
     assert first.endswith(f": 0 error(s), 0 warning(s); wrote SARIF {sarif}")
     assert folder.startswith(f"wrote {out}: genai_config.json, ")
     assert not list(out.glob(".layer_copy_*"))
+    # the progress (plain lines: not a terminal): the copy's export, beside the save, is
+    # quiet; the save's lines, then the verification's
+    lines = proc.stderr.splitlines()
+    names = [m.group(1) for m in map(re.compile(r"^  ([a-z-]+):").match, lines) if m]
+    after = names[names.index("save") :]
+    assert after == ["save"] * (len(after) - 1) + ["verification"], proc.stderr
+    assert sum(line.startswith("  save: 100%") for line in lines) == 1
     log = json.loads(sarif.read_text())
     run = log["runs"][0]
     rules = [r["ruleId"] for r in run["results"]]
