@@ -433,23 +433,26 @@ def test_the_copys_checks_run_while_the_model_is_saved_and_record_as_after_it(
 def test_a_save_that_fails_stops_the_copys_checks_and_wins(
     llama, tmp_path, copy_checked, monkeypatch, stop, copy_fails
 ):
-    """The disk full under the model's save (DO4xx save-failed), or Ctrl-C during it: that
-    is raised, once the copy's checks ended (no thread left, their folder removed), with
-    no model.onnx.data half written and none of the copy's findings; a copy that fails too
-    is not the one raised."""
+    """The disk full under the model's save (DO406 save-failed), or Ctrl-C during it: that
+    is raised, once the copy's export beside it ended (no thread left, its folder removed),
+    with no model.onnx.data half written and none of the copy's findings; a copy that
+    fails too is not the one raised."""
     import errno
 
+    saving = threading.Event()
     if copy_fails:
 
-        def failing(*args):
-            raise dynamo_onnx.VerificationError("the copy's session failed")
+        def failing(*args):  # once the model's save failed: both failed
+            saving.wait(timeout=60)
+            raise RuntimeError("the copy's export failed")
 
-        monkeypatch.setattr(dynamo_onnx.llm_copy, "_compare_with_eager", failing)
+        monkeypatch.setattr(dynamo_onnx.llm_copy, "_export_copy", failing)
 
     running: list[list[str]] = []
 
     def hook():
         running.append(_copy_threads())  # the copy's checks run: the case tested
+        saving.set()
         if stop == "ctrl-c":
             raise KeyboardInterrupt
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -469,26 +472,34 @@ def test_a_save_that_fails_stops_the_copys_checks_and_wins(
         assert "DO533" not in rules and "DO534" not in rules
 
 
+@pytest.mark.parametrize("where", ["export", "comparison"])
 def test_a_copy_check_that_fails_is_raised_after_the_save(
-    llama, tmp_path, copy_checked, monkeypatch
+    llama, tmp_path, copy_checked, monkeypatch, where
 ):
-    """The copy's comparison raising: raised once the model's save ended, its folder
-    whole (model.onnx.data of every weight), the copy's thread ended and folder removed."""
-
+    """The copy's export (in its thread, beside the save) or its comparison with eager
+    (after the save) raising: raised once the model's save ended, its folder whole
+    (model.onnx.data of every weight), the copy's thread ended and its folder removed."""
     first = dynamo_onnx.export_llm(llama, tmp_path / "first")
     assert first.diagnostics.by_rule("DO534")
 
-    def failing(*args):
+    saving = threading.Event()
+
+    def failing(*args):  # the copy's export fails while the model is saved
+        saving.wait(timeout=60)
         raise dynamo_onnx.VerificationError("the copy's session failed")
 
-    monkeypatch.setattr(dynamo_onnx.llm_copy, "_compare_with_eager", failing)
+    target = "_export_copy" if where == "export" else "_compare_with_eager"
+    monkeypatch.setattr(dynamo_onnx.llm_copy, target, failing)
     running: list[list[str]] = []
+
+    def hook():
+        running.append(_copy_threads())
+        saving.set()
+
     out = tmp_path / "out"
     with pytest.raises(dynamo_onnx.VerificationError, match="the copy's session failed"):
-        dynamo_onnx.export_llm(
-            llama, out, progress=_save_events(lambda: running.append(_copy_threads()))
-        )
-    assert running == [[dynamo_onnx.llm_copy.THREAD_NAME]]  # it failed beside the save
+        dynamo_onnx.export_llm(llama, out, progress=_save_events(hook))
+    assert running == [[dynamo_onnx.llm_copy.THREAD_NAME]]  # it ran beside the save
     assert not _copy_threads()
     assert not list(out.glob(".layer_copy_*"))
     written = (tmp_path / "first" / "model.onnx.data").read_bytes()

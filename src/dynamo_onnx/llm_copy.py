@@ -24,6 +24,7 @@ import dataclasses
 import gc
 import os
 import pathlib
+import shutil
 import tempfile
 import threading
 import warnings
@@ -150,49 +151,72 @@ class CopyChecked:
 
 
 class _Stopped(Exception):
-    """The copy's checks were stopped between two steps: the save failed or was
+    """The copy's export was stopped between two steps: the save failed or was
     interrupted."""
 
 
+@dataclasses.dataclass(frozen=True)
+class _Made:
+    """The copy exported and saved in float32 in its folder, with the peak then."""
+
+    saved: SavedModel
+    shrunk: ONNXProgram
+    model_path: pathlib.Path
+    peak: int
+
+
 class CopyChecks:
-    """The copy's checks in a thread of their own, started before the model's save so that
-    the two run at the same time (the save mostly waits on the disk and on threads that
-    release the GIL; the checks are mostly Python): :meth:`outcome` once the save ended,
-    :meth:`abandon` when it failed. The thread records into no context the main thread
-    uses, prints nothing, and removes the copy's folder before it ends; a stop asked
-    between two of its steps ends it at the next one."""
+    """The copy's checks, their light steps in a thread of their own started before the
+    model's save so that the two run at the same time: the copy's export (its capture and
+    optimization on meta weights: Python, on the other core) and its save (the save mostly
+    waits on the disk and on threads that release the GIL). The steps that hold memory (the
+    eager model of the copy and its session for the comparison, its quantization, genai's
+    load of its folder) run in the caller's thread once the model's save ended
+    (:meth:`outcome`), so that they add nothing to the save's peak. :meth:`abandon` when
+    the save failed: the thread stops at its next step. The thread records into no context
+    the caller uses and prints nothing; the copy's folder is removed once both ended."""
 
     def __init__(self, copy_of: LayerCopy, folder: StreamedFolder, how: CopyCheck) -> None:
+        self._copy_of, self._folder, self._how = copy_of, folder, how
+        # beside the folder, on its disk: a temporary directory may be memory (tmpfs)
+        self._out = pathlib.Path(tempfile.mkdtemp(prefix=".layer_copy_", dir=how.beside))
         self._stop = threading.Event()
-        self._outcome: CopyChecked | None = None
+        self._made: _Made | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(copy_of, folder, how), name=THREAD_NAME
-        )
+        self._thread = threading.Thread(target=self._run, name=THREAD_NAME)
         self._thread.start()
 
-    def _run(self, copy_of: LayerCopy, folder: StreamedFolder, how: CopyCheck) -> None:
+    def _run(self) -> None:
         try:
-            self._outcome = _check_copy(copy_of, folder, how, self._stop)
+            self._made = _export_copy(self._copy_of, self._how, self._out, self._stop)
         except _Stopped:
             pass
         except BaseException as error:  # raised in the caller's thread by outcome()
             self._error = error
 
     def outcome(self) -> CopyChecked | None:
-        """Once the checks ended: what they found (None when the copy did not export: the
-        whole folder is then checked), or the error they raised."""
+        """Once the model's save ended: the copy's checks finished here and what they
+        found (None when the copy did not export: the whole folder is then checked), or
+        the error they raised."""
         self._thread.join()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        return self._outcome
+        try:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            if self._made is None:
+                return None
+            return _check_made(self._made, self._copy_of, self._folder, self._how, self._out)
+        finally:
+            self._made = None
+            shutil.rmtree(self._out, ignore_errors=True)
 
     def abandon(self) -> None:
-        """Stop the checks at their next step and wait for them to end (the copy's folder
-        removed); what they found or raised is dropped: the save's failure is the one."""
+        """Stop the copy's export at its next step, wait for it to end and remove its
+        folder; what it made or raised is dropped: the save's failure is the one."""
         self._stop.set()
         self._thread.join()
+        self._made = None
+        shutil.rmtree(self._out, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -207,44 +231,46 @@ def process_state_kept() -> Iterator[None]:
         yield
 
 
-def _check_copy(
-    copy_of: LayerCopy, folder: StreamedFolder, how: CopyCheck, stop: threading.Event
-) -> CopyChecked | None:
-    """Export ``folder``'s layer copy as ``how`` says, compare it with eager
-    (DO534/DO535) and ask the runtime about its folder; None when the copy does not
-    export (the model exported: the copy's failure is not the user's)."""
+def _export_copy(
+    copy_of: LayerCopy, how: CopyCheck, out: pathlib.Path, stop: threading.Event
+) -> _Made | None:
+    """``copy_of`` exported as ``how`` says and saved in float32 in ``out``; None when the
+    copy does not export (the model exported: the copy's failure is not the user's)."""
     saved = (copy_of.folder.with_whole_windows() if how.whole_windows else None) or copy_of.folder
-    quantization = how.quantization
-    # beside the folder, on its disk: a temporary directory may be memory (tmpfs)
-    with tempfile.TemporaryDirectory(prefix=".layer_copy_", dir=how.beside) as tmp:
-        out = pathlib.Path(tmp)
-        model_path = out / how.model_filename
-        try:
-            with warnings.catch_warnings():  # the model's export said them already
-                warnings.simplefilter("ignore")
-                shrunk = how.export(saved)
-            _stop_if(stop)
-            shrunk.save(model_path, external_data=True)
-        except OnnxExporterError:
-            return None
-        peak = peak_rss_bytes()
+    model_path = out / how.model_filename
+    try:
+        with warnings.catch_warnings():  # the model's export said them already
+            warnings.simplefilter("ignore")
+            shrunk = how.export(saved)
         _stop_if(stop)
-        findings = _compare_with_eager(shrunk, copy_of, model_path, how)
-        _stop_if(stop)
-        if quantization.precision != "fp32":
-            shrunk.quantize(
-                quantization.precision,
-                block_size=quantization.block_size,
-                symmetric=quantization.symmetric,
-                accuracy_level=quantization.accuracy_level,
-            )
-            shrunk.save(model_path, external_data=True)
-        for source in folder.files_to_copy:
-            atomic_write_bytes(out / source.name, source.read_bytes())
-        _stop_if(stop)
-        asked = saved.runtime_unavailable() is None
-        problem = saved.runtime_problem(out) if asked else None
-    return CopyChecked(copy_of, saved, quantization.precision, peak, findings, asked, problem)
+        shrunk.save(model_path, external_data=True)
+    except OnnxExporterError:
+        return None
+    return _Made(saved, shrunk, model_path, peak_rss_bytes())
+
+
+def _check_made(
+    made: _Made, copy_of: LayerCopy, folder: StreamedFolder, how: CopyCheck, out: pathlib.Path
+) -> CopyChecked:
+    """The copy compared with eager (DO534/DO535), quantized as the model was, and the
+    runtime asked about its folder."""
+    shrunk, quantization = made.shrunk, how.quantization
+    findings = _compare_with_eager(shrunk, copy_of, made.model_path, how)
+    if quantization.precision != "fp32":
+        shrunk.quantize(
+            quantization.precision,
+            block_size=quantization.block_size,
+            symmetric=quantization.symmetric,
+            accuracy_level=quantization.accuracy_level,
+        )
+        shrunk.save(made.model_path, external_data=True)
+    for source in folder.files_to_copy:
+        atomic_write_bytes(out / source.name, source.read_bytes())
+    asked = made.saved.runtime_unavailable() is None
+    problem = made.saved.runtime_problem(out) if asked else None
+    return CopyChecked(
+        copy_of, made.saved, quantization.precision, made.peak, findings, asked, problem
+    )
 
 
 def _stop_if(stop: threading.Event) -> None:
