@@ -10,11 +10,12 @@ runtime files. Its float32 ONNX model is compared with transformers' model of th
 runtime, whose failure is the folder's DO514. DO533 says the check ran on the copy.
 
 Whether the copy is checked is decided before the model's save (:func:`copy_to_check`), and
-its checks run in a thread while the model is saved (:class:`CopyChecks`): the save mostly
-waits on the disk and on threads that release the GIL, the checks are mostly Python, and
-two cores do both at once. What they find is recorded once the save ended, after its
-findings (:func:`record_copy_checks`), so that the record is the one a run that checked
-after the save would make.
+its export and float32 save run in a thread while the model is saved (:class:`CopyChecks`):
+the save mostly waits on the disk and on threads that release the GIL, the copy's export is
+mostly Python, and two cores do both at once; the steps that hold memory follow the save.
+What the checks find is recorded once the save ended, after its findings
+(:func:`record_copy_checks`), so that the record is the one a run that checked after the
+save would make.
 """
 
 from __future__ import annotations
