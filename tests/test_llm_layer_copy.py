@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -296,6 +298,13 @@ def test_the_command_gives_its_peak_after_the_checks_and_the_copys_notes(
     assert first.endswith(f": 0 error(s), 0 warning(s); wrote SARIF {sarif}")
     assert folder.startswith(f"wrote {out}: genai_config.json, ")
     assert not list(out.glob(".layer_copy_*"))
+    # the progress (plain lines: not a terminal): the copy's export, beside the save, is
+    # quiet; the save's lines, then the verification's
+    lines = proc.stderr.splitlines()
+    names = [m.group(1) for m in map(re.compile(r"^  ([a-z-]+):").match, lines) if m]
+    after = names[names.index("save") :]
+    assert after == ["save"] * (len(after) - 1) + ["verification"], proc.stderr
+    assert sum(line.startswith("  save: 100%") for line in lines) == 1
     log = json.loads(sarif.read_text())
     run = log["runs"][0]
     rules = [r["ruleId"] for r in run["results"]]
@@ -358,3 +367,140 @@ def test_a_model_that_reads_its_embeddings_weight_runs_on_the_16_bit_twin(tmp_pa
     got = dynamo_onnx.llm_copy._eager_outputs(eager.model, eager.inputs)
     expected = dynamo_onnx.llm_copy._eager_outputs(wide.model, wide.inputs)
     torch.testing.assert_close(got.logits, expected.logits, atol=1e-5, rtol=1e-5)
+
+
+def _copy_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == dynamo_onnx.llm_copy.THREAD_NAME]
+
+
+def _save_events(hook):
+    """A progress callable that calls ``hook`` at the model's first "save" progress event
+    (the main thread's save: the copy's export is quiet)."""
+    seen = []
+
+    def progress(event) -> None:
+        if event.kind == "progress" and event.pass_name == "save" and not seen:
+            seen.append(event)
+            hook()
+
+    return progress
+
+
+def test_the_copys_checks_run_while_the_model_is_saved_and_record_as_after_it(
+    llama, tmp_path, monkeypatch
+):
+    """The copy's checks run in their thread during the model's save; the record is the
+    one of a folder checked after its save: the whole folder's findings and passes, then
+    DO533 and DO534 after the save's DO532, and the verification pass last. The caller's
+    warnings filters and collector thresholds are theirs again after."""
+    import gc
+
+    import dynamo_onnx.llm_folder
+    from dynamo_onnx.llm_stream import report_streamed
+
+    whole = dynamo_onnx.export_llm(llama, tmp_path / "whole")
+    monkeypatch.setattr(dynamo_onnx.llm_copy, "checks_a_copy", lambda *sizes: True)
+    during_save: list[list[str]] = []
+
+    def reported(*args):  # right after the model's save, before the copy's checks joined
+        during_save.append(_copy_threads())
+        report_streamed(*args)
+
+    monkeypatch.setattr(dynamo_onnx.llm_folder, "report_streamed", reported)
+    filters, thresholds = list(warnings.filters), gc.get_threshold()
+    program = dynamo_onnx.export_llm(llama, tmp_path / "copy")
+    assert during_save == [[dynamo_onnx.llm_copy.THREAD_NAME]]
+    assert not _copy_threads()
+    assert (list(warnings.filters), gc.get_threshold()) == (filters, thresholds)
+    rules = [f.rule.id for f in program.diagnostics.findings]
+    whole_rules = [f.rule.id for f in whole.diagnostics.findings]
+    assert rules == [*whole_rules, "DO533", "DO534"]
+    assert whole_rules[-1] == "DO532"
+    assert [p.name for p in program.diagnostics.passes] == [
+        p.name for p in whole.diagnostics.passes
+    ]
+    assert program.diagnostics.passes[-1].name == "verification"
+    (match,) = program.diagnostics.by_rule("DO534")
+    assert match.locations == [program.model_location]
+    (note,) = program.diagnostics.by_rule("DO533")
+    written = (tmp_path / "copy" / "model.onnx.data").stat().st_size
+    assert note.properties["weights"] == f"{written / 1e9:.2f}"
+    assert program.diagnostics.measurements["weights"]["bytesWritten"] == written
+
+
+@pytest.mark.parametrize("copy_fails", [False, True], ids=["copy-ok", "copy-fails"])
+@pytest.mark.parametrize("stop", ["disk-full", "ctrl-c"])
+def test_a_save_that_fails_stops_the_copys_checks_and_wins(
+    llama, tmp_path, copy_checked, monkeypatch, stop, copy_fails
+):
+    """The disk full under the model's save (DO406 save-failed), or Ctrl-C during it: that
+    is raised, once the copy's export beside it ended (no thread left, its folder removed),
+    with no model.onnx.data half written and none of the copy's findings; a copy that
+    fails too is not the one raised."""
+    import errno
+
+    saving = threading.Event()
+    if copy_fails:
+
+        def failing(*args):  # once the model's save failed: both failed
+            saving.wait(timeout=60)
+            raise RuntimeError("the copy's export failed")
+
+        monkeypatch.setattr(dynamo_onnx.llm_copy, "_export_copy", failing)
+
+    running: list[list[str]] = []
+
+    def hook():
+        running.append(_copy_threads())  # the copy's checks run: the case tested
+        saving.set()
+        if stop == "ctrl-c":
+            raise KeyboardInterrupt
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "out"
+    expected = KeyboardInterrupt if stop == "ctrl-c" else dynamo_onnx.SaveError
+    with pytest.raises(expected) as raised:
+        dynamo_onnx.export_llm(llama, out, progress=_save_events(hook))
+    assert running == [[dynamo_onnx.llm_copy.THREAD_NAME]]
+    assert not _copy_threads()
+    assert not list(out.glob(".layer_copy_*"))
+    assert not (out / "model.onnx.data").exists() and not (out / "model.onnx").exists()
+    if stop == "disk-full":
+        assert raised.value.rule_id == "DO406"  # save-failed
+        assert "No space left on device" in str(raised.value)
+        rules = [f.rule.id for f in raised.value.diagnostics.findings]
+        assert "DO533" not in rules and "DO534" not in rules
+
+
+@pytest.mark.parametrize("where", ["export", "comparison"])
+def test_a_copy_check_that_fails_is_raised_after_the_save(
+    llama, tmp_path, copy_checked, monkeypatch, where
+):
+    """The copy's export (in its thread, beside the save) or its comparison with eager
+    (after the save) raising: raised once the model's save ended, its folder whole
+    (model.onnx.data of every weight), the copy's thread ended and its folder removed."""
+    first = dynamo_onnx.export_llm(llama, tmp_path / "first")
+    assert first.diagnostics.by_rule("DO534")
+
+    saving = threading.Event()
+
+    def failing(*args):  # the copy's export fails while the model is saved
+        saving.wait(timeout=60)
+        raise dynamo_onnx.VerificationError("the copy's session failed")
+
+    target = "_export_copy" if where == "export" else "_compare_with_eager"
+    monkeypatch.setattr(dynamo_onnx.llm_copy, target, failing)
+    running: list[list[str]] = []
+
+    def hook():
+        running.append(_copy_threads())
+        saving.set()
+
+    out = tmp_path / "out"
+    with pytest.raises(dynamo_onnx.VerificationError, match="the copy's session failed"):
+        dynamo_onnx.export_llm(llama, out, progress=_save_events(hook))
+    assert running == [[dynamo_onnx.llm_copy.THREAD_NAME]]  # it ran beside the save
+    assert not _copy_threads()
+    assert not list(out.glob(".layer_copy_*"))
+    written = (tmp_path / "first" / "model.onnx.data").read_bytes()
+    assert (out / "model.onnx.data").read_bytes() == written

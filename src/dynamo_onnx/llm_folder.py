@@ -47,7 +47,14 @@ from dynamo_onnx.integrations import (
     load_streamed_folder,
     load_vision_folder,
 )
-from dynamo_onnx.llm_copy import CopyCheck, run_on_copy
+from dynamo_onnx.llm_copy import (
+    CopyCheck,
+    CopyChecked,
+    CopyChecks,
+    copy_to_check,
+    process_state_kept,
+    record_copy_checks,
+)
 from dynamo_onnx.llm_stream import give_weights, note_peak, report_streamed
 from dynamo_onnx.llm_template import export_repeated
 from dynamo_onnx.options import OPTIMIZE_RUNTIMES, DiagnosticOptions, optimize_problem
@@ -59,6 +66,7 @@ from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization
 if TYPE_CHECKING:
     from dynamo_onnx.diagnostics import DiagnosticContext, Location
     from dynamo_onnx.integrations import SpeechFolder, VisionFolder
+    from dynamo_onnx.integrations.transformers.layer_copy import LayerCopy
     from dynamo_onnx.io.streamed_weights import WeightStream
     from dynamo_onnx.program import ONNXProgram
 
@@ -78,9 +86,11 @@ class FolderCheck:
     saved: SavedModel
     not_written: dict[str, str]
     model_location: Location | None = None
-    #: the folder the runtime is asked about, when not ``folder``: a layer copy of it
-    #: exported the same way (:mod:`dynamo_onnx.llm_copy`), whose failure is ``folder``'s
-    checked: pathlib.Path | None = None
+    #: the runtime was asked already, about a layer copy of the folder exported the same
+    #: way (:mod:`dynamo_onnx.llm_copy`, while the folder was saved), and answered
+    #: ``problem`` (None: it generated), which is ``folder``'s
+    asked: bool = False
+    problem: str | None = None
 
 
 class FolderCheckPass:
@@ -122,7 +132,7 @@ class FolderCheckPass:
                 **fields,
             )
             return request
-        cause = saved.runtime_problem(request.checked or request.folder)
+        cause = request.problem if request.asked else saved.runtime_problem(request.folder)
         if cause is not None:
             config.unlink()
             ctx.fail(
@@ -208,35 +218,32 @@ def _load_findings_kept(load: DiagnosticContext) -> Iterator[None]:
         raise
 
 
-def _checked_on_copy(
+def _copy_check(
     program: ONNXProgram,
     streamed: StreamedFolder | None,
     check: FolderCheck,
     quantization: Quantization,
     options: dict[str, Any],
     whole_windows: bool,
-) -> bool:
-    """The checks of a streamed folder whose weights would take more memory than the
-    export did, made on a layer copy (:mod:`dynamo_onnx.llm_copy`); False when the whole
-    folder is to be checked (not streamed, no runtime file, or as ``run_on_copy`` says)."""
-    data = check.folder / f"{MODEL_FILENAME}.data"
-    if streamed is None or check.saved.runtime_file in check.not_written or not data.is_file():
-        return False
+) -> tuple[LayerCopy, CopyCheck] | None:
+    """The copy whose checks stand for the folder's, and how to make it, decided before the
+    save (:func:`copy_to_check`); None when the whole folder is to be checked after the
+    save: not streamed, no runtime file, or the folder is small enough."""
+    if streamed is None or check.saved.runtime_file in check.not_written:
+        return None
+    copy_of = copy_to_check(program, streamed)
+    if copy_of is None:
+        return None
     quiet = {**options, "progress": None, "verbose": False}
     how = CopyCheck(
         lambda saved: _export_folder(saved, True, quiet)[0],
         quantization,
         whole_windows,
         MODEL_FILENAME,
-        data.stat().st_size,
         check.folder,
+        program.model_location,
     )
-
-    def check_copy(folder: pathlib.Path, saved: SavedModel) -> None:
-        copied = dataclasses.replace(check, saved=saved, checked=folder)
-        run_pipeline(program.diagnostics, [FolderCheckPass()], copied)
-
-    return run_on_copy(program, streamed, how, check_copy)
+    return copy_of, how
 
 
 def _export_with_fallback(
@@ -267,20 +274,61 @@ def _export_with_fallback(
     return program, gate, stream, folder, folder is whole
 
 
-def _check_folder(
+def _save(
+    program: ONNXProgram, stream: WeightStream | None, folder: SavedModel, out: pathlib.Path
+) -> None:
+    """The model saved in ``out`` with its weights (DO532 for streamed ones) and the files
+    its folder copies (the tokenizer's)."""
+    program.save(out / MODEL_FILENAME, external_data=True)
+    if stream is not None:
+        report_streamed(program, stream, out / f"{MODEL_FILENAME}.data")
+    for source in folder.files_to_copy:
+        atomic_write_bytes(out / source.name, source.read_bytes())
+
+
+def _saved_and_checked(
     program: ONNXProgram,
+    stream: WeightStream | None,
     streamed: StreamedFolder | None,
     check: FolderCheck,
     quantization: Quantization,
     options: dict[str, Any],
     whole_windows: bool,
 ) -> None:
-    """The folder written, checked by its runtime (whole, or on a layer copy); the command's
-    peak noted after it; the check's warnings (DO515, DO516) issued to the caller as
-    export()'s are."""
+    """The folder saved, then checked by its runtime. When a layer copy is checked instead
+    of the whole folder, its checks run while the model is saved (:class:`CopyChecks`) and
+    are recorded after the save's findings; a failure of the save (or Ctrl-C) stops them
+    and is raised once they ended, their folder removed; theirs is raised after the save."""
+    copy = _copy_check(program, streamed, check, quantization, options, whole_windows)
+    if copy is None:
+        _save(program, stream, check.saved, check.folder)
+        _check_folder(program, check, None)
+        return
+    copy_of, how = copy
+    assert streamed is not None  # a copy is of a streamed folder
+    with process_state_kept():  # two threads set and put back warnings filters
+        checks = CopyChecks(copy_of, streamed, how)
+        try:
+            _save(program, stream, check.saved, check.folder)
+            checked = checks.outcome()
+        except BaseException:
+            checks.abandon()
+            raise
+    _check_folder(program, check, checked)
+
+
+def _check_folder(program: ONNXProgram, check: FolderCheck, checked: CopyChecked | None) -> None:
+    """The folder written, checked by its runtime (whole, or by what its layer copy's
+    checks found: ``checked``, recorded first); the command's peak noted after it; the
+    check's warnings (DO515, DO516, DO535) issued to the caller as export()'s are."""
     known = len(program.diagnostics.findings)
-    if not _checked_on_copy(program, streamed, check, quantization, options, whole_windows):
-        run_pipeline(program.diagnostics, [FolderCheckPass()], check)
+    if checked is not None:
+        data = check.folder / f"{MODEL_FILENAME}.data"
+        record_copy_checks(program, checked, check.saved.runtime, data.stat().st_size)
+        check = dataclasses.replace(
+            check, saved=checked.saved, asked=checked.asked, problem=checked.problem
+        )
+    run_pipeline(program.diagnostics, [FolderCheckPass()], check)
     note_peak(program)
     warned = [f for f in program.diagnostics.findings[known:] if f.level == Level.WARNING]
     if warned:
@@ -400,16 +448,11 @@ def export_llm(
         )
         out = pathlib.Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        program.save(out / MODEL_FILENAME, external_data=True)
-        if stream is not None:
-            report_streamed(program, stream, out / f"{MODEL_FILENAME}.data")
-        for source in folder.files_to_copy:
-            atomic_write_bytes(out / source.name, source.read_bytes())
         not_written = files_not_beside(
             program.model, program.reference, program.inputs, MODEL_FILENAME
         )
         check = FolderCheck(out, folder, not_written, program.model_location)
-        _check_folder(program, streamed, check, quantization, options, whole_windows)
+        _saved_and_checked(program, stream, streamed, check, quantization, options, whole_windows)
         if gate is None:  # a warning of the quantization or the save
             gate = warnings_gate(program.diagnostics)
             if gate is not None:
