@@ -17,7 +17,11 @@ layer source is the *suffix* (final norm, head); any other node is in the layer 
 smallest index among the sources it and its descendants use or produce: a residual sum that
 only layer ``k + 1`` reads, or a fused norm that adds layer ``k``'s residual and applies layer
 ``k + 1``'s weight, is in layer ``k + 1``. An initializer named by a layer but read by nodes
-of several layers (an optimizer merged equal tensors) is shared, like the prefix's.
+of several layers (an optimizer merged equal tensors) is refused: a repeated layer would
+read the template's values. A constant the optimizer folded from one layer's lazy weights
+(:mod:`.lazy_folding`: Gemma's ``1 + weight``) is that layer's: each copy computes its own
+from its weights (``plan.retarget``), and the template's two layers of a kind are compared
+by what it is computed from, not by its values.
 """
 
 from __future__ import annotations
@@ -164,8 +168,13 @@ class _Repeater:
         return self.shared[value]
 
     def private_value(self, value: ir.Value, i: int) -> ir.Value:
+        """A layer's own constant as model layer ``i``'s: the template's, or, folded from
+        its layer's weights, computed from layer ``i``'s (``plan.retarget``)."""
         if (value, i) not in self.private:
-            self.private[value, i] = self.writer.value(value, value.name or "")
+            tensor = None
+            if value in self.parts.folded and value.const_value is not None:
+                tensor = self.plan.retarget(value.const_value, self.parts.private[value], i)
+            self.private[value, i] = self.writer.value(value, value.name or "", tensor)
         return self.private[value, i]
 
     def outer(self, value: ir.Value) -> ir.Value:
