@@ -332,7 +332,8 @@ def _check_folded_read_by_their_layer(
             )
             raise LayerRepeatRefused(
                 f"the optimization folded template layer {layer}'s weight `{weight}` into a "
-                f"value {_read_by(readers)}: a repeated layer cannot compute its own"
+                f"value merged with other layers' ({_read_by(readers)}): a repeated layer "
+                "cannot compute its own"
             )
 
 
@@ -349,17 +350,19 @@ def _check_layer_weights_unshared(
         readers = {part_of[n] for n, _ in value.uses()}
         raise LayerRepeatRefused(
             f"the optimization merged template layer {layer}'s weight `{value.name}` with "
-            f"equal ones into one {_read_by(readers)}: a repeated layer cannot read its own"
+            f"equal weights of other layers ({_read_by(readers)}): a repeated layer cannot "
+            "read its own"
         )
 
 
 def _read_by(parts: set[int]) -> str:
+    """Who reads a value: ``read by template layers 0, 2 and the last part``."""
     layers = sorted(p for p in parts if p >= 0)
-    others = [
+    named = [f"template layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}"]
+    named = (named if layers else []) + [
         name for p, name in ((_PREFIX, "the prefix"), (_SUFFIX, "the last part")) if p in parts
     ]
-    named = [f"template layer {p}" for p in layers] + others
-    return "read by " + ", ".join(named)
+    return "read by " + " and ".join(named)
 
 
 def _take_private_prefix(
