@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
-from dynamo_onnx.onnx_tools.graph_signatures import graph_differences
+from dynamo_onnx.onnx_tools.graph_signatures import GENERATED_NAME, graph_differences
 from dynamo_onnx.onnx_tools.layer_parts import Parts, check_kinds, check_tails, partition
 from dynamo_onnx.onnx_tools.layer_plan import (
     LayerPlan,
@@ -56,10 +56,14 @@ class _Writer:
         self.used: set[str] = set()
 
     def name(self, wanted: str) -> str:
+        """``wanted``, or another name like it; a generated one (``add_51``) stays one
+        (``add_52``): such a name says nothing, and is compared by what it holds."""
         name, count = wanted, 0
+        generated = GENERATED_NAME.fullmatch(wanted)
+        stem, _, number = wanted.rpartition("_")
         while name in self.used:
             count += 1
-            name = f"{wanted}_{count}"
+            name = f"{stem}_{int(number) + count}" if generated else f"{wanted}_{count}"
         self.used.add(name)
         return name
 

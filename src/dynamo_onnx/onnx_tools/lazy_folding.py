@@ -34,7 +34,7 @@ import onnx_ir as ir
 
 from dynamo_onnx.onnx_tools.graph_signatures import digest, tensor_key
 
-__all__ = ["FoldedTensor", "folded_key", "folded_leaves", "lazy_folding_pass"]
+__all__ = ["FoldedTensor", "folded_key", "folded_leaves", "lazy_folding_pass", "refolded"]
 
 
 class FoldedTensor(ir.LazyTensor):
@@ -135,3 +135,14 @@ def lazy_folding_pass(base: type[ir.passes.InPlacePass]) -> type[ir.passes.InPla
 
     LazyFoldConstantsPass.__name__ = base.__name__
     return LazyFoldConstantsPass
+
+
+def refolded(
+    tensor: ir.TensorProtocol, replace: Callable[[ir.TensorProtocol], ir.TensorProtocol]
+) -> ir.TensorProtocol:
+    """A folded ``tensor`` computed as it is from other leaves: each lazy leaf replaced by
+    ``replace(leaf)`` (a layer's weights by another layer's, given by value)."""
+    if not isinstance(tensor, FoldedTensor):
+        return replace(tensor) if _is_lazy(tensor) else tensor
+    inputs = [None if t is None else refolded(t, replace) for t in tensor.inputs]
+    return FoldedTensor(tensor.op, tensor.attributes, inputs, tensor)
