@@ -45,10 +45,10 @@ LAYERS = 7
 FEWER_LAYERS = 4
 ALTERNATING = {"gemma2", "gemma3-text", "smollm3", "gpt-oss"}
 #: Families whose small weights the optimizer folds into constants of their own (Gemma's
-#: ``1 + weight`` norms): their template is exported as export-llm exports it, from a
+#: and Nemotron's ``1 + weight`` norms): their template is exported as export-llm exports it, from a
 #: checkpoint whose weights are read lazily, so that the folded values stay computations
 #: of each layer's weights (``onnx_tools.lazy_folding``).
-FOLDED = {"gemma2", "gemma3-text"}
+FOLDED = {"gemma2", "gemma3-text", "nemotron"}
 _INDEX = re.compile(r"(?:^|\.)(?:layers|h)\.(\d+)\.")
 
 
@@ -288,7 +288,7 @@ def test_layers_that_differ_by_their_index_are_refused():
     config = _config(family, LAYERS)
     config.scale_attn_by_inverse_layer_idx = True
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model = _drawn(transformers.AutoModelForCausalLM.from_config(config).eval())
     kept, sources = plan_template(_kinds(model, LAYERS))
     template = _export(_template(model, kept), "onnxruntime")
     plan = LayerPlan(kept, sources, layer_names.layer_of, layer_names.renamed, lambda t, j, i: t)

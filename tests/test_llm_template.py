@@ -18,6 +18,7 @@ import transformers
 import dynamo_onnx
 import hf_models
 from cli_runner import run_cli
+from dynamo_onnx import llm_template
 from dynamo_onnx.integrations import copy_family_values
 from dynamo_onnx.integrations.transformers.hf_folder import example_inputs
 from test_export_llm_cli import _generate, _ops, _tokenizer
@@ -98,6 +99,20 @@ def _repeated(program, layers, kept="0, 1, 2"):
         f"{len(kept.split(', '))} (layers {kept}) in the ONNX graph."
     )
     assert not program.diagnostics.by_rule("DO537")
+
+
+def _gpt_oss():
+    """Attention sinks and a router whose small weights the optimizer folds; sliding
+    attention GroupQueryAttention does not fuse with sinks (DO503), so the folder is the
+    plain fallback's (every layer its whole cache)."""
+    layers = ["sliding_attention", "full_attention"] * 3 + ["sliding_attention"]
+    config = transformers.GptOssConfig(
+        **{**ALTERNATING, "sliding_window": 16, "intermediate_size": 128},
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        layer_types=layers,
+    )
+    return transformers.GptOssForCausalLM(config)
 
 
 #: The template of each model built: its layers and the layers it keeps.
@@ -271,3 +286,25 @@ def test_the_plain_sliding_fallback_goes_through_the_template(tmp_path):
     assert not [f for f in program.diagnostics.findings if f.level.name == "WARNING"]
     _, prompt, expected = _eager_tokens(tmp_path / "hf")
     assert _generate(tmp_path / "onnx", TEXT, prompt) == expected
+
+
+def test_gpt_oss_goes_through_the_template(tmp_path, monkeypatch):
+    """GPT-OSS's sinks and router weights are folded by the optimizer: each repeated
+    layer computes its own, and the folder is the one the whole model's export writes (the
+    template refused, as it was before), byte for byte; genai's tokens are transformers'."""
+    torch.manual_seed(0)
+    model = _gpt_oss()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("sinks"):
+                parameter.normal_(0.0, 0.5)
+    _save(tmp_path / "hf", model)
+    program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "onnx")
+    _repeated(program, 7, "0, 1, 2, 3, 4")
+    _, prompt, expected = _eager_tokens(tmp_path / "hf")
+    assert _generate(tmp_path / "onnx", TEXT, prompt) == expected
+    monkeypatch.setattr(llm_template, "layer_template_of", lambda folder: "refused here")
+    whole = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "whole")
+    assert whole.diagnostics.by_rule("DO537")
+    data = (tmp_path / "onnx" / "model.onnx.data").read_bytes()
+    assert data == (tmp_path / "whole" / "model.onnx.data").read_bytes()

@@ -105,7 +105,9 @@ def _expanded(
 ) -> list[tuple[ir.Value, int | None]]:
     """``values`` (the template's graph inputs, outputs or initializers) in the model's
     order: each run of layer values once per model layer repeating a layer of the run,
-    in layer order, as the whole model's export orders them."""
+    in layer order, as the whole model's export orders them. A run whose layers start
+    again (the values a pass made for every layer, then another pass's: GPT-OSS's folded
+    router weights, then its packed q/k/v) is that many runs."""
     result: list[tuple[ir.Value, int | None]] = []
     run: list[ir.Value] = []
 
@@ -119,6 +121,8 @@ def _expanded(
 
     for value in values:
         if value in sources:
+            if run and sources[value] < sources[run[-1]]:
+                flush()
             run.append(value)
             continue
         flush()
