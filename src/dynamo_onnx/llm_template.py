@@ -12,7 +12,12 @@ files are written from) and its inputs (the model's cache, every layer). Its exp
 is the template's, so it is dropped: the program is run by its inputs' names.
 
 DO536 says the folder was made so; DO537, with the reason, that the model was exported whole
-(no template with fewer layers, or its layers could not be repeated).
+(no template with fewer layers, or its layers could not be repeated: ``repeat_layers``
+refuses a weight the optimizer merged with equal ones of other layers, as an untrained
+checkpoint's norms all at one are). A layer's small weights the optimizer folds into
+constants (Gemma's ``1 + weight`` norms) are no refusal: the folded values stay computations
+of the layer's lazy weights (``onnx_tools.lazy_folding``), which a repeated layer evaluates
+on its own.
 """
 
 from __future__ import annotations
