@@ -17,6 +17,7 @@ import pytest
 import torch
 import transformers
 
+from dynamo_onnx.integrations import load_streamed_folder
 from dynamo_onnx.integrations.transformers import layer_names
 from dynamo_onnx.integrations.transformers.hf_folder import HFFolder, example_inputs
 from dynamo_onnx.io.onnx_file import save
@@ -30,6 +31,8 @@ from dynamo_onnx.onnx_tools.layer_repeat import (
     plan_template,
     repeat_layers,
 )
+from dynamo_onnx.onnx_tools.lazy_folding import FoldedTensor, refolded
+from dynamo_onnx.reports import ReportingContext
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 import llm_families  # the matrix's tiny configs (benchmarks/, put on the path above)
@@ -41,6 +44,11 @@ pytestmark = pytest.mark.e2e
 LAYERS = 7
 FEWER_LAYERS = 4
 ALTERNATING = {"gemma2", "gemma3-text", "smollm3", "gpt-oss"}
+#: Families whose small weights the optimizer folds into constants of their own (Gemma's
+#: and Nemotron's ``1 + weight`` norms): their template is exported as export-llm exports it, from a
+#: checkpoint whose weights are read lazily, so that the folded values stay computations
+#: of each layer's weights (``onnx_tools.lazy_folding``).
+FOLDED = {"gemma2", "gemma3-text", "nemotron"}
 _INDEX = re.compile(r"(?:^|\.)(?:layers|h)\.(\d+)\.")
 
 
@@ -103,42 +111,72 @@ def _template(model, kept: tuple[int, ...]):
     return template
 
 
-def _export(model, optimize) -> ir.Model:
-    """export-llm's export of the model, in memory (its sliding fallback included)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)
-        inputs = example_inputs(model)
-    folder = HFFolder(pathlib.Path("."), model, inputs, ())
-    options = {
+def _options(optimize) -> dict:
+    return {
         "optimize": optimize,
         "progress": None,
         "diagnostic_options": None,
         "source_root": None,
         "verbose": False,
     }
-    program = _export_with_fallback(folder, False, options)[0]
+
+
+def _export(model, optimize) -> ir.Model:
+    """export-llm's export of the model, in memory (its sliding fallback included)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        inputs = example_inputs(model)
+    folder = HFFolder(pathlib.Path("."), model, inputs, ())
+    program = _export_with_fallback(folder, False, _options(optimize))[0]
     return program.model
 
 
-def _retarget_to(full: ir.Model, template: ir.Model, renamed):
+def _export_streamed(model, optimize, path: pathlib.Path) -> ir.Model:
+    """export-llm's export of the model saved in ``path`` (float32), its weights read
+    lazily from the checkpoint (a model no deeper than its template is exported whole)."""
+    model.save_pretrained(path)
+    folder = load_streamed_folder(ReportingContext(None, subject=str(path)), path)
+    assert folder is not None
+    program = _export_with_fallback(folder, True, _options(optimize))[0]
+    return program.model
+
+
+def _drawn(model):
+    """``model`` with its one-dimensional weights (norms, biases, attention sinks) drawn
+    at random, as trained ones differ from layer to layer (transformers starts them at one
+    or zero, and the optimizer merges equal tensors into one)."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 1:
+                parameter.normal_(1.0, 0.2)
+    return model
+
+
+def _retarget_to(full: ir.Model, template: ir.Model, renamed, weights=None):
     """``retarget`` as a test gives it: the whole export's tensor of the name the template's
-    tensor takes in layer ``i``."""
+    tensor takes in layer ``i``; a value folded from layer weights computed from the
+    whole model's ``weights`` of layer ``i`` (by name)."""
     name_of = {id(v.const_value): v.name for v in template.graph.initializers.values()}
     tensors = {name: v.const_value for name, v in full.graph.initializers.items()}
 
+    def weight(leaf, i):
+        return ir.tensor(weights[renamed(leaf.name, i)].detach().numpy())
+
     def retarget(tensor, j, i):
+        if isinstance(tensor, FoldedTensor):
+            return refolded(tensor, lambda leaf: weight(leaf, i))
         return tensors[renamed(name_of[id(tensor)], i)]
 
     return retarget
 
 
-def _plan(kept, sources, full, template) -> LayerPlan:
+def _plan(kept, sources, full, template, weights=None) -> LayerPlan:
     return LayerPlan(
         kept,
         sources,
         layer_names.layer_of,
         layer_names.renamed,
-        _retarget_to(full, template, layer_names.renamed),
+        _retarget_to(full, template, layer_names.renamed, weights),
     )
 
 
@@ -174,8 +212,9 @@ def _run(model: ir.Model) -> list[np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def exports():
-    """(family, optimize) -> (full, template, kept, sources): each exported once."""
+def exports(tmp_path_factory):
+    """(family, optimize) -> (full, template, kept, sources, the full model's weights):
+    each exported once."""
     cache: dict = {}
 
     def get(name: str, optimize):
@@ -184,13 +223,18 @@ def exports():
             layers = LAYERS if name in ALTERNATING else FEWER_LAYERS
             torch.manual_seed(0)
             model = transformers.AutoModelForCausalLM.from_config(_config(family, layers))
-            model = model.eval()
+            model = _drawn(model.eval())
             planned = plan_template(_kinds(model, layers))
             assert planned is not None
             kept, sources = planned
             full = _export(model, optimize)
-            template = _export(_template(model, kept), optimize)
-            cache[name, optimize] = full, template, kept, sources
+            shrunk = _template(model, kept)
+            if name in FOLDED:
+                path = tmp_path_factory.mktemp(name)
+                template = _export_streamed(shrunk, optimize, path)
+            else:
+                template = _export(shrunk, optimize)
+            cache[name, optimize] = full, template, kept, sources, model.state_dict()
         return cache[name, optimize]
 
     return get
@@ -224,8 +268,8 @@ PLAIN = ["llama", "mistral"]
     [(name, "onnxruntime") for name in FUSED] + [(name, False) for name in PLAIN],
 )
 def test_the_repeated_template_is_the_whole_export(exports, name, optimize, tmp_path):
-    full, template, kept, sources = exports(name, optimize)
-    repeated = repeat_layers(template, _plan(kept, sources, full, template))
+    full, template, kept, sources, weights = exports(name, optimize)
+    repeated = repeat_layers(template, _plan(kept, sources, full, template, weights))
     assert graph_differences(repeated, full) == []
     assert _initializer_names(repeated) == _initializer_names(full)
     # the weights in the same order: the external data file is the whole export's
@@ -244,7 +288,7 @@ def test_layers_that_differ_by_their_index_are_refused():
     config = _config(family, LAYERS)
     config.scale_attn_by_inverse_layer_idx = True
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model = _drawn(transformers.AutoModelForCausalLM.from_config(config).eval())
     kept, sources = plan_template(_kinds(model, LAYERS))
     template = _export(_template(model, kept), "onnxruntime")
     plan = LayerPlan(kept, sources, layer_names.layer_of, layer_names.renamed, lambda t, j, i: t)
@@ -292,8 +336,8 @@ def test_a_users_layers_that_differ_by_their_index_are_refused(optimize):
 def test_a_wrong_plan_gives_another_graph(exports):
     """Gemma 2's full-attention layer 5 repeating the template's sliding layer: each part
     reads what it should, so nothing refuses it, and the graph is not the model's."""
-    full, template, kept, sources = exports("gemma2", "onnxruntime")
+    full, template, kept, sources, weights = exports("gemma2", "onnxruntime")
     wrong = (*sources[:5], sources[4], *sources[6:])
     assert wrong != sources
-    repeated = repeat_layers(template, _plan(kept, wrong, full, template))
+    repeated = repeat_layers(template, _plan(kept, wrong, full, template, weights))
     assert graph_differences(repeated, full) != []

@@ -18,6 +18,7 @@ import transformers
 import dynamo_onnx
 import hf_models
 from cli_runner import run_cli
+from dynamo_onnx import llm_template
 from dynamo_onnx.integrations import copy_family_values
 from dynamo_onnx.integrations.transformers.hf_folder import example_inputs
 from test_export_llm_cli import _generate, _ops, _tokenizer
@@ -33,13 +34,16 @@ TEXT = "the cat sat on the mat and a dog"  # longer than the sliding window
 
 def _save(path, model, norms=True, **kwargs) -> None:
     """``model`` saved as real checkpoints are: bfloat16, with a tokenizer, its norms'
-    weights drawn (``norms``) as trained ones differ from layer to layer (transformers
-    starts them at one, and the optimizer merges equal tensors into one)."""
+    weights and its biases drawn (``norms``) as trained ones differ from layer to layer
+    (transformers starts them at one or zero, and the optimizer merges equal tensors into
+    one)."""
     if norms:
         with torch.no_grad():
             for name, parameter in model.named_parameters():
                 if "norm" in name:
                     parameter.normal_(1.0, 0.2)
+                elif name.endswith("bias"):
+                    parameter.normal_(0.0, 0.2)
     model.eval().to(torch.bfloat16).save_pretrained(path, **kwargs)
     _tokenizer().save_pretrained(path)
 
@@ -55,6 +59,29 @@ def _qwen3():
 
 def _mistral():
     return transformers.MistralForCausalLM(transformers.MistralConfig(**SMALL, sliding_window=4))
+
+
+def _qwen2():
+    """q, k and v with biases, small enough for the optimizer to read (and packing to
+    rename)."""
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**SMALL))
+
+
+#: Gemma 2 and 3 alternate a sliding layer and a full one: 7 layers for a template of 5
+#: (layer 0, two of each kind) to be shorter than the model.
+ALTERNATING = {**SMALL, "num_hidden_layers": 7, "head_dim": 16, "sliding_window": 4}
+
+
+def _gemma2():
+    """``1 + weight`` norms, folded by the optimizer into constants of their own."""
+    return transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**ALTERNATING))
+
+
+def _gemma3():
+    """Gemma 2's norms, and q/k norms."""
+    layers = ["sliding_attention", "full_attention"] * 3 + ["sliding_attention"]
+    config = transformers.Gemma3TextConfig(**ALTERNATING, layer_types=layers)
+    return transformers.Gemma3ForCausalLM(config)
 
 
 def _eager_tokens(folder):
@@ -74,13 +101,36 @@ def _repeated(program, layers, kept="0, 1, 2"):
     assert not program.diagnostics.by_rule("DO537")
 
 
-@pytest.mark.parametrize("build", [_llama, _qwen3, _mistral], ids=lambda f: f.__name__[1:])
+def _gpt_oss():
+    """Attention sinks and a router whose small weights the optimizer folds; sliding
+    attention GroupQueryAttention does not fuse with sinks (DO503), so the folder is the
+    plain fallback's (every layer its whole cache)."""
+    layers = ["sliding_attention", "full_attention"] * 3 + ["sliding_attention"]
+    config = transformers.GptOssConfig(
+        **{**ALTERNATING, "sliding_window": 16, "intermediate_size": 128},
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        layer_types=layers,
+    )
+    return transformers.GptOssForCausalLM(config)
+
+
+#: The template of each model built: its layers and the layers it keeps.
+TEMPLATES = {"_gemma2": (7, "0, 1, 2, 3, 4"), "_gemma3": (7, "0, 1, 2, 3, 4")}
+
+
+@pytest.mark.parametrize(
+    "build",
+    [_llama, _qwen3, _mistral, _qwen2, _gemma2, _gemma3],
+    ids=lambda f: f.__name__[1:],
+)
 def test_the_repeated_template_is_the_whole_export(build, tmp_path):
     torch.manual_seed(0)
     saved = tmp_path / "hf"
     _save(saved, build())
     program = dynamo_onnx.export_llm(saved, tmp_path / "onnx")
-    _repeated(program, 5)
+    layers, kept = TEMPLATES.get(build.__name__, (5, "0, 1, 2"))
+    _repeated(program, layers, kept)
     assert not [f for f in program.diagnostics.findings if f.level.name == "WARNING"]
     data = (tmp_path / "onnx" / "model.onnx.data").read_bytes()
     assert data == _in_memory(saved, tmp_path / "whole", "fp32")
@@ -89,7 +139,7 @@ def test_the_repeated_template_is_the_whole_export(build, tmp_path):
         safetensors.torch.load_file(saved / "model.safetensors")
     )
     config = json.loads((tmp_path / "onnx" / "genai_config.json").read_text())
-    assert config["model"]["decoder"]["num_hidden_layers"] == 5
+    assert config["model"]["decoder"]["num_hidden_layers"] == layers
     eager, prompt, expected = _eager_tokens(saved)
     assert _generate(tmp_path / "onnx", TEXT, prompt) == expected
     # the program returned runs the whole model: its inputs are every layer's cache (the
@@ -102,9 +152,10 @@ def test_the_repeated_template_is_the_whole_export(build, tmp_path):
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
 
 
-def test_the_int4_folder_is_the_whole_int4_export(tmp_path):
+@pytest.mark.parametrize("build", [_llama, _qwen2], ids=lambda f: f.__name__[1:])
+def test_the_int4_folder_is_the_whole_int4_export(build, tmp_path):
     torch.manual_seed(0)
-    _save(tmp_path / "hf", _llama())
+    _save(tmp_path / "hf", build())
     program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "int4", precision="int4")
     _repeated(program, 5)
     # per layer q/k/v packed, o, gate/up packed, down; and the LM head
@@ -154,8 +205,9 @@ def test_layers_whose_norms_the_optimizer_merged_are_exported_whole(tmp_path):
     assert note.level.name == "NOTE"
     assert note.message.startswith(
         "The model's 5 layers were exported whole, not repeated from a template: the "
-        "optimization folded or merged the template's layer weight `model.layers."
+        "optimization merged template layer 0's weight `model.layers.0."
     )
+    assert "with equal weights of other layers (read by template layers 0, 1" in note.message
     _, prompt, expected = _eager_tokens(tmp_path / "hf")
     assert _generate(tmp_path / "onnx", TEXT, prompt) == expected
 
@@ -167,6 +219,34 @@ def test_a_model_no_deeper_than_its_template_is_exported_whole(tmp_path):
     program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "onnx")
     (note,) = program.diagnostics.by_rule("DO537")
     assert note.message.endswith("a template would hold all 3 layers.")
+
+
+@pytest.mark.parametrize(
+    ("build", "weight"),
+    [
+        (_qwen2, "self_attn.k_proj.bias"),  # packed with q and v's
+        (_gemma3, "input_layernorm.weight"),  # folded into 1 + weight
+        (_gemma3, "self_attn.q_norm.weight"),
+    ],
+    ids=["qwen2-bias", "gemma3-norm", "gemma3-q-norm"],
+)
+def test_a_nan_in_a_repeated_layers_folded_or_packed_weight_names_it(build, weight, tmp_path):
+    """Layer 6 is no layer of Gemma 3's template (0-4), layer 4 none of Qwen2's (0-2):
+    the values its small weight makes (packed, folded) are computed from its own tensor,
+    whose NaN DO401 names."""
+    torch.manual_seed(0)
+    model = build()
+    layer = model.config.num_hidden_layers - 1
+    _save(tmp_path / "hf", model)
+    state = safetensors.torch.load_file(tmp_path / "hf" / "model.safetensors")
+    name = f"model.layers.{layer}.{weight}"
+    state[name][0] = float("nan")
+    safetensors.torch.save_file(state, tmp_path / "hf" / "model.safetensors", {"format": "pt"})
+    program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "onnx")
+    assert program.diagnostics.by_rule("DO536")
+    (nan,) = program.diagnostics.by_rule("DO401")
+    assert f"`{name}`" in nan.message
+    assert nan.properties["count"] == 1
 
 
 def test_a_nan_in_a_repeated_layer_names_that_layers_weight(tmp_path):
@@ -206,3 +286,25 @@ def test_the_plain_sliding_fallback_goes_through_the_template(tmp_path):
     assert not [f for f in program.diagnostics.findings if f.level.name == "WARNING"]
     _, prompt, expected = _eager_tokens(tmp_path / "hf")
     assert _generate(tmp_path / "onnx", TEXT, prompt) == expected
+
+
+def test_gpt_oss_goes_through_the_template(tmp_path, monkeypatch):
+    """GPT-OSS's sinks and router weights are folded by the optimizer: each repeated
+    layer computes its own, and the folder is the one the whole model's export writes (the
+    template refused, as it was before), byte for byte; genai's tokens are transformers'."""
+    torch.manual_seed(0)
+    model = _gpt_oss()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("sinks"):
+                parameter.normal_(0.0, 0.5)
+    _save(tmp_path / "hf", model)
+    program = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "onnx")
+    _repeated(program, 7, "0, 1, 2, 3, 4")
+    _, prompt, expected = _eager_tokens(tmp_path / "hf")
+    assert _generate(tmp_path / "onnx", TEXT, prompt) == expected
+    monkeypatch.setattr(llm_template, "layer_template_of", lambda folder: "refused here")
+    whole = dynamo_onnx.export_llm(tmp_path / "hf", tmp_path / "whole")
+    assert whole.diagnostics.by_rule("DO537")
+    data = (tmp_path / "onnx" / "model.onnx.data").read_bytes()
+    assert data == (tmp_path / "whole" / "model.onnx.data").read_bytes()

@@ -12,7 +12,12 @@ files are written from) and its inputs (the model's cache, every layer). Its exp
 is the template's, so it is dropped: the program is run by its inputs' names.
 
 DO536 says the folder was made so; DO537, with the reason, that the model was exported whole
-(no template with fewer layers, or its layers could not be repeated).
+(no template with fewer layers, or its layers could not be repeated: ``repeat_layers``
+refuses a weight the optimizer merged with equal ones of other layers, as an untrained
+checkpoint's norms all at one are). A layer's small weights the optimizer folds into
+constants (Gemma's ``1 + weight`` norms) are no refusal: the folded values stay computations
+of the layer's lazy weights (``onnx_tools.lazy_folding``), which a repeated layer evaluates
+on its own.
 """
 
 from __future__ import annotations
@@ -66,8 +71,7 @@ def export_repeated(
             program, gate, stream = export_one(shrunk)
         except OnnxExporterError as error:  # the model's own export says it at its lines
             return _whole(folder, export_one, f"the template's export failed ({error.rule_id})")
-    folded = _folded(program, stream, template)
-    repeated = folded or _repeat(program, template)
+    repeated = _repeat(program, template)
     if isinstance(repeated, _Refused):  # the template's warnings are not the model's
         return _whole(folder, export_one, repeated.reason)
     for w in issued:
@@ -83,28 +87,6 @@ def export_repeated(
         indices=", ".join(map(str, template.kept)),
     )
     return program, gate, stream
-
-
-def _folded(
-    program: ONNXProgram, stream: WeightStream | None, template: LayerTemplate
-) -> _Refused | None:
-    """Whether a layer's weight read while the template was exported (the optimizer
-    compares small weights by value, folds some into constants) is no longer an
-    initializer of its own: folded into a constant, or merged with an equal one (another
-    layer's, by value). A repeated layer would then compute with the template's values,
-    so the layers are not repeated."""
-    if stream is None:
-        return None
-    kept = set(program.model.graph.initializers)
-    gone = sorted(n for n in template.layer_weights(stream.read) if n not in kept)
-    if not gone:
-        return None
-    return _Refused(
-        f"the optimization folded or merged the template's layer weight "
-        f"`{template.model_weight(gone[0])}`"
-        + (f" and {len(gone) - 1} more" if len(gone) > 1 else "")
-        + " into a value computed at export, which a repeated layer cannot read for its own"
-    )
 
 
 def _repeat(program: ONNXProgram, template: LayerTemplate) -> Any:

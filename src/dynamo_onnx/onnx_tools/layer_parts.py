@@ -18,6 +18,7 @@ from dynamo_onnx.onnx_tools.graph_signatures import (
     signatures,
 )
 from dynamo_onnx.onnx_tools.layer_plan import LayerPlan, LayerRepeatRefused
+from dynamo_onnx.onnx_tools.lazy_folding import FoldedTensor, folded_key, folded_leaves
 
 __all__ = ["Body", "Parts", "check_kinds", "check_tails", "partition"]
 
@@ -53,6 +54,9 @@ class Parts:
     #: the initializers with a generated name only one layer reads: value -> that layer
     #: (each copy of the layer has its own, as the whole model's export made them)
     private: dict[ir.Value, int]
+    #: the private initializers the optimizer folded from their layer's lazy weights
+    #: (:mod:`.lazy_folding`): each copy of the layer computes its own from its weights
+    folded: set[ir.Value]
     #: the signature of a value a part reads from outside it (not the layer before it)
     leaf: Callable[[ir.Value], str]
 
@@ -206,8 +210,9 @@ def partition(graph: ir.Graph, plan: LayerPlan) -> Parts:
             )
     count = len(plan.kept)
     sources = _layer_sources(graph, plan)
+    folded = _folded_in_layers(graph, plan)
     outputs = set(graph.outputs)
-    owned = _with_weights_made(nodes, sources)
+    owned = _with_weights_made(nodes, {**sources, **folded})
     first = _first_layers(nodes, owned, outputs)
     dependent = _depends(nodes, owned)
     part_of: dict[ir.Node, int] = {}
@@ -231,12 +236,19 @@ def partition(graph: ir.Graph, plan: LayerPlan) -> Parts:
         return part_of.get(producer) if producer is not None else None
 
     prefix_of, _ = signatures(grouped[_PREFIX], outer_leaf)
+    _check_folded_read_by_their_layer(folded, part_of)
+    _check_layer_weights_unshared(graph, plan, sources, part_of)
 
     def leaf(value: ir.Value) -> str:
         """A value a part reads from outside it: its layer's name as layer 0's, or what
-        the prefix computes, or what it holds."""
+        the prefix computes, or what it holds (what it is computed from, for a value
+        folded from its layer's weights)."""
         if value in sources:
             return digest("layer", plan.renamed(value.name or "", 0))
+        if value in folded:
+            tensor = value.const_value
+            assert tensor is not None
+            return folded_key(tensor, lambda name: plan.renamed(name, 0))
         return prefix_of.get(value) or outer_leaf(value)
 
     bodies = []
@@ -279,7 +291,78 @@ def partition(graph: ir.Graph, plan: LayerPlan) -> Parts:
         and len(readers := {part_of[n] for n, _ in value.uses()}) == 1
         and 0 <= next(iter(readers))
     }
-    return Parts(grouped[_PREFIX], bodies, suffix, part_of, sources, owned, private, leaf)
+    return Parts(
+        grouped[_PREFIX], bodies, suffix, part_of, sources, owned, private, set(folded), leaf
+    )
+
+
+def _folded_in_layers(graph: ir.Graph, plan: LayerPlan) -> dict[ir.Value, int]:
+    """The initializers with a generated name that the optimizer folded from one layer's
+    lazy weights (:mod:`.lazy_folding`), by that layer: placed as its weights are. Refused
+    when such a value reads several layers' weights."""
+    found: dict[ir.Value, int] = {}
+    for value in graph.initializers.values():
+        tensor = value.const_value
+        if not isinstance(tensor, FoldedTensor) or not GENERATED_NAME.fullmatch(value.name or ""):
+            continue
+        leaves = [t.name or "" for t in folded_leaves(tensor)]
+        layers = sorted({layer for name in leaves if (layer := plan.layer_of(name)) is not None})
+        if len(layers) > 1:
+            raise LayerRepeatRefused(
+                f"the optimization folded weights of template layers {layers} into one value "
+                f"{value.name!r}: a repeated layer cannot compute its own"
+            )
+        if layers:
+            found[value] = layers[0]
+    return found
+
+
+def _check_folded_read_by_their_layer(
+    folded: dict[ir.Value, int], part_of: dict[ir.Node, int]
+) -> None:
+    """Refused when nodes of another part read a value folded from a layer's weights (the
+    optimizer merged equal values of several layers into one): a repeated layer would
+    read the template's."""
+    for value, layer in folded.items():
+        readers = {part_of[n] for n, _ in value.uses()}
+        if readers - {layer}:
+            weight = next(
+                t.name
+                for t in folded_leaves(value.const_value)  # type: ignore[arg-type]
+            )
+            raise LayerRepeatRefused(
+                f"the optimization folded template layer {layer}'s weight `{weight}` into a "
+                f"value merged with other layers' ({_read_by(readers)}): a repeated layer "
+                "cannot compute its own"
+            )
+
+
+def _check_layer_weights_unshared(
+    graph: ir.Graph, plan: LayerPlan, sources: dict[ir.Value, int], part_of: dict[ir.Node, int]
+) -> None:
+    """Refused when an initializer named by a layer is read by nodes of other parts: the
+    optimizer merged equal weights of several layers into one (an untrained checkpoint's
+    norms, all ones), and a repeated layer would read the template's."""
+    for value in graph.initializers.values():
+        layer = plan.layer_of(value.name or "")
+        if layer is None or value in sources:
+            continue
+        readers = {part_of[n] for n, _ in value.uses()}
+        raise LayerRepeatRefused(
+            f"the optimization merged template layer {layer}'s weight `{value.name}` with "
+            f"equal weights of other layers ({_read_by(readers)}): a repeated layer cannot "
+            "read its own"
+        )
+
+
+def _read_by(parts: set[int]) -> str:
+    """Who reads a value: ``read by template layers 0, 2 and the last part``."""
+    layers = sorted(p for p in parts if p >= 0)
+    named = [f"template layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}"]
+    named = (named if layers else []) + [
+        name for p, name in ((_PREFIX, "the prefix"), (_SUFFIX, "the last part")) if p in parts
+    ]
+    return "read by " + " and ".join(named)
 
 
 def _take_private_prefix(

@@ -53,7 +53,8 @@ class LayerPlan:
     output's name (the template's numbering for the template's names), None for a name of
     no layer; ``renamed`` that name with its index replaced; ``retarget`` the tensor of the
     model's layer ``i`` for the tensor of template layer ``j``'s initializer (a lazy one
-    that reads the checkpoint, or the full export's in a test)."""
+    that reads the checkpoint, or the full export's in a test), or of a constant folded
+    from its weights (a ``lazy_folding.FoldedTensor``)."""
 
     kept: tuple[int, ...]
     sources: tuple[int, ...]

@@ -17,7 +17,11 @@ layer source is the *suffix* (final norm, head); any other node is in the layer 
 smallest index among the sources it and its descendants use or produce: a residual sum that
 only layer ``k + 1`` reads, or a fused norm that adds layer ``k``'s residual and applies layer
 ``k + 1``'s weight, is in layer ``k + 1``. An initializer named by a layer but read by nodes
-of several layers (an optimizer merged equal tensors) is shared, like the prefix's.
+of several layers (an optimizer merged equal tensors) is refused: a repeated layer would
+read the template's values. A constant the optimizer folded from one layer's lazy weights
+(:mod:`.lazy_folding`: Gemma's ``1 + weight``) is that layer's: each copy computes its own
+from its weights (``plan.retarget``), and the template's two layers of a kind are compared
+by what it is computed from, not by its values.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
-from dynamo_onnx.onnx_tools.graph_signatures import graph_differences
+from dynamo_onnx.onnx_tools.graph_signatures import GENERATED_NAME, graph_differences
 from dynamo_onnx.onnx_tools.layer_parts import Parts, check_kinds, check_tails, partition
 from dynamo_onnx.onnx_tools.layer_plan import (
     LayerPlan,
@@ -52,10 +56,14 @@ class _Writer:
         self.used: set[str] = set()
 
     def name(self, wanted: str) -> str:
+        """``wanted``, or another name like it; a generated one (``add_51``) stays one
+        (``add_52``): such a name says nothing, and is compared by what it holds."""
         name, count = wanted, 0
+        generated = GENERATED_NAME.fullmatch(wanted)
+        stem, _, number = wanted.rpartition("_")
         while name in self.used:
             count += 1
-            name = f"{wanted}_{count}"
+            name = f"{stem}_{int(number) + count}" if generated else f"{wanted}_{count}"
         self.used.add(name)
         return name
 
@@ -97,7 +105,9 @@ def _expanded(
 ) -> list[tuple[ir.Value, int | None]]:
     """``values`` (the template's graph inputs, outputs or initializers) in the model's
     order: each run of layer values once per model layer repeating a layer of the run,
-    in layer order, as the whole model's export orders them."""
+    in layer order, as the whole model's export orders them. A run whose layers start
+    again (the values a pass made for every layer, then another pass's: GPT-OSS's folded
+    router weights, then its packed q/k/v) is that many runs."""
     result: list[tuple[ir.Value, int | None]] = []
     run: list[ir.Value] = []
 
@@ -111,6 +121,8 @@ def _expanded(
 
     for value in values:
         if value in sources:
+            if run and sources[value] < sources[run[-1]]:
+                flush()
             run.append(value)
             continue
         flush()
@@ -164,8 +176,13 @@ class _Repeater:
         return self.shared[value]
 
     def private_value(self, value: ir.Value, i: int) -> ir.Value:
+        """A layer's own constant as model layer ``i``'s: the template's, or, folded from
+        its layer's weights, computed from layer ``i``'s (``plan.retarget``)."""
         if (value, i) not in self.private:
-            self.private[value, i] = self.writer.value(value, value.name or "")
+            tensor = None
+            if value in self.parts.folded and value.const_value is not None:
+                tensor = self.plan.retarget(value.const_value, self.parts.private[value], i)
+            self.private[value, i] = self.writer.value(value, value.name or "", tensor)
         return self.private[value, i]
 
     def outer(self, value: ir.Value) -> ir.Value:

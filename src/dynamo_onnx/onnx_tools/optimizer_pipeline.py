@@ -22,6 +22,10 @@ of an (n, 0, 2) tensor failed in ONNX Runtime). Here the rule leaves such a resh
 
 The rules are tried only on nodes of their pattern's root op type (``rule_roots``): the
 same rewrites, without setting up the matcher for every rule at every node.
+
+A constant folded from lazy weights stays lazy (``lazy_folding``): the node's computation
+re-applied when it is read, so that a model whose layers are repeated from a template's
+gives each layer its own (Gemma's ``1 + weight`` norms).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import onnx_ir.passes.common as common_passes
 import onnxscript.optimizer
 import onnxscript.rewriter
 
+from dynamo_onnx.onnx_tools.lazy_folding import lazy_folding_pass
 from dynamo_onnx.onnx_tools.names import ModelWideNamesStep
 from dynamo_onnx.onnx_tools.rule_roots import root_filtered
 
@@ -93,7 +98,7 @@ def run_optimizer(model: ir.Model) -> None:
     ]
     steps = ir.passes.PassManager(
         [
-            folding(
+            lazy_folding_pass(folding)(
                 shape_inference=True,
                 input_size_limit=_limit("INPUT"),
                 output_size_limit=_limit("OUTPUT"),

@@ -12,7 +12,10 @@ of them: packed q/k/v, a transpose, a quantization after), evaluated with their 
 reads redirected to that layer's tensors (:class:`LayerRead`, set in
 ``io.streamed_weights.READ_REDIRECT`` inside the evaluation, so a writer thread sees it too);
 the weight stream records that layer's weight names (its non-finite values name that layer's
-weight, DO401).
+weight, DO401). A constant the optimizer folded from a layer's small weights (Gemma's
+``1 + weight`` norms, GPT-OSS's sinks) is such a lazy tensor too
+(``onnx_tools.lazy_folding.FoldedTensor``): its computation re-applied to the repeated
+layer's own tensors.
 """
 
 from __future__ import annotations
