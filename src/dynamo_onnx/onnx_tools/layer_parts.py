@@ -1,3 +1,5 @@
+# size: the split of a graph into layer parts and the checks that make each part its
+# layer's alone (folded values, merged weights, reads across layers) go together.
 """Where each node of a template's graph is: the prefix every layer shares, each layer's
 body, the suffix after the last layer (:mod:`.layer_repeat`'s docstring says how they are
 told apart), the values a body reads from the layer before it, and the check that a

@@ -19,7 +19,7 @@ only layer ``k + 1`` reads, or a fused norm that adds layer ``k``'s residual and
 ``k + 1``'s weight, is in layer ``k + 1``. An initializer named by a layer but read by nodes
 of several layers (an optimizer merged equal tensors) is refused: a repeated layer would
 read the template's values. A constant the optimizer folded from one layer's lazy weights
-(:mod:`.lazy_folding`: Gemma's ``1 + weight``) is that layer's: each copy computes its own
+(:mod:`.lazy_folding`: a norm that scales by ``1 + weight``) is that layer's: each copy computes its own
 from its weights (``plan.retarget``), and the template's two layers of a kind are compared
 by what it is computed from, not by its values.
 """

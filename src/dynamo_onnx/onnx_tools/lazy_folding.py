@@ -4,8 +4,8 @@ node's computation re-applied to its inputs each time it is read.
 onnxscript's constant folding evaluates a node whose inputs are all constants and stores
 the result as a new initializer (an ``ir.Tensor`` of the values it computed). On a model
 whose weights are lazy reads of a checkpoint (``io.streamed_weights``), a small weight's
-computation is folded so: Gemma's RMS norms scale by ``1 + weight``, GPT-OSS reshapes its
-attention sinks. The folded tensor then holds the values of the weights read at export,
+computation is folded so: an RMS norm that scales by ``1 + weight``, attention sinks
+reshaped once per layer. The folded tensor then holds the values of the weights read at export,
 and nothing says which weights they came from; a model whose layers are repeated from a
 template's (``onnx_tools.layer_repeat``) could not give a repeated layer its own.
 
@@ -14,7 +14,7 @@ from a lazy input is a :class:`FoldedTensor`, a lazy tensor that evaluates the s
 (the ONNX reference implementation of its operator, which the folding itself calls, with
 the same attributes) on its inputs when read. Its bytes are those the folding computed,
 and a repeated layer evaluates it with its reads redirected to its own weights
-(``integrations.transformers.layer_template``), as it does the weights themselves. Keeping
+(the family's layer template), as it does the weights themselves. Keeping
 the computation out of the folding instead would leave a node the whole model's export
 does not have (its graph and data file are the reference), so the folding is kept and
 only its result's provenance is.

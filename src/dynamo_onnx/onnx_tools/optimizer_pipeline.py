@@ -25,7 +25,7 @@ same rewrites, without setting up the matcher for every rule at every node.
 
 A constant folded from lazy weights stays lazy (``lazy_folding``): the node's computation
 re-applied when it is read, so that a model whose layers are repeated from a template's
-gives each layer its own (Gemma's ``1 + weight`` norms).
+gives each layer its own (norms that scale by ``1 + weight``).
 """
 
 from __future__ import annotations
