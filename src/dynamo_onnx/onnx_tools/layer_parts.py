@@ -202,29 +202,13 @@ def _incoming(
 
 def partition(graph: ir.Graph, plan: LayerPlan) -> Parts:
     nodes = list(graph)
-    for node in nodes:
-        if any(
-            a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-            for a in node.attributes.values()
-        ):
-            raise LayerRepeatRefused(
-                f"node {node.name!r} ({node.op_type}) has a subgraph: its layer cannot be told"
-            )
+    _refuse_subgraphs(nodes)
     count = len(plan.kept)
     sources = _layer_sources(graph, plan)
     folded = _folded_in_layers(graph, plan)
     outputs = set(graph.outputs)
     owned = _with_weights_made(nodes, {**sources, **folded})
-    first = _first_layers(nodes, owned, outputs)
-    dependent = _depends(nodes, owned)
-    part_of: dict[ir.Node, int] = {}
-    for node in nodes:
-        if node not in dependent:
-            part_of[node] = _PREFIX
-        elif first[node] is None:
-            part_of[node] = _SUFFIX
-        else:
-            part_of[node] = first[node]  # type: ignore[assignment]
+    part_of = _parts_of(nodes, owned, outputs)
     _take_private_prefix(nodes, part_of, sources, outputs)
     bad = sorted({layer for layer in part_of.values() if layer >= count})
     if bad:
@@ -263,13 +247,7 @@ def partition(graph: ir.Graph, plan: LayerPlan) -> Parts:
     if bodies and bodies[0].incoming:
         raise LayerRepeatRefused("the first layer reads values of no layer before it")
     suffix_nodes = grouped[_SUFFIX]
-    for node in suffix_nodes:
-        for value in node.inputs:
-            if value is not None and part(value) not in (None, _PREFIX, _SUFFIX, count - 1):
-                raise LayerRepeatRefused(
-                    f"the model's last part ({node.op_type} {node.name!r}) reads template "
-                    f"layer {part(value)}, not the last one"
-                )
+    _check_suffix_reads(suffix_nodes, part, count)
     suffix = Body(
         suffix_nodes,
         _incoming(suffix_nodes, lambda v: part(v) == count - 1, leaf, "the last part"),
@@ -285,7 +263,58 @@ def partition(graph: ir.Graph, plan: LayerPlan) -> Parts:
                         f"template layer {j} makes the graph output {value.name!r}, which is "
                         "not named by its layer"
                     )
-    private = {
+    private = _private_initializers(graph, sources, part_of)
+    return Parts(
+        grouped[_PREFIX], bodies, suffix, part_of, sources, owned, private, set(folded), leaf
+    )
+
+
+def _refuse_subgraphs(nodes: list[ir.Node]) -> None:
+    for node in nodes:
+        if any(
+            a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+            for a in node.attributes.values()
+        ):
+            raise LayerRepeatRefused(
+                f"node {node.name!r} ({node.op_type}) has a subgraph: its layer cannot be told"
+            )
+
+
+def _parts_of(
+    nodes: list[ir.Node], owned: dict[ir.Value, int], outputs: set[ir.Value]
+) -> dict[ir.Node, int]:
+    """Each node's part: the prefix when it depends on no layer's weight, else the first
+    layer it depends on, or the suffix when that is none."""
+    first = _first_layers(nodes, owned, outputs)
+    dependent = _depends(nodes, owned)
+    part_of: dict[ir.Node, int] = {}
+    for node in nodes:
+        if node not in dependent:
+            part_of[node] = _PREFIX
+        elif first[node] is None:
+            part_of[node] = _SUFFIX
+        else:
+            part_of[node] = first[node]  # type: ignore[assignment]
+    return part_of
+
+
+def _check_suffix_reads(
+    suffix_nodes: list[ir.Node], part: Callable[[ir.Value], int | None], count: int
+) -> None:
+    for node in suffix_nodes:
+        for value in node.inputs:
+            if value is not None and part(value) not in (None, _PREFIX, _SUFFIX, count - 1):
+                raise LayerRepeatRefused(
+                    f"the model's last part ({node.op_type} {node.name!r}) reads template "
+                    f"layer {part(value)}, not the last one"
+                )
+
+
+def _private_initializers(
+    graph: ir.Graph, sources: dict[ir.Value, int], part_of: dict[ir.Node, int]
+) -> dict[ir.Value, int]:
+    """Initializers with generated names that one layer alone reads, by that layer."""
+    return {
         value: readers.pop()
         for value in graph.initializers.values()
         if value not in sources
@@ -293,9 +322,6 @@ def partition(graph: ir.Graph, plan: LayerPlan) -> Parts:
         and len(readers := {part_of[n] for n, _ in value.uses()}) == 1
         and 0 <= next(iter(readers))
     }
-    return Parts(
-        grouped[_PREFIX], bodies, suffix, part_of, sources, owned, private, set(folded), leaf
-    )
 
 
 def _folded_in_layers(graph: ir.Graph, plan: LayerPlan) -> dict[ir.Value, int]:
