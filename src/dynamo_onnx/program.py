@@ -48,7 +48,6 @@ from dynamo_onnx.passes.verify import (
     VerifyRequest,
 )
 from dynamo_onnx.reports import ReportingContext
-from dynamo_onnx.runtimes.onnxruntime.quantize import Quantization, QuantizePass, QuantizeRequest
 
 __all__ = ["ONNXProgram"]
 
@@ -196,6 +195,12 @@ class ONNXProgram:
             InvalidOptionValueError: an unknown precision, block size or accuracy level (DO109).
             OptimizationError: the quantizer failed (DO508).
         """
+        from dynamo_onnx.runtimes.onnxruntime.quantize import (  # only when quantizing
+            Quantization,
+            QuantizePass,
+            QuantizeRequest,
+        )
+
         request = QuantizeRequest(
             self.model,
             Quantization(precision, block_size, symmetric, accuracy_level),

@@ -11,35 +11,53 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import inspect
 import os
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dynamo_onnx.integrations.base import FamilyInputs, ModelFamily, RuntimeStep
-from dynamo_onnx.integrations.transformers import (
-    TransformersFamily,
-    hf_folder,
-    layer_copy,
-    layer_template,
-    qwen2_5_vl_folder,
-    streamed,
-    whisper_folder,
-)
-from dynamo_onnx.integrations.transformers.hf_folder import HFFolder as SavedModel
-from dynamo_onnx.integrations.transformers.qwen2_5_vl_folder import QwenVLFolder as VisionFolder
-from dynamo_onnx.integrations.transformers.streamed import StreamedFolder
-from dynamo_onnx.integrations.transformers.streamed import attach_weights as attach_folder_weights
-from dynamo_onnx.integrations.transformers.whisper_folder import WhisperFolder as SpeechFolder
+from dynamo_onnx.integrations.transformers import TransformersFamily
 
 if TYPE_CHECKING:
     import onnx_ir as ir
     import torch
 
     from dynamo_onnx.diagnostics import DiagnosticContext
+    from dynamo_onnx.integrations.transformers.hf_folder import HFFolder as SavedModel
     from dynamo_onnx.integrations.transformers.layer_copy import LayerCopy
     from dynamo_onnx.integrations.transformers.layer_template import LayerTemplate
+    from dynamo_onnx.integrations.transformers.qwen2_5_vl_folder import (
+        QwenVLFolder as VisionFolder,
+    )
+    from dynamo_onnx.integrations.transformers.streamed import StreamedFolder
+    from dynamo_onnx.integrations.transformers.streamed import (
+        attach_weights as attach_folder_weights,
+    )
+    from dynamo_onnx.integrations.transformers.whisper_folder import WhisperFolder as SpeechFolder
     from dynamo_onnx.registry import OnnxRegistry
+
+#: The folders' names, from the modules that define them: imported when first used, as the
+#: functions below import their modules, so that an export of a model that is no saved
+#: folder does not load the folder code (docs/performance.md, "The overhead beyond capture").
+_FOLDER_NAMES = {
+    "SavedModel": ("dynamo_onnx.integrations.transformers.hf_folder", "HFFolder"),
+    "VisionFolder": ("dynamo_onnx.integrations.transformers.qwen2_5_vl_folder", "QwenVLFolder"),
+    "StreamedFolder": ("dynamo_onnx.integrations.transformers.streamed", "StreamedFolder"),
+    "attach_folder_weights": ("dynamo_onnx.integrations.transformers.streamed", "attach_weights"),
+    "SpeechFolder": ("dynamo_onnx.integrations.transformers.whisper_folder", "WhisperFolder"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    found = _FOLDER_NAMES.get(name)
+    if found is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(found[0]), found[1])
+    globals()[name] = value  # later lookups do not come here
+    return value
+
 
 __all__ = [
     "FAMILIES",
@@ -86,30 +104,40 @@ def load_folder(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> SavedMo
     """The model saved in the folder ``path`` (a Hugging Face folder: the one format
     saved on disk a family reads today), with the inputs to export it with and the files
     to copy beside the exported model; a folder no family can load fails with its rule."""
+    from dynamo_onnx.integrations.transformers import hf_folder
+
     return hf_folder.load(ctx, path)
 
 
 def is_speech_folder(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds a speech model a family exports as an encoder and a decoder
     (Whisper), rather than a causal LM."""
+    from dynamo_onnx.integrations.transformers import whisper_folder
+
     return whisper_folder.is_whisper(path)
 
 
 def load_speech_folder(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> SpeechFolder:
     """The speech model saved in ``path`` with its feature extractor (DO507 when it cannot
     be loaded)."""
+    from dynamo_onnx.integrations.transformers import whisper_folder
+
     return whisper_folder.load(ctx, path)
 
 
 def is_vision_folder(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds a vision-language model a family exports as a vision
     encoder, an embedding step and a text decoder (Qwen2.5-VL), rather than a causal LM."""
+    from dynamo_onnx.integrations.transformers import qwen2_5_vl_folder
+
     return qwen2_5_vl_folder.is_qwen2_5_vl(path)
 
 
 def load_vision_folder(ctx: DiagnosticContext, path: str | os.PathLike[str]) -> VisionFolder:
     """The vision-language model saved in ``path`` with its image processor (DO507 when
     it cannot be loaded)."""
+    from dynamo_onnx.integrations.transformers import qwen2_5_vl_folder
+
     return qwen2_5_vl_folder.load(ctx, path)
 
 
@@ -119,24 +147,32 @@ def load_streamed_folder(
     """The model saved in the folder ``path`` built without its weights, with where each
     weight is in its checkpoint (read one at a time when the ONNX weights are written);
     None when the folder's weights cannot be read that way (then :func:`load_folder`)."""
+    from dynamo_onnx.integrations.transformers import streamed
+
     return streamed.load_streamed(ctx, path)
 
 
 def layer_copy_of(folder: StreamedFolder) -> LayerCopy | None:
     """``folder``'s model with the first layer of each kind, reading the same checkpoint:
     what the checks that would hold the whole model's weights run on (None: no such copy)."""
+    from dynamo_onnx.integrations.transformers import layer_copy
+
     return layer_copy.layer_copy(folder)
 
 
 def layer_copy_to_eager(copy_of: LayerCopy, whole_windows: bool) -> SavedModel:
     """The layer copy with its weights in memory and example inputs with values, to run
     eagerly."""
+    from dynamo_onnx.integrations.transformers import layer_copy
+
     return layer_copy.eager_folder(copy_of, whole_windows)
 
 
 def layer_template_of(folder: StreamedFolder) -> LayerTemplate | str:
     """``folder``'s model as a template of a few layers that the ONNX graph repeats, reading
     the same checkpoint; or why there is none."""
+    from dynamo_onnx.integrations.transformers import layer_template
+
     return layer_template.layer_template(folder)
 
 

@@ -31,7 +31,6 @@ from dynamo_onnx.integrations.transformers.dynamic_shapes import (
     widen_decoding_example,
 )
 from dynamo_onnx.integrations.transformers.experts import traceable_experts
-from dynamo_onnx.integrations.transformers.ort_steps import onnxruntime_steps
 from dynamo_onnx.integrations.transformers.qwen2_5_vl import traceable_vision
 from dynamo_onnx.integrations.transformers.rotary import traceable_rotary
 from dynamo_onnx.integrations.transformers.shared_buffer import genai_search_options
@@ -201,6 +200,10 @@ class TransformersFamily:
         (:func:`~dynamo_onnx.integrations.transformers.ort_steps.onnxruntime_steps`)."""
         if runtime != "onnxruntime" or _config(reference) is None:
             return []
+        # imported here: its rewrite rules need onnxscript's rewriter, which an export
+        # that does not optimize never loads
+        from dynamo_onnx.integrations.transformers.ort_steps import onnxruntime_steps
+
         return onnxruntime_steps()
 
     def facts(self, model: Any) -> dict[str, Any]:

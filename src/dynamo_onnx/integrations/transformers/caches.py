@@ -25,6 +25,7 @@ from dynamo_onnx.onnx_tools.attention import windowed_present
 __all__ = [
     "CACHE_PARAMETERS",
     "CacheInputs",
+    "cache_parameter",
     "cache_parts",
     "copy_caches",
     "is_cache",
@@ -171,6 +172,13 @@ def _holds_tensors(value: Any) -> bool:
 #: ``past_key_values`` up to transformers 5.23, ``cache`` from 5.24. Either way the ONNX
 #: inputs are named as the runtimes expect, ``past_key_values.<i>.key``.
 CACHE_PARAMETERS = ("past_key_values", "cache")
+
+
+def cache_parameter(model: Any) -> str:
+    """The parameter of ``model.forward`` that takes the cache: ``cache`` from transformers
+    5.24 on, ``past_key_values`` before."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def _onnx_prefix(name: str) -> str:

@@ -12,7 +12,6 @@ refused before anything is written.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import pathlib
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError, WeightsMismatchError
 from dynamo_onnx.integrations.transformers import genai, genai_check
-from dynamo_onnx.integrations.transformers.caches import with_full_layers
+from dynamo_onnx.integrations.transformers.caches import cache_parameter, with_full_layers
 from dynamo_onnx.integrations.transformers.checkpoint import (
     architecture_problem,
     config_problem,
@@ -96,18 +95,12 @@ class HFFolder:
         is its past and the new tokens (genai's contract) and the window is the mask's,
         where a sliding layer traced as transformers runs it hands back only its last
         ``window - 1`` tokens until the fusion into GroupQueryAttention makes it whole."""
-        parameter = _cache_parameter(self.model)
+        parameter = cache_parameter(self.model)
         cache = self.inputs.get(parameter)
         full = with_full_layers(cache) if cache is not None else None
         if full is None:
             return None
         return dataclasses.replace(self, inputs={**self.inputs, parameter: full})
-
-
-def _cache_parameter(model: Any) -> str:
-    """``cache`` from transformers 5.24 on, ``past_key_values`` before."""
-    parameters = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def example_inputs(
@@ -133,7 +126,7 @@ def example_inputs(
         "input_ids": torch.randint(1, config.vocab_size, (batch, new)),
         "attention_mask": torch.ones(batch, past + new, dtype=torch.int64),
         "position_ids": torch.arange(past, past + new).expand(batch, new),
-        _cache_parameter(model): cache,
+        cache_parameter(model): cache,
         "use_cache": True,
     }
 

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
-from dynamo_onnx.integrations.transformers.hf_folder import _cache_parameter
+from dynamo_onnx.integrations.transformers.caches import cache_parameter
 
 __all__ = [
     "DECODER_FILENAME",
@@ -363,7 +363,7 @@ class DecoderStep(torch.nn.Module):
         super().__init__()
         self.model = model
         self.layers = model.config.text_config.num_hidden_layers
-        self.cache_parameter = _cache_parameter(model.model.language_model)
+        self.cache_parameter = cache_parameter(model.model.language_model)
 
     def forward(
         self,

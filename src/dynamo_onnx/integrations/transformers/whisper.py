@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from dynamo_onnx.integrations.transformers.hf_folder import _cache_parameter
+from dynamo_onnx.integrations.transformers.caches import cache_parameter
 
 __all__ = [
     "DECODER_FILENAME",
@@ -134,7 +134,7 @@ class WhisperDecoderStep(torch.nn.Module):
         super().__init__()
         self.model = model
         self.layers = model.config.decoder_layers
-        self.cache_parameter = _cache_parameter(model)
+        self.cache_parameter = cache_parameter(model)
 
     def forward(self, input_ids: torch.Tensor, *caches: torch.Tensor) -> tuple[torch.Tensor, ...]:
         import transformers  # only a transformers model reaches here

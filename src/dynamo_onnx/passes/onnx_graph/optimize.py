@@ -16,7 +16,6 @@ from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import OnnxExporterError, OptimizationError
 from dynamo_onnx.onnx_tools.fake_weights import fake_weights_hidden
 from dynamo_onnx.onnx_tools.older_opsets import drop_newer_attributes
-from dynamo_onnx.onnx_tools.optimizer_pipeline import run_optimizer
 from dynamo_onnx.passes.base import PassName
 from dynamo_onnx.passes.logs import ONNX_IR_CHATTER, dropped
 from dynamo_onnx.passes.onnx_graph.steps import report_inlined
@@ -41,6 +40,9 @@ class OptimizePass:
             return self._run(ctx, model)
 
     def _run(self, ctx: DiagnosticContext, model: ir.Model) -> ir.Model:
+        # imported when optimizing: onnxscript's optimizer and rewriter load with it
+        from dynamo_onnx.onnx_tools.optimizer_pipeline import run_optimizer
+
         before = count_nodes(model)
         functions = set(model.functions)
         with fake_weights_hidden(model):
