@@ -25,6 +25,7 @@ LAYERS = {
     "tensors": 0,
     "files": 0,
     "torch_onnx_names": 0,
+    "deferred_imports": 0,  # onnxscript's optimizer and rewriter loaded when first used
     "rules": 1,
     "options": 2,
     "diagnostics": 3,

@@ -17,6 +17,7 @@ import importlib
 import types
 from typing import TYPE_CHECKING, Any
 
+from dynamo_onnx.deferred_imports import defer_onnxscript_parts
 from dynamo_onnx.errors import (
     CaptureError,
     DecompositionError,
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
     )
 
 __version__ = package_version()
+
+# onnxscript's optimizer and rewriter load when first used (deferred_imports.py says why)
+defer_onnxscript_parts()
 
 #: Public name -> the module that defines it (imported on first use).
 _LAZY = {
