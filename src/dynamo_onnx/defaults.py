@@ -65,7 +65,7 @@ QUANTIZATION_ACCURACY_LEVEL = 4
 
 #: Its thresholds while passes run (each generation's at least this; passes/collector.py
 #: says why, docs/performance.md what it saves).
-GC_THRESHOLDS_WHILE_EXPORTING = (2000, 20, 100)
+GC_THRESHOLDS_WHILE_EXPORTING = (10_000, 20, 100)
 
 # -- saving ------------------------------------------------------------------------------
 

@@ -3,13 +3,15 @@
 An export allocates hundreds of thousands of objects (torch's fake tensors, symbolic sizes,
 FX nodes, ONNX nodes), and at Python's default thresholds (700, 10, 10) that sets off a full
 collection every few hundred thousand allocations, each walking the caller's whole heap:
-the model, the libraries, everything else a notebook holds. With young collections less
-often and full ones a tenth as often while the passes run, an export spends less time
-collecting (docs/performance.md), the one full collection left being the first after the
-pipeline, over what the export made; the peak memory is the same (the export keeps what it
-allocates until it ends). The thresholds
-are only raised, never lowered, and put back as they were when the pipeline ends; a
-collector the caller switched off stays off.
+the model, the libraries, everything else a notebook holds. While the passes run, full
+collections come a tenth as often, and young ones after ten thousand allocations: most of
+what a pass makes (a graph being traced, translated, converted) is freed before a young
+collection can see it, so it is never promoted to the oldest generation. CPython runs a
+full collection once the objects promoted since the last one pass a quarter of those it
+kept, so what an export promotes decides how soon the caller pays one after it
+(docs/performance.md). The peak memory is the same: the export keeps what it allocates
+until it ends. The thresholds are only raised, never lowered, and put back as they were
+when the pipeline ends; a collector the caller switched off stays off.
 """
 
 from __future__ import annotations
