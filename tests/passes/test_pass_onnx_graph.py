@@ -14,7 +14,7 @@ from helpers import three_nodes
 import dynamo_onnx
 from dynamo_onnx.diagnostics import DiagnosticContext
 from dynamo_onnx.errors import InvalidOptionValueError
-from dynamo_onnx.onnx_tools.loading import weights_as_inputs
+from dynamo_onnx.onnx_tools.loading import node_metadata_left_out, weights_as_inputs
 from dynamo_onnx.passes.base import CheckedRequest, ExportRequest, ExportState
 from dynamo_onnx.passes.onnx_graph.finalize import FinalizePass
 from dynamo_onnx.passes.onnx_graph.load_check import LoadCheckPass
@@ -123,6 +123,28 @@ def test_the_load_check_copies_no_weight_and_puts_the_model_back():
     ctx = DiagnosticContext()
     LoadCheckPass()(ctx, _state(model))
     assert ctx.findings == []
+
+
+def test_the_load_check_serializes_no_node_metadata_and_puts_it_back():
+    """Neither the checker nor ONNX Runtime reads a node's metadata (the stack, the FX node):
+    the proto the check builds has none, the model's own metadata stays (the checker checks
+    its keys), and every node has its metadata back after, a failing check's node too."""
+    model = three_nodes()
+    model.metadata_props["producer.note"] = "kept"
+    for node in model.graph:
+        node.metadata_props["pkg.torch.onnx.stack_trace"] = f"File model.py, {node.op_type}"
+    with weights_as_inputs(model), node_metadata_left_out(model):
+        proto = ir.to_proto(model)
+    assert [list(n.metadata_props) for n in proto.graph.node] == [[]] * len(model.graph)
+    assert [(p.key, p.value) for p in proto.metadata_props] == [("producer.note", "kept")]
+    assert all(n.metadata_props["pkg.torch.onnx.stack_trace"] for n in model.graph)
+
+    (relu,) = [n for n in model.graph if n.op_type == "Relu"]
+    relu.attributes["bogus"] = ir.AttrInt64("bogus", 1)
+    with pytest.raises(dynamo_onnx.SerializationError) as info:
+        LoadCheckPass()(DiagnosticContext(), _state(model))
+    assert info.value.rule_id == "DO407"
+    assert relu.metadata_props["pkg.torch.onnx.stack_trace"] == "File model.py, Relu"
 
 
 def test_the_optimizer_leaves_a_transposed_weight_to_onnx_runtime():

@@ -16,7 +16,7 @@ import onnx_ir as ir
 from dynamo_onnx.fake import is_fake
 from dynamo_onnx.io.sessions import inference_session
 
-__all__ = ["load_refusal", "opset_hint", "weights_as_inputs"]
+__all__ = ["load_refusal", "node_metadata_left_out", "opset_hint", "weights_as_inputs"]
 
 #: Initializers up to this size stay in the checked model (shapes and axes an operator may
 #: need as constants); larger ones, and fake ones, become graph inputs for the check.
@@ -55,6 +55,29 @@ def weights_as_inputs(model: ir.Model) -> Iterator[ir.Model]:
         graph.initializers.clear()
         for name, value in original.items():
             graph.initializers[name] = value
+
+
+@contextlib.contextmanager
+def node_metadata_left_out(model: ir.Model) -> Iterator[ir.Model]:
+    """While the block runs, no node has metadata (the FX node, the stack, the module each
+    came from: most of a weightless model's bytes). Neither the ONNX checker nor ONNX
+    Runtime reads a node's ``metadata_props`` (the checker checks the model's own, which
+    stay), so a model serialized for them can leave them out."""
+    saved = []
+    nodes = (
+        node
+        for graph in (model.graph, *model.functions.values())
+        for node in ir.traversal.RecursiveGraphIterator(graph)
+    )
+    for node in nodes:
+        if node.metadata_props:
+            saved.append((node, dict(node.metadata_props)))
+            node.metadata_props.clear()
+    try:
+        yield model
+    finally:
+        for node, props in saved:
+            node.metadata_props.update(props)
 
 
 def load_refusal(

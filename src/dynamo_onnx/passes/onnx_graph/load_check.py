@@ -9,7 +9,8 @@ the checker's complaint. A model with nodes of a custom domain (``torch.onnx.ops
 reported by translation as DO310) is checked by the ONNX checker only: ONNX Runtime refuses
 any node it has no kernel for, and the model is what the user asked for. The check copies no weights: the session loads the model with its
 weights as graph inputs (:func:`weights_as_inputs`), so fake weights and a 7B model are
-checked like any other (``onnx_tools.loading``).
+checked like any other (``onnx_tools.loading``); nor the nodes' metadata, which neither
+the checker nor ONNX Runtime reads.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 from dynamo_onnx.diagnostics import DiagnosticContext, Location
 from dynamo_onnx.diagnostics.context import exception_frames, exception_summary
 from dynamo_onnx.errors import OnnxExporterError, SerializationError
-from dynamo_onnx.onnx_tools.loading import load_refusal, weights_as_inputs
+from dynamo_onnx.onnx_tools.loading import load_refusal, node_metadata_left_out, weights_as_inputs
 from dynamo_onnx.passes.base import ExportState, PassName
 from dynamo_onnx.passes.domains import custom_domain_nodes
 from dynamo_onnx.passes.metadata import node_error_fields
@@ -42,7 +43,7 @@ class LoadCheckPass:
     def __call__(self, ctx: DiagnosticContext, state: ExportState) -> ExportState:
         model = state.onnx_model
         assert model is not None
-        with weights_as_inputs(model):
+        with weights_as_inputs(model), node_metadata_left_out(model):
             # serialized once, for the checker and ONNX Runtime (each would otherwise)
             data = ir.to_proto(model).SerializeToString()
         complaint: Exception | None = None
