@@ -1,5 +1,5 @@
-"""onnxscript's optimizer and rewriter loaded when first used (deferred_imports.py): an export
-that does not optimize never loads them, every way a user reaches them afterwards gets the
+"""onnxscript's optimizer and rewriter, and ONNX's reference evaluator, loaded when first used
+(deferred_imports.py): an export that does not optimize never loads them, every way a user reaches them afterwards gets the
 real subpackage, and nothing changes when onnxscript was imported first. The checks on
 onnxscript run in fresh processes (this one imported it long ago); the stand-in's own
 behaviour is checked here on a package made for the test."""
@@ -30,7 +30,8 @@ class Model(torch.nn.Module):
 
 x = torch.randn(2, 3)
 program = dynamo_onnx.export(Model(), (x,), optimize=False)
-found = {"after_export": [is_deferred("onnxscript.optimizer"), is_deferred("onnxscript.rewriter")],
+found = {"after_export": [is_deferred("onnxscript.optimizer"), is_deferred("onnxscript.rewriter"),
+                          is_deferred("onnx.reference")],
          "folding_loaded": "onnxscript.optimizer._constant_folding" in sys.modules,
          "matcher_loaded": "onnxscript.rewriter._matcher" in sys.modules}
 spec = importlib.util.find_spec("onnxscript.optimizer")  # read without loading it
@@ -51,6 +52,15 @@ elif spelling == "dir":
 elif spelling == "optimize":
     program.optimize()
     found["got"] = len(program.model.graph)
+elif spelling == "reference-evaluator":
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+    (y,) = ReferenceEvaluator(program.model_proto).run(None, {"x": x.numpy()})
+    found["got"] = bool(np.allclose(y, Model()(x).numpy()))
+elif spelling == "onnxscript-eager":
+    import numpy as np
+    from onnxscript import opset18 as op
+    found["got"] = op.Relu(np.array([-1.0, 2.0], dtype=np.float32)).value.tolist()
 elif spelling == "torch.onnx":
     onnx_program = torch.onnx.export(Model(), (x,), dynamo=True, optimize=True)
     found["got"] = len(onnx_program.model.graph)
@@ -83,18 +93,21 @@ def _run(script: str, *args: str) -> dict:
         ("dir", True),
         ("optimize", None),
         ("torch.onnx", None),
+        ("reference-evaluator", True),
+        ("onnxscript-eager", [0.0, 2.0]),
     ],
 )
 def test_an_export_loads_neither_and_each_spelling_gets_the_real_subpackage(spelling, got):
     result = _run(_AFTER_AN_EXPORT, spelling)
-    assert result["after_export"] == [True, True]
+    assert result["after_export"] == [True, True, True]
     assert not result["folding_loaded"] and not result["matcher_loaded"]
     assert result["spec"] == ["onnxscript.optimizer", True]
     if got is not None:
         assert result["got"] == got
     if spelling == "attribute":
         assert result["got"] == "RewriteRule"
-        return  # the rewriter was read, not the optimizer
+    if spelling in ("attribute", "reference-evaluator", "onnxscript-eager"):
+        return  # the optimizer was not read
     assert result["loaded"] == [True, "module", True]
     assert result["held_reads_the_same"] is True
     if spelling in ("optimize", "torch.onnx"):

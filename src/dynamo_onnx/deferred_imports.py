@@ -1,4 +1,5 @@
-"""onnxscript's optimizer and rewriter loaded when first used, not with onnxscript.
+"""onnxscript's optimizer and rewriter, and ONNX's reference evaluator, loaded when first
+used, not with the packages that import them.
 
 ``import onnxscript`` imports its ``optimizer`` and ``rewriter`` subpackages, and with
 them ONNX's reference evaluator (about 200 modules): 0.07 s of CPU and 9,000 objects that
@@ -9,10 +10,13 @@ optimizer, rewriter`` binds it, and the first read of any of its attributes impo
 subpackage through the ordinary import system (``import onnxscript.rewriter.pattern``
 included), makes it the package's attribute and ``sys.modules``' entry, and copies its
 namespace into the stand-in, so a reference taken earlier reads the same objects
-(docs/performance.md, "The overhead beyond capture", fourth round).
+(docs/performance.md, "The overhead beyond capture", fourth round). onnxscript's evaluator,
+which translation routes torch_lib's calls through, imports ``onnx.reference`` (0.02 s) for
+its eager mode only: :func:`defer_onnx_reference` makes it a stand-in too, bound as
+``onnx.reference`` (onnx is imported by then).
 
-When onnxscript was imported first (by torch.onnx or the caller) nothing is changed. The
-stand-ins carry the subpackage's ``__spec__`` and ``__file__`` (``importlib.util.find_spec``
+Where the module was imported first (by torch.onnx or the caller) nothing is changed. The
+stand-ins carry the module's ``__spec__`` and ``__file__`` (``importlib.util.find_spec``
 and scans of ``sys.modules`` by file read them without importing it).
 """
 
@@ -25,7 +29,13 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["DEFERRED", "DeferredModule", "defer_onnxscript_parts", "is_deferred"]
+__all__ = [
+    "DEFERRED",
+    "DeferredModule",
+    "defer_onnx_reference",
+    "defer_onnxscript_parts",
+    "is_deferred",
+]
 
 #: The subpackages deferred (``onnxscript/__init__.py`` imports both; nothing else in
 #: onnxscript imports them while it is imported).
@@ -96,3 +106,16 @@ def defer_onnxscript_parts() -> None:
     stand_ins = [_stand_in(name, package) for name in DEFERRED]
     if all(stand_ins):
         sys.modules.update({m.__name__: m for m in stand_ins if m is not None})
+
+
+def defer_onnx_reference() -> None:
+    """Make ``onnx.reference`` a stand-in, bound as ``onnx``'s attribute, unless it was
+    imported already; onnx must be imported (the stand-in is its attribute)."""
+    name = "onnx.reference"
+    onnx = sys.modules.get("onnx")
+    if onnx is None or name in sys.modules or onnx.__spec__ is None:
+        return
+    stand_in = _stand_in(name, onnx.__spec__)
+    if stand_in is not None:
+        sys.modules[name] = stand_in
+        onnx.reference = stand_in

@@ -19,8 +19,9 @@ import onnx.defs
 import onnx.shape_inference
 import onnx_ir as ir
 import onnxscript
-import onnxscript.evaluator
 from onnxscript import opset18
+
+from dynamo_onnx.deferred_imports import defer_onnx_reference
 
 __all__ = ["NodeRecorder", "ConstantCache", "recording"]
 
@@ -459,6 +460,11 @@ class _ArithmeticHandler:
 @contextlib.contextmanager
 def recording(recorder: NodeRecorder) -> Iterator[NodeRecorder]:
     """Route onnxscript op calls and Value arithmetic to ``recorder`` for the duration."""
+    # onnxscript's evaluator imports ONNX's reference evaluator for its eager mode, which
+    # recording never uses: it is loaded if something reads it (deferred_imports.py)
+    defer_onnx_reference()
+    import onnxscript.evaluator
+
     previous = ir.set_value_magic_handler(_ArithmeticHandler())
     try:
         with onnxscript.evaluator.default_as(recorder):
