@@ -6,8 +6,6 @@ behaviour is checked here on a package made for the test."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import textwrap
 import uuid
@@ -16,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dynamo_onnx.deferred_imports import DeferredModule, _stand_in, is_deferred
+from fresh_process import last_json_line
 
 #: An export that does not optimize, then every spelling of reaching the deferred parts.
 _AFTER_AN_EXPORT = r"""
@@ -73,17 +72,6 @@ print(json.dumps(found))
 """
 
 
-def _run(script: str, *args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.parametrize(
     ("spelling", "got"),
     [
@@ -98,7 +86,7 @@ def _run(script: str, *args: str) -> dict:
     ],
 )
 def test_an_export_loads_neither_and_each_spelling_gets_the_real_subpackage(spelling, got):
-    result = _run(_AFTER_AN_EXPORT, spelling)
+    result = last_json_line(_AFTER_AN_EXPORT, spelling)
     assert result["after_export"] == [True, True, True]
     assert not result["folding_loaded"] and not result["matcher_loaded"]
     assert result["spec"] == ["onnxscript.optimizer", True]
@@ -120,10 +108,7 @@ def test_nothing_is_deferred_when_onnxscript_came_first():
         "print(json.dumps([type(sys.modules[n]).__name__ for n in "
         "('onnxscript.optimizer', 'onnxscript.rewriter')]))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
-    )
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["module", "module"]
+    assert last_json_line(script) == ["module", "module"]
 
 
 def test_importing_a_deferred_part_first_imports_its_package_too():
@@ -135,10 +120,7 @@ def test_importing_a_deferred_part_first_imports_its_package_too():
         "print(json.dumps([onnxscript.optimizer.optimize.__name__,\n"
         "                  type(sys.modules['onnxscript.optimizer']).__name__]))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
-    )
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["optimize", "module"]
+    assert last_json_line(script) == ["optimize", "module"]
 
 
 # -- the stand-in, on a package of the test's own ------------------------------------------

@@ -4,15 +4,12 @@ import makes. Each check runs in a fresh process: this one has made them already
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import onnxscript
 import pytest
 from onnxscript import values as onnxscript_values
 
 from dynamo_onnx.registry import torchlib_deferred
+from fresh_process import last_json_line
 
 #: A model with one traced torch_lib function (``aten::mul``) and two scripted ones
 #: (``aten::addcmul``, ``aten::log1p``), exported after the registry is built.
@@ -104,22 +101,11 @@ print(json.dumps({"differences": differences, "functions": dump(default_registry
 """
 
 
-def _run(script: str, *args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def test_torchlib_functions_are_made_when_an_export_first_uses_them():
     """Building the registry makes none of torch_lib's ~470 functions; a lookup hands out a
     typed ``TracedOnnxFunction``; an export makes those it dispatches to (traced and
     scripted), matches eager and notes them as before."""
-    result = _run(_DISPATCHED)
+    result = last_json_line(_DISPATCHED)
     assert result["functions"] > 400
     assert result["made_before"] == 0
     assert result["looked_up"] == ["DeferredTraced", True, ["self", "other"]]
@@ -135,8 +121,8 @@ def test_deferred_functions_are_the_ones_torchlib_makes_and_torch_onnx_uses_them
     """After dynamo-onnx's export and torch.onnx's in one process, every torch_lib function
     has the signature (and a scripted one the ONNX function) torch_lib's own import gives
     it, and both exports match eager."""
-    plain = _run(_DUMP, "plain")
-    ours = _run(_DUMP, "ours")
+    plain = last_json_line(_DUMP, "plain")
+    ours = last_json_line(_DUMP, "ours")
     assert all(d < 1e-5 for d in ours["differences"]) and len(ours["differences"]) == 2
     assert ours["functions"].keys() == plain["functions"].keys()
     differing = [k for k, v in ours["functions"].items() if plain["functions"][k] != v]
