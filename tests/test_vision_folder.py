@@ -458,6 +458,30 @@ def test_image_processor_settings_genai_does_not_follow_are_do542(saved_qwen, tm
             assert f'"{finding.properties["setting"]}"' in lines[finding.primary.line - 1]
 
 
+def test_a_do542_warning_under_warnings_as_errors_exits_3_with_the_folder_written(
+    saved_qwen, tmp_path
+):
+    """A CI job gating on warnings: the image processor's DO542 warning fails the command
+    (exit 3) after the whole folder is written, and the log has it as the error it became."""
+    other = tmp_path / "other-processor"
+    other.mkdir()
+    for source in saved_qwen.iterdir():
+        (other / source.name).write_bytes(source.read_bytes())
+    transformers.Qwen2VLImageProcessorPil(
+        min_pixels=56 * 56, max_pixels=28 * 28 * 256, do_normalize=False
+    ).save_pretrained(other)
+    out, sarif = tmp_path / "out", tmp_path / "run.sarif"
+    args = ("-o", str(out), "--sarif", str(sarif), "--warnings-as-errors")
+    proc = run_cli(tmp_path, "export-llm", str(other), *args)
+    assert proc.returncode == 3, proc.stderr
+    assert "DO542" in proc.stderr
+    assert {"vision.onnx", "embedding.onnx", "model.onnx", "genai_config.json"} <= {
+        p.name for p in out.iterdir()
+    }
+    results = json.loads(sarif.read_text())["runs"][0]["results"]
+    assert [r["level"] for r in results if r["ruleId"] == "DO542"] == ["error"]  # gated
+
+
 def test_a_decoder_that_cannot_be_exported_leaves_the_vision_and_embedding_models_and_says_so(
     saved_qwen, tmp_path
 ):

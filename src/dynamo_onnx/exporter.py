@@ -38,7 +38,14 @@ from dynamo_onnx.reports.terminal import ProgressPrinter, issue_warnings
 from dynamo_onnx.torch_onnx_names import OperatorExportTypes, TrainingMode
 from dynamo_onnx.versions import package_version, tool_versions
 
-__all__ = ["dynamo_export", "export", "export_from", "export_passes", "warnings_gate"]
+__all__ = [
+    "dynamo_export",
+    "export",
+    "export_from",
+    "export_passes",
+    "raise_warnings_gate",
+    "warnings_gate",
+]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -115,6 +122,20 @@ def warnings_gate(ctx: ReportingContext) -> WarningsAsErrorsError | None:
         f"turns into errors:\n{listing}"
     )
     return ctx.error_for(warnings, WarningsAsErrorsError, cause)  # type: ignore[return-value]
+
+
+def raise_warnings_gate(program: ONNXProgram, gate: WarningsAsErrorsError | None) -> None:
+    """End a folder's export that ran steps after its export (quantization, save, the
+    folder's checks): ``gate``, the export's own, or else the gate of those steps' warnings,
+    raised with the program attached (the caller gating on warnings can still read it)."""
+    if gate is None:
+        assert program.diagnostics is not None
+        gate = warnings_gate(program.diagnostics)
+        if gate is not None:
+            program.diagnostics.finish(gate)
+    if gate is not None:
+        gate.program = program
+        raise gate
 
 
 def _run(

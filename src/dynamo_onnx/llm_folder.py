@@ -34,7 +34,7 @@ from dynamo_onnx.errors import (
     VerificationError,
     WarningsAsErrorsError,
 )
-from dynamo_onnx.exporter import export, warnings_gate
+from dynamo_onnx.exporter import export, raise_warnings_gate
 from dynamo_onnx.files import atomic_write_bytes
 from dynamo_onnx.integrations import (
     SavedModel,
@@ -453,11 +453,5 @@ def export_llm(
         )
         check = FolderCheck(out, folder, not_written, program.model_location)
         _saved_and_checked(program, stream, streamed, check, quantization, options, whole_windows)
-        if gate is None:  # a warning of the quantization or the save
-            gate = warnings_gate(program.diagnostics)
-            if gate is not None:
-                program.diagnostics.finish(gate)
-        if gate is not None:
-            gate.program = program
-            raise gate
+        raise_warnings_gate(program, gate)  # or a warning of the quantization or the save
         return program

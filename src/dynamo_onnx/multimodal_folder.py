@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from dynamo_onnx.diagnostics import Level
 from dynamo_onnx.errors import OnnxExporterError, WarningsAsErrorsError
-from dynamo_onnx.exporter import export, warnings_gate
+from dynamo_onnx.exporter import export, raise_warnings_gate
 from dynamo_onnx.files import atomic_write_bytes, atomic_write_text
 from dynamo_onnx.integrations import SpeechFolder, VisionFolder
 
@@ -89,13 +89,7 @@ def export_multimodal(
     _summarize(last.diagnostics, [name for name, _ in programs], None, folder)
     if gate is not None and gate.diagnostics is not last.diagnostics:
         gate = None  # an earlier model's: its warnings are carried, the last context gates
-    if gate is None:  # a warning of an earlier model, the quantization or the save
-        gate = warnings_gate(last.diagnostics)
-        if gate is not None:
-            last.diagnostics.finish(gate)
-    if gate is not None:
-        gate.program = last
-        raise gate
+    raise_warnings_gate(last, gate)  # or a warning of an earlier model, the quantization, the save
     return last
 
 
