@@ -54,8 +54,7 @@ class DeferredModule(types.ModuleType):
 
 def is_deferred(name: str) -> bool:
     """Whether the module ``name`` is still a stand-in that has not been imported."""
-    module = sys.modules.get(name)
-    return isinstance(module, DeferredModule) and "__path__" not in vars(module)
+    return isinstance(sys.modules.get(name), DeferredModule)  # the real one replaces it
 
 
 def _load(stand_in: DeferredModule) -> types.ModuleType:
