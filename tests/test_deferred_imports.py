@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import threading
 import uuid
 from pathlib import Path
 
@@ -179,3 +180,20 @@ def test_a_subpackage_that_fails_to_import_raises_and_stays_deferred(made_packag
         with pytest.raises(ImportError, match="heavy part is broken"):
             stand_in.anything  # noqa: B018
         assert sys.modules[f"{name}.heavy"] is stand_in and package.heavy is stand_in
+
+
+def test_two_threads_reading_a_stand_in_at_once_import_it_once(made_package, tmp_path):
+    runs = tmp_path / "runs.txt"
+    name, stand_in = made_package(
+        f"import time\nwith open({str(runs)!r}, 'a') as f:\n    f.write('ran\\n')\n"
+        "time.sleep(0.3)\nVALUE = 7\n"
+    )
+    __import__(name)
+    values: list[int] = []
+    threads = [threading.Thread(target=lambda: values.append(stand_in.VALUE)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert values == [7, 7]
+    assert runs.read_text() == "ran\n"  # executed once

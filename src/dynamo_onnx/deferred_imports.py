@@ -26,6 +26,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import sys
+import threading
 import types
 from typing import Any
 
@@ -57,9 +58,20 @@ def is_deferred(name: str) -> bool:
     return isinstance(sys.modules.get(name), DeferredModule)  # the real one replaces it
 
 
+#: Held while a stand-in is replaced: two threads reading a stand-in at once (export-llm's
+#: save and its layer copy's export) import the module once. Re-entrant: loading the
+#: optimizer reads the rewriter's stand-in.
+_LOADING = threading.RLock()
+
+
 def _load(stand_in: DeferredModule) -> types.ModuleType:
     """Import the real subpackage (its parent first), put it where the stand-in was and
     copy its namespace into the stand-in."""
+    with _LOADING:
+        return _replace(stand_in)
+
+
+def _replace(stand_in: DeferredModule) -> types.ModuleType:
     name = stand_in.__name__
     parent_name, _, child = name.rpartition(".")
     parent = importlib.import_module(parent_name)  # binds the stand-in, if not yet imported
