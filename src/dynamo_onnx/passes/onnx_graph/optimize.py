@@ -23,6 +23,15 @@ from dynamo_onnx.passes.onnx_graph.steps import report_inlined
 __all__ = ["OptimizePass", "count_nodes"]
 
 
+def run_optimizer(model: ir.Model) -> None:
+    """``onnx_tools.optimizer_pipeline.run_optimizer``, imported when a model is optimized:
+    onnxscript's optimizer and rewriter load with it, which an export without optimization
+    never needs."""
+    from dynamo_onnx.onnx_tools import optimizer_pipeline
+
+    optimizer_pipeline.run_optimizer(model)
+
+
 def count_nodes(model: ir.Model) -> int:
     """Nodes of the main graph and of every function."""
     return len(model.graph) + sum(len(f) for f in model.functions.values())
@@ -40,9 +49,6 @@ class OptimizePass:
             return self._run(ctx, model)
 
     def _run(self, ctx: DiagnosticContext, model: ir.Model) -> ir.Model:
-        # imported when optimizing: onnxscript's optimizer and rewriter load with it
-        from dynamo_onnx.onnx_tools.optimizer_pipeline import run_optimizer
-
         before = count_nodes(model)
         functions = set(model.functions)
         with fake_weights_hidden(model):
