@@ -457,17 +457,23 @@ class _ArithmeticHandler:
         return opset18.Neg(operand)
 
 
-@contextlib.contextmanager
-def recording(recorder: NodeRecorder) -> Iterator[NodeRecorder]:
-    """Route onnxscript op calls and Value arithmetic to ``recorder`` for the duration."""
-    # onnxscript's evaluator imports ONNX's reference evaluator for its eager mode, which
-    # recording never uses: it is loaded if something reads it (deferred_imports.py)
+@functools.cache
+def _evaluator() -> Any:
+    """onnxscript's evaluator module, imported once: it imports ONNX's reference evaluator
+    for its eager mode, which recording never uses, so that is made a stand-in first (it
+    is loaded if something reads it: deferred_imports.py)."""
     defer_onnx_reference()
     import onnxscript.evaluator
 
+    return onnxscript.evaluator
+
+
+@contextlib.contextmanager
+def recording(recorder: NodeRecorder) -> Iterator[NodeRecorder]:
+    """Route onnxscript op calls and Value arithmetic to ``recorder`` for the duration."""
     previous = ir.set_value_magic_handler(_ArithmeticHandler())
     try:
-        with onnxscript.evaluator.default_as(recorder):
+        with _evaluator().default_as(recorder):
             yield recorder
     finally:
         ir.set_value_magic_handler(previous)
