@@ -1,8 +1,8 @@
 """onnxscript's optimizer and rewriter, and ONNX's reference evaluator, loaded when first used
-(deferred_imports.py): an export that does not optimize never loads them, every way a user reaches them afterwards gets the
-real subpackage, and nothing changes when onnxscript was imported first. The checks on
-onnxscript run in fresh processes (this one imported it long ago); the stand-in's own
-behaviour is checked here on a package made for the test."""
+(deferred_imports.py): an export that does not optimize never loads them, every way a user
+reaches them afterwards gets the real module, and nothing changes when onnxscript was
+imported first. The checks on onnxscript run in fresh processes (this one imported it long
+ago); the stand-in's own behaviour is checked here on a package made for the test."""
 
 from __future__ import annotations
 
